@@ -11,6 +11,7 @@
 #ifndef TERN_BENCH_H
 #define TERN_BENCH_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>

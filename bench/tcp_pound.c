@@ -1,0 +1,122 @@
+/*
+ * TCP pound: `conns` connections at a time, each connecting to a loopback
+ * echo server (its own thread and loop), sending `size` bytes, reading
+ * them back and closing; each close starts a new connection until
+ * `requests` have completed. Twin: tcp_pound_uv.c.
+ *
+ * Parameters: conns=100 requests=20000 size=64
+ * Figures: tcp_pound_c<conns> (completed connections/s).
+ *
+ * tern_tcp_connect takes a host name and resolves it through tern_resolve
+ * on the pool, even for a numeric address; libuv's uv_tcp_connect takes a
+ * sockaddr. Each API is used as its users would use it, so that lookup is
+ * part of tern's figure.
+ */
+#include "tcp_echo.h"
+
+typedef struct conn_slot {
+    tern_id stream;
+    size_t got;
+} conn_slot;
+
+static unsigned long started, finished, failed, total;
+static size_t size;
+static unsigned port;
+static char msg[65536];
+static uint64_t t1;
+
+static void start_one(tern_loop *loop, conn_slot *slot);
+
+static void finish_one(tern_loop *loop, conn_slot *slot)
+{
+    if (++finished == total)
+        t1 = bench_now_ns();
+    if (started < total)
+        start_one(loop, slot);
+}
+
+static void on_written(tern_loop *loop, tern_id stream, int status, void *arg)
+{
+    (void)loop, (void)stream, (void)status, (void)arg;
+}
+
+static void on_read(tern_loop *loop, tern_id stream, int status, const void *data,
+                    size_t len, void *arg)
+{
+    conn_slot *slot = arg;
+    (void)data;
+    if (status < 0 || len == 0) {
+        failed++;
+        tern_stream_close(loop, stream);
+        finish_one(loop, slot);
+        return;
+    }
+    slot->got += len;
+    if (slot->got >= size) {
+        tern_stream_close(loop, stream);
+        finish_one(loop, slot);
+    }
+}
+
+static void on_connect(tern_loop *loop, tern_id stream, int status, void *arg)
+{
+    conn_slot *slot = arg;
+    if (status < 0) {
+        failed++;
+        finish_one(loop, slot);
+        return;
+    }
+    int rc = tern_stream_read_start(loop, stream, on_read, slot);
+    BENCH_CHECK(rc == 0, "tern_stream_read_start: %s", tern_strerror(rc));
+    tern_buf buf = {msg, size};
+    rc = tern_stream_write(loop, stream, &buf, 1, on_written, NULL);
+    BENCH_CHECK(rc >= 0, "tern_stream_write: %s", tern_strerror(rc));
+}
+
+static void start_one(tern_loop *loop, conn_slot *slot)
+{
+    started++;
+    slot->got = 0;
+    int rc = tern_tcp_connect(loop, "127.0.0.1", port, 0, on_connect, slot, &slot->stream);
+    BENCH_CHECK(rc == 0, "tern_tcp_connect: %s", tern_strerror(rc));
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long conns = bench_arg(argc, argv, "conns", 100);
+    total = bench_arg(argc, argv, "requests", 20000);
+    size = bench_arg(argc, argv, "size", 64);
+    BENCH_CHECK(conns > 0 && total >= conns && size > 0 && size <= sizeof msg, "parameters");
+    memset(msg, 'q', size);
+    raise_fd_limit();
+
+    echo_server server;
+    port = echo_start(&server);
+
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.max_operations = 1u << 20;
+    tern_loop *loop;
+    int rc = tern_loop_new(&loop, &opts);
+    BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    conn_slot *slots = calloc(conns, sizeof *slots);
+    BENCH_CHECK(slots != NULL, "calloc");
+
+    uint64_t t0 = bench_now_ns();
+    for (unsigned long i = 0; i < conns; i++)
+        start_one(loop, &slots[i]);
+    tern_loop_run(loop);
+    BENCH_CHECK(finished == total, "finished %lu of %lu", finished, total);
+    if (failed > 0)
+        fprintf(stderr, "%lu of %lu connections failed\n", failed, total);
+
+    char name[64];
+    snprintf(name, sizeof name, "tcp_pound_c%lu", conns);
+    bench_figure(name, (double)(total - failed) / ((double)(t1 - t0) / 1e9), "conns/s");
+
+    tern_loop_free(loop);
+    echo_stop(&server);
+    tern_pool_shutdown(TERN_POOL_DRAIN, 1000000000u);
+    free(slots);
+    return 0;
+}
