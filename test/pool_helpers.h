@@ -1,0 +1,304 @@
+/*
+ * Helpers shared by the pool tests (criterion) and the pool stress test
+ * (standalone). Nothing here depends on criterion: the helpers report
+ * through return values and the caller asserts.
+ *
+ * Every wait in here is a liveness bound (PH_LIVENESS_NS), never a timing
+ * check: a test that hits it has found a hang, not a slow machine.
+ */
+#ifndef TERN_POOL_HELPERS_H
+#define TERN_POOL_HELPERS_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "tern.h"
+#include "testing.h"
+
+#define PH_MS 1000000ull
+#define PH_SEC (1000ull * PH_MS)
+/* How long a wait may last before the test calls it a hang. Generous so a
+ * loaded CI machine (criterion runs tests in parallel) never trips it. */
+#define PH_LIVENESS_NS (20ull * PH_SEC)
+
+static inline uint64_t ph_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * PH_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline void ph_sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / PH_SEC), .tv_nsec = (long)(ns % PH_SEC)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/*
+ * Pump `loop` one bounded turn at a time until `cond` holds, or give up at
+ * the liveness bound. Sets `ok` to whether cond held. A turn that finds
+ * nothing live returns at once, so the helper then sleeps a millisecond
+ * rather than spin.
+ */
+#define PH_PUMP_UNTIL(ok, loop, cond)                                      \
+    do {                                                                   \
+        uint64_t ph_deadline_ = ph_now() + PH_LIVENESS_NS;                 \
+        (ok) = false;                                                      \
+        for (;;) {                                                         \
+            if (cond) {                                                    \
+                (ok) = true;                                               \
+                break;                                                     \
+            }                                                              \
+            if (ph_now() > ph_deadline_)                                   \
+                break;                                                     \
+            if (tern_loop_run_once((loop), (int64_t)(5 * PH_MS)) == 0)     \
+                ph_sleep_ns(PH_MS);                                        \
+        }                                                                  \
+    } while (0)
+
+/* Poll `cond` every millisecond without touching any loop. */
+#define PH_WAIT_UNTIL(ok, cond)                                            \
+    do {                                                                   \
+        uint64_t ph_deadline_ = ph_now() + PH_LIVENESS_NS;                 \
+        (ok) = false;                                                      \
+        for (;;) {                                                         \
+            if (cond) {                                                    \
+                (ok) = true;                                               \
+                break;                                                     \
+            }                                                              \
+            if (ph_now() > ph_deadline_)                                   \
+                break;                                                     \
+            ph_sleep_ns(PH_MS);                                            \
+        }                                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------ */
+/* A gate: work functions block on it until the test opens it.         */
+/* ------------------------------------------------------------------ */
+
+typedef struct ph_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool open;
+    atomic_uint entered; /* work functions that reached the gate */
+    atomic_uint inside;  /* of those, how many are still waiting on it */
+} ph_gate;
+
+static inline void ph_gate_init(ph_gate *g)
+{
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->open = false;
+    atomic_init(&g->entered, 0);
+    atomic_init(&g->inside, 0);
+}
+
+static inline void ph_gate_open(ph_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static inline void ph_gate_destroy(ph_gate *g)
+{
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+}
+
+static inline unsigned ph_gate_entered(ph_gate *g)
+{
+    return atomic_load(&g->entered);
+}
+
+static inline unsigned ph_gate_inside(ph_gate *g)
+{
+    return atomic_load(&g->inside);
+}
+
+/* Wait until at least n work functions have reached the gate. */
+static inline bool ph_gate_wait_entered(ph_gate *g, unsigned n)
+{
+    bool ok;
+    PH_WAIT_UNTIL(ok, atomic_load(&g->entered) >= n);
+    return ok;
+}
+
+/*
+ * Block until the gate opens or, when job is non-NULL, until the job is
+ * cancelled. Returns true if the job saw its cancellation. The wait is
+ * bounded by the liveness limit so a failing test still lets its workers
+ * go rather than hang the process forever.
+ */
+static inline bool ph_gate_pass(ph_gate *g, const tern_job *job)
+{
+    uint64_t deadline = ph_now() + PH_LIVENESS_NS;
+    bool cancelled = false;
+
+    atomic_fetch_add(&g->inside, 1);
+    atomic_fetch_add(&g->entered, 1);
+    pthread_mutex_lock(&g->mu);
+    while (!g->open && ph_now() < deadline) {
+        if (job != NULL && tern_job_cancelled(job)) {
+            cancelled = true;
+            break;
+        }
+        /* A one-millisecond timed wait lets the cancel flag be polled. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    pthread_mutex_unlock(&g->mu);
+    atomic_fetch_sub(&g->inside, 1);
+    return cancelled;
+}
+
+/* ------------------------------------------------------------------ */
+/* A job record: the arg of ph_work / ph_done, recording what happened. */
+/* ------------------------------------------------------------------ */
+
+typedef struct ph_job {
+    /* What the work should do. */
+    ph_gate *gate;     /* block on this gate first (NULL: do not) */
+    bool poll_cancel;  /* leave the gate early when the job is cancelled */
+    uint64_t sleep_ns; /* then sleep this long */
+    void *result;      /* what the work returns (NULL: the record itself) */
+
+    /* What the work saw. */
+    atomic_int ran;         /* times the work started */
+    atomic_int returned;    /* times the work returned */
+    atomic_bool saw_cancel; /* tern_job_cancelled() was true at some point */
+    tern_id work_id;        /* tern_job_id() inside the work */
+    tern_loop *work_current;
+    pthread_t work_thread;
+
+    /* What done saw. */
+    atomic_int done_calls;
+    int status;
+    void *done_result;
+    tern_id done_id;
+    tern_loop *done_loop;
+    tern_loop *done_current;
+    int done_step;
+    int ran_at_done; /* value of ran when done ran */
+    pthread_t done_thread;
+
+    /* Set by the test. */
+    tern_id id;
+} ph_job;
+
+static inline void ph_job_init(ph_job *j, ph_gate *gate)
+{
+    memset(j, 0, sizeof *j);
+    j->gate = gate;
+    atomic_init(&j->ran, 0);
+    atomic_init(&j->returned, 0);
+    atomic_init(&j->saw_cancel, false);
+    atomic_init(&j->done_calls, 0);
+    j->status = 1; /* neither 0 nor a negative errno: "never set" */
+}
+
+static inline void *ph_work(tern_job *job, void *arg)
+{
+    ph_job *j = arg;
+
+    j->work_id = tern_job_id(job);
+    j->work_current = tern_loop_current();
+    j->work_thread = pthread_self();
+    atomic_fetch_add(&j->ran, 1);
+    if (j->gate != NULL && ph_gate_pass(j->gate, j->poll_cancel ? job : NULL))
+        atomic_store(&j->saw_cancel, true);
+    if (j->sleep_ns > 0)
+        ph_sleep_ns(j->sleep_ns);
+    if (tern_job_cancelled(job))
+        atomic_store(&j->saw_cancel, true);
+    atomic_fetch_add(&j->returned, 1);
+    return j->result != NULL ? j->result : j;
+}
+
+static inline void ph_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    ph_job *j = arg;
+
+    j->status = status;
+    j->done_result = result;
+    j->done_id = id;
+    j->done_loop = loop;
+    j->done_current = tern_loop_current();
+    j->done_step = tern__loop_step(loop);
+    j->ran_at_done = atomic_load(&j->ran);
+    j->done_thread = pthread_self();
+    atomic_fetch_add(&j->done_calls, 1);
+}
+
+/* Submit one recorded job; returns what tern_submit returned. */
+static inline int ph_submit(tern_loop *loop, tern_occupancy occ, ph_job *j)
+{
+    return tern_submit(loop, occ, ph_work, ph_done, j, &j->id);
+}
+
+/* Sum of done calls over an array of records. */
+static inline int ph_done_total(ph_job *jobs, size_t n)
+{
+    int total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += atomic_load(&jobs[i].done_calls);
+    return total;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pool configuration and statistics shorthands.                       */
+/* ------------------------------------------------------------------ */
+
+static inline tern_pool_config ph_config(unsigned threads, unsigned queue_capacity,
+                                         unsigned long_threads_max)
+{
+    tern_pool_config cfg;
+    tern_pool_config_init(&cfg);
+    cfg.threads = threads;
+    cfg.queue_capacity = queue_capacity;
+    cfg.long_threads_max = long_threads_max;
+    return cfg;
+}
+
+static inline tern_pool_stats ph_stats(void)
+{
+    tern_pool_stats s;
+    memset(&s, 0xa5, sizeof s); /* so a field the call forgets shows up */
+    tern_pool_stats_get(&s);
+    return s;
+}
+
+static inline tern_loop_stats ph_loop_stats(const tern_loop *loop)
+{
+    tern_loop_stats s;
+    memset(&s, 0xa5, sizeof s);
+    tern_loop_stats_get(loop, &s);
+    return s;
+}
+
+/* The four refusal counters, for "only this one moved" checks. */
+typedef struct ph_refusals {
+    uint64_t queue_full, long_ceiling, undelivered, operations;
+} ph_refusals;
+
+static inline ph_refusals ph_refusals_now(void)
+{
+    tern_pool_stats s = ph_stats();
+    return (ph_refusals){s.refused_queue_full, s.refused_long_ceiling, s.refused_undelivered,
+                         s.refused_operations};
+}
+
+#endif

@@ -1,0 +1,224 @@
+/*
+ * Pool statistics for load shedding (SPEC §5, header tern_pool_stats_get).
+ *
+ * The counters are read lock-free and "may be a moment apart", so every
+ * check that follows a worker's action waits (bounded) for the counter to
+ * settle instead of reading it once.
+ *
+ * Reading of the counters these tests hold the pool to: every accepted job
+ * is counted once in submitted and ends as exactly one of completed (done
+ * got status 0) or cancelled (done got -ECANCELED), so once everything is
+ * delivered submitted == completed + cancelled.
+ */
+#include <criterion/criterion.h>
+
+#include "pool_helpers.h"
+
+static void shutdown_clean(void)
+{
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
+
+static tern_loop *new_loop(void)
+{
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+Test(stats, all_zero_before_the_pool_starts)
+{
+    tern_pool_stats s = ph_stats();
+    cr_assert(!tern__pool_running());
+    cr_assert_eq(s.threads, 0u);
+    cr_assert_eq(s.busy, 0u);
+    cr_assert_eq(s.queued, 0u);
+    cr_assert_eq(s.queued_peak, 0u);
+    cr_assert_eq(s.reserved, 0u);
+    cr_assert_eq(s.long_threads, 0u);
+    cr_assert_eq(s.long_busy, 0u);
+    cr_assert_eq(s.submitted, 0u);
+    cr_assert_eq(s.completed, 0u);
+    cr_assert_eq(s.cancelled, 0u);
+    cr_assert_eq(s.refused_queue_full, 0u);
+    cr_assert_eq(s.refused_long_ceiling, 0u);
+    cr_assert_eq(s.refused_undelivered, 0u);
+    cr_assert_eq(s.refused_operations, 0u);
+    cr_assert_eq(s.wait_p50_ns, 0u);
+    cr_assert_eq(s.wait_p99_ns, 0u);
+    cr_assert_eq(s.run_p50_ns, 0u);
+    cr_assert_eq(s.run_p99_ns, 0u);
+
+    /* Creating a loop alone does not start the pool. */
+    tern_loop *loop = new_loop();
+    cr_assert_eq(ph_stats().threads, 0u);
+    tern_loop_free(loop);
+    shutdown_clean();
+}
+
+Test(stats, occupancy_counters_follow_the_pool)
+{
+    enum { T = 2 };
+    tern_pool_config cfg = ph_config(T, 16, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.threads, (unsigned)T);
+    cr_assert_eq(s.busy, 0u);
+    cr_assert_eq(s.long_threads, 0u);
+
+    tern_loop *loop = new_loop();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job b[T + 3], l;
+    for (int i = 0; i < T + 3; i++) {
+        ph_job_init(&b[i], &gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &b[i]), 0);
+    }
+    ph_job_init(&l, &gate);
+    cr_assert_eq(ph_submit(loop, TERN_LONG, &l), 0);
+    cr_assert(ph_gate_wait_entered(&gate, T + 1));
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().busy == T && ph_stats().queued == 3 &&
+                          ph_stats().long_busy == 1 && ph_stats().long_threads == 1);
+    s = ph_stats();
+    cr_assert(ok, "busy %u queued %u long_busy %u long_threads %u", s.busy, s.queued, s.long_busy,
+              s.long_threads);
+    cr_assert_geq(s.queued_peak, 3u);
+    cr_assert_eq(s.submitted, (uint64_t)T + 4);
+
+    ph_gate_open(&gate);
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(b, T + 3) == T + 3 && atomic_load(&l.done_calls) == 1);
+    cr_assert(ok);
+    PH_WAIT_UNTIL(ok, ph_stats().busy == 0 && ph_stats().queued == 0 && ph_stats().long_busy == 0);
+    cr_assert(ok);
+    s = ph_stats();
+    cr_assert_geq(s.queued_peak, 3u, "the peak must survive the drain");
+    cr_assert_eq(s.completed, (uint64_t)T + 4);
+    cr_assert_eq(s.cancelled, 0u);
+    tern_loop_free(loop);
+    ph_gate_destroy(&gate);
+    shutdown_clean();
+}
+
+Test(stats, submitted_is_completed_plus_cancelled)
+{
+    enum { N = 30 };
+    tern_pool_config cfg = ph_config(1, 64, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job blocker, jobs[N];
+    ph_job_init(&blocker, &gate);
+    blocker.poll_cancel = true;
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &blocker), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+    for (int i = 0; i < N; i++) {
+        ph_job_init(&jobs[i], NULL);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
+    }
+    /* Cancel a third of the queued jobs and the running one. */
+    int cancelled = 1;
+    cr_assert_eq(tern_cancel(loop, blocker.id), 0);
+    for (int i = 0; i < N; i += 3, cancelled++)
+        cr_assert_eq(tern_cancel(loop, jobs[i].id), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, N) == N && atomic_load(&blocker.done_calls) == 1);
+    cr_assert(ok);
+    int seen_cancelled = blocker.status == -ECANCELED;
+    for (int i = 0; i < N; i++)
+        seen_cancelled += jobs[i].status == -ECANCELED;
+    cr_assert_eq(seen_cancelled, cancelled);
+
+    tern_pool_stats s;
+    PH_WAIT_UNTIL(ok, (s = ph_stats(), s.completed + s.cancelled == s.submitted));
+    cr_assert(ok, "submitted %llu completed %llu cancelled %llu", (unsigned long long)s.submitted,
+              (unsigned long long)s.completed, (unsigned long long)s.cancelled);
+    cr_assert_eq(s.submitted, (uint64_t)N + 1);
+    cr_assert_eq(s.cancelled, (uint64_t)cancelled);
+    cr_assert_eq(s.completed, (uint64_t)(N + 1 - cancelled));
+    tern_loop_free(loop);
+    ph_gate_destroy(&gate);
+    shutdown_clean();
+}
+
+/*
+ * Queue-wait and run-time percentiles. One worker and jobs that each
+ * sleep a known time, so each waits behind the ones before it: both
+ * figures are non-zero, p50 <= p99, and the run time is at least the
+ * sleep, to within the histogram bucket the header documents (1/8).
+ */
+Test(stats, percentiles_are_non_zero_ordered_and_cover_the_run_time)
+{
+    enum { N = 24 };
+    const uint64_t sleep_ns = 2 * PH_MS;
+    tern_pool_config cfg = ph_config(1, 64, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        ph_job_init(&jobs[i], NULL);
+        jobs[i].sleep_ns = sleep_ns;
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
+    }
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, N) == N);
+    cr_assert(ok);
+
+    tern_pool_stats s;
+    PH_WAIT_UNTIL(ok, (s = ph_stats(), s.completed == N && s.run_p50_ns != 0 && s.wait_p50_ns != 0));
+    cr_assert(ok, "percentiles stayed zero: wait p50 %llu run p50 %llu",
+              (unsigned long long)s.wait_p50_ns, (unsigned long long)s.run_p50_ns);
+    cr_log_info("wait p50 %llu p99 %llu, run p50 %llu p99 %llu ns",
+                (unsigned long long)s.wait_p50_ns, (unsigned long long)s.wait_p99_ns,
+                (unsigned long long)s.run_p50_ns, (unsigned long long)s.run_p99_ns);
+    cr_assert_neq(s.wait_p99_ns, 0u);
+    cr_assert_neq(s.run_p99_ns, 0u);
+    cr_assert_leq(s.wait_p50_ns, s.wait_p99_ns);
+    cr_assert_leq(s.run_p50_ns, s.run_p99_ns);
+    cr_assert_geq(s.run_p50_ns, sleep_ns - sleep_ns / 8,
+                  "run p50 %llu ns is below the %llu ns every job slept",
+                  (unsigned long long)s.run_p50_ns, (unsigned long long)sleep_ns);
+    /* Half the jobs waited behind at least N/2 - 1 sleeps. */
+    uint64_t median_wait = (uint64_t)(N / 2 - 1) * sleep_ns;
+    cr_assert_geq(s.wait_p50_ns, median_wait - median_wait / 8,
+                  "wait p50 %llu ns is below the %llu ns the middle job must have waited",
+                  (unsigned long long)s.wait_p50_ns, (unsigned long long)median_wait);
+    tern_loop_free(loop);
+    shutdown_clean();
+}
+
+Test(stats, long_jobs_count_in_the_run_time)
+{
+    const uint64_t sleep_ns = 3 * PH_MS;
+    tern_pool_config cfg = ph_config(1, 64, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_job jobs[8];
+    for (int i = 0; i < 8; i++) {
+        ph_job_init(&jobs[i], NULL);
+        jobs[i].sleep_ns = sleep_ns;
+        cr_assert_eq(ph_submit(loop, TERN_LONG, &jobs[i]), 0);
+    }
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, 8) == 8);
+    cr_assert(ok);
+    tern_pool_stats s;
+    PH_WAIT_UNTIL(ok, (s = ph_stats(), s.completed == 8 && s.run_p50_ns != 0));
+    cr_assert(ok);
+    cr_assert_leq(s.run_p50_ns, s.run_p99_ns);
+    cr_assert_geq(s.run_p50_ns, sleep_ns - sleep_ns / 8);
+    tern_loop_free(loop);
+    shutdown_clean();
+}
+
+Test(stats, loop_stats_are_zero_on_a_new_loop)
+{
+    tern_loop *loop = new_loop();
+    tern_loop_stats ls = ph_loop_stats(loop);
+    cr_assert_eq(ls.undelivered, 0u);
+    cr_assert_eq(ls.undelivered_peak, 0u);
+    cr_assert_eq(ls.live_operations, 0u);
+    tern_loop_free(loop);
+    shutdown_clean();
+}
