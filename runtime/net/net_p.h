@@ -1,0 +1,153 @@
+/*
+ * Streams, listeners and signal watchers: the private layout shared by
+ * stream.c (lifecycle, reading, the dispatch of owed callbacks), write.c
+ * (the write queue), tcp.c (listen, accept, connect) and signal.c.
+ *
+ * A stream is a loop operation (struct tern__op first, so the id map and
+ * the ready queue hold it). Its descriptor is watched through the public
+ * fd-watcher API with an unreferenced watcher: whether the stream keeps
+ * the loop alive is decided by the stream op's own reference alone.
+ *
+ * Callbacks the stream owes (connect, write, shutdown, drain, close) are
+ * recorded in the record and delivered by the op's dispatch hook in step
+ * 2: the stream queues itself on the ready queue (no allocation, so a
+ * completion can never be lost to ENOMEM or max_operations). Read and
+ * accept callbacks run straight from the watcher callback, which is
+ * already in step 2.
+ *
+ * Closing marks the record CLOSING at once, so every API call treats the
+ * id as stale, but the op stays registered until the close callback has
+ * run (and any resolve it started has come back): that keeps the loop,
+ * and tern_loop_free's drain, turning until the stream owes nothing.
+ */
+#ifndef TERN_NET_P_H
+#define TERN_NET_P_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+#include "loop_p.h"
+#include "tern.h"
+
+enum tern__stream_kind { TERN__STREAM = 1, TERN__LISTENER = 2 };
+
+enum {
+    TERN__S_CONNECTING = 1u << 0,  /* tern_tcp_connect has not finished */
+    TERN__S_READING = 1u << 1,     /* read_start is in force */
+    TERN__S_READ_DONE = 1u << 2,   /* end of stream or a read error seen */
+    TERN__S_SHUT_ASKED = 1u << 3,  /* tern_stream_shutdown called */
+    TERN__S_SHUT_DONE = 1u << 4,   /* shutdown(SHUT_WR) performed */
+    TERN__S_CLOSING = 1u << 5,     /* closed: the id is stale to callers */
+    TERN__S_CLOSE_RAN = 1u << 6,   /* the close callback has run */
+    TERN__S_DRAIN_OWED = 1u << 7,  /* a write returned 1: drain_cb owed on low water */
+    TERN__S_BACKOFF = 1u << 8,     /* listener paused after EMFILE and friends */
+};
+
+/* One tern_stream_write: its own copy of the iovec array. */
+struct tern__wreq {
+    struct tern__wreq *next;
+    tern_stream_cb cb;
+    void *arg;
+    int status;      /* set when it completes */
+    unsigned nbufs;
+    unsigned first;  /* first iov entry not fully written */
+    size_t left;     /* bytes not yet written */
+    struct iovec iov[];
+};
+
+struct tern__stream {
+    struct tern__op op; /* first: the id, the class, the ready link */
+    tern_loop *loop;
+    enum tern__stream_kind kind;
+    unsigned state;
+    int fd;             /* -1 while resolving and after close */
+    tern_id io;         /* the fd watcher, 0 when not watching */
+    unsigned io_events; /* what the watcher waits for now */
+
+    /* reading */
+    tern_read_cb read_cb;
+    void *read_arg;
+    int read_status; /* a failure found outside the read path, owed to read_cb */
+    bool read_due;
+
+    /* writing (write.c) */
+    struct tern__wreq *wq, **wq_tail;     /* queued, in order */
+    struct tern__wreq *done, **done_tail; /* completed, callbacks owed */
+    size_t queued;                        /* bytes queued, not yet written */
+    size_t high_water;
+    int write_error;                      /* first failure, sticky */
+    tern_drain_cb drain_cb;
+    void *drain_arg;
+    bool drain_due;
+
+    /* shutdown */
+    tern_stream_cb shut_cb;
+    void *shut_arg;
+    int shut_status;
+    bool shut_due;
+
+    /* connect (tcp.c) */
+    tern_stream_cb connect_cb;
+    void *connect_arg;
+    int connect_status;
+    bool connect_due;
+    tern_id resolve;          /* the lookup in flight, 0 when none */
+    tern_id timer;            /* the connect timeout or the accept back-off */
+    struct addrinfo *addrs;   /* what the lookup returned */
+    struct addrinfo *next_addr;
+    bool addrs_resolved;      /* from tern_resolve (else a numeric getaddrinfo) */
+
+    /* listening (tcp.c) */
+    tern_accept_cb accept_cb;
+    void *accept_arg;
+    bool backoff_logged;
+    int backoff_status;
+    bool backoff_due;
+
+    /* closing */
+    tern_close_cb close_cb;
+    void *close_arg;
+};
+
+#define TERN__HIGH_WATER_DEFAULT ((size_t)1 << 20)
+#define TERN__WRITE_BUFS_MAX 1024u
+
+extern const struct tern__op_class tern__stream_class;
+
+/* stream.c */
+int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
+                     struct tern__stream **sp);
+/* Undo tern__stream_new before the stream reached the caller (no callbacks). */
+void tern__stream_discard(struct tern__stream *s);
+/* Free the record once the close callback ran and no lookup holds it. */
+void tern__stream_maybe_finish(struct tern__stream *s);
+/* The open stream named id, or NULL (unknown, stale, not a stream, closing). */
+struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id);
+/* Watch the descriptor for exactly `events` (0 stops the watcher). */
+int tern__stream_watch(struct tern__stream *s, unsigned events);
+/* Recompute the interest from the stream's state; a failure fails the stream. */
+void tern__stream_rewatch(struct tern__stream *s);
+/* Queue the stream so its dispatch delivers what it owes. */
+void tern__stream_owe(struct tern__stream *s);
+/* Close: the shared body of tern_stream_close and the cancel hook. */
+int tern__stream_close(struct tern__stream *s);
+/* Make a socket non-blocking, close-on-exec and SIGPIPE-free. */
+int tern__socket_prepare(int fd);
+
+/* write.c */
+void tern__write_flush(struct tern__stream *s);
+void tern__write_fail(struct tern__stream *s, int status);
+void tern__write_deliver(struct tern__stream *s);
+void tern__write_free_all(struct tern__stream *s);
+/* The shutdown step once the queue is empty. */
+void tern__write_maybe_shutdown(struct tern__stream *s);
+
+/* tcp.c: the watcher callback's listener and connect halves. */
+void tern__tcp_accept_ready(struct tern__stream *s);
+void tern__tcp_connect_ready(struct tern__stream *s, unsigned events);
+/* Stop the connect timeout or back-off timer; cancel a lookup in flight. */
+void tern__tcp_stop_aux(struct tern__stream *s);
+void tern__tcp_free_addrs(struct tern__stream *s);
+
+#endif

@@ -1,0 +1,212 @@
+/*
+ * Signal watchers: a signalfd per watched signal, read by an fd watcher.
+ *
+ * Why the signal must be blocked: a signalfd only reads signals that are
+ * pending, and a signal is left pending only in threads that block it.
+ * tern_signal_start blocks it in the calling thread (the loop thread);
+ * every thread tern creates starts with all signals blocked
+ * (tern__thread_create), so liburcu's helpers and the pool never take a
+ * signal meant for the loop. A process-directed signal (kill) then stays
+ * pending for the process and the loop's signalfd reads it; a thread-
+ * directed one (raise on the loop thread) is read just the same.
+ *
+ * One watcher per signal per process (a table under one mutex): two
+ * signalfds for one signal race to read each instance, so sharing would
+ * deliver each signal to one of them at random. tern refuses with -EEXIST.
+ *
+ * Stopping consumes what is still pending before unblocking, so stopping a
+ * watcher never turns an already-delivered signal into its default action
+ * (for SIGTERM, death) a moment later.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net_p.h"
+
+#define SIGNALS_PER_READY 16 /* siginfos read per readiness */
+
+struct tern__signal {
+    struct tern__op op; /* first: the id, the class, the ready link */
+    tern_loop *loop;
+    int signo;
+    int fd;
+    tern_id io;
+    tern_signal_cb cb;
+    void *arg;
+    bool blocked_by_us; /* the signal was not blocked in `blocker` before */
+    pthread_t blocker;
+};
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool watched[_NSIG]; /* under table_lock */
+
+static void signal_dispatch(tern_loop *loop, struct tern__op *op);
+static int signal_cancel(tern_loop *loop, struct tern__op *op);
+static void signal_free(tern_loop *loop, struct tern__op *op);
+
+static const struct tern__op_class signal_class = {
+    .name = "signal",
+    .dispatch = signal_dispatch,
+    .cancel = signal_cancel,
+    .free = signal_free,
+    .refable = true,
+};
+
+static void signal_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    /* Signal watchers call out from their fd watcher and never queue themselves. */
+    (void)loop;
+    (void)op;
+    TERN_UNREACHABLE();
+}
+
+static void signal_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    tern__free(op);
+}
+
+static void signal_io(tern_loop *loop, tern_id io, int fd, unsigned events, void *arg)
+{
+    (void)io;
+    (void)events;
+    struct tern__signal *w = arg;
+    tern_id id = w->op.id;
+    for (int i = 0; i < SIGNALS_PER_READY; i++) {
+        struct signalfd_siginfo si;
+        ssize_t n = read(fd, &si, sizeof(si));
+        if (n != (ssize_t)sizeof(si))
+            return; /* EAGAIN: nothing more pending (EINTR: the next turn retries) */
+        w->cb(loop, id, (int)si.ssi_signo, w->arg);
+        /* The callback may have stopped this watcher and freed it. */
+        if (tern__op_find(loop, id) != &w->op)
+            return;
+    }
+}
+
+/* Take every pending instance of signo off the thread and the process. */
+static void consume_pending(int signo)
+{
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, signo);
+    const struct timespec zero = {0, 0};
+    while (sigtimedwait(&one, NULL, &zero) == signo)
+        ;
+}
+
+static void stop_watcher(tern_loop *loop, struct tern__signal *w)
+{
+    (void)tern_io_stop(loop, w->io); /* -ENOENT if teardown stopped it first */
+    close(w->fd);
+    consume_pending(w->signo);
+    /* Only the thread that blocked the signal can unblock it for itself;
+     * a loop freed from another thread leaves that thread's mask alone. */
+    if (w->blocked_by_us && pthread_equal(w->blocker, pthread_self())) {
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, w->signo);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    }
+    pthread_mutex_lock(&table_lock);
+    watched[w->signo] = false;
+    pthread_mutex_unlock(&table_lock);
+    tern__op_finish(loop, &w->op);
+}
+
+static int signal_cancel(tern_loop *loop, struct tern__op *op)
+{
+    stop_watcher(loop, (struct tern__signal *)op);
+    return 0;
+}
+
+static int open_signalfd(struct tern__signal *w)
+{
+    sigset_t one, old;
+    sigemptyset(&one);
+    sigaddset(&one, w->signo);
+    pthread_sigmask(SIG_BLOCK, &one, &old);
+    w->blocked_by_us = !sigismember(&old, w->signo);
+    w->blocker = pthread_self();
+    int rc = tern__fd_fault();
+    int fd = rc < 0 ? rc : signalfd(-1, &one, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0) {
+        rc = rc < 0 ? rc : -errno;
+        if (w->blocked_by_us)
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+        return rc;
+    }
+    w->fd = fd;
+    return 0;
+}
+
+int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (cb == NULL || signo <= 0 || signo >= _NSIG || signo == SIGKILL || signo == SIGSTOP)
+        return -EINVAL;
+    pthread_mutex_lock(&table_lock);
+    int rc = watched[signo] ? -EEXIST : 0;
+    if (rc == 0)
+        watched[signo] = true; /* reserved; released below on failure */
+    pthread_mutex_unlock(&table_lock);
+    if (rc < 0)
+        return rc;
+
+    struct tern__signal *w = NULL;
+    if ((rc = tern__op_admit(loop)) < 0)
+        goto unreserve;
+    if ((w = tern__calloc(1, sizeof(*w))) == NULL) {
+        rc = -ENOMEM;
+        goto unadmit;
+    }
+    *w = (struct tern__signal){.loop = loop, .signo = signo, .fd = -1, .cb = cb, .arg = arg};
+    if ((rc = open_signalfd(w)) < 0)
+        goto free;
+    if ((rc = tern_io_start(loop, w->fd, TERN_READABLE, signal_io, w, &w->io)) < 0)
+        goto close;
+    /* Only the watcher op decides whether it keeps the loop alive. */
+    (void)tern_unref(loop, w->io);
+    if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
+        (void)tern_io_stop(loop, w->io);
+        goto close;
+    }
+    if (idp != NULL)
+        *idp = w->op.id;
+    return 0;
+
+close:
+    close(w->fd);
+    if (w->blocked_by_us) {
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, signo);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    }
+free:
+    tern__free(w);
+unadmit:
+    tern__op_unadmit(loop);
+unreserve:
+    pthread_mutex_lock(&table_lock);
+    watched[signo] = false;
+    pthread_mutex_unlock(&table_lock);
+    return rc;
+}
+
+int tern_signal_stop(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__op *op = tern__op_find(loop, id);
+    if (op == NULL || op->cls != &signal_class)
+        return -ENOENT;
+    stop_watcher(loop, (struct tern__signal *)op);
+    return 0;
+}

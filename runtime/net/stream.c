@@ -1,0 +1,449 @@
+/*
+ * Streams: the record's lifecycle, the fd watcher behind it, reading, and
+ * the dispatch hook that delivers every callback a stream owes.
+ *
+ * Hazards, named where they are handled:
+ *  - A user callback may close the stream it is called for. Nothing frees
+ *    the record inside a callback: closing only marks it and queues it, and
+ *    the record is freed by tern__op_finish() at the end of the dispatch
+ *    that runs the close callback (or when step 2 pops it, if it was
+ *    queued again meanwhile). Every path re-checks TERN__S_CLOSING after
+ *    calling out.
+ *  - A descriptor is closed only after its watcher stopped, so the
+ *    process-wide fd registry (G4) never names a closed fd.
+ *  - tern_loop_free cancels every op, in id-map order: the stream's own
+ *    watcher or timer may already be gone when the stream is closed, so
+ *    stopping them tolerates -ENOENT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net_p.h"
+
+/* Reads land in a buffer on the loop thread's stack: nothing to allocate
+ * or free per stream, and the data is only promised until the read
+ * callback returns. The loop thread needs this much stack to spare. */
+#define READ_CHUNK 65536
+
+static void stream_dispatch(tern_loop *loop, struct tern__op *op);
+static int stream_cancel(tern_loop *loop, struct tern__op *op);
+static void stream_free(tern_loop *loop, struct tern__op *op);
+
+const struct tern__op_class tern__stream_class = {
+    .name = "stream",
+    .dispatch = stream_dispatch,
+    .cancel = stream_cancel,
+    .free = stream_free,
+    .refable = true,
+};
+
+int tern__socket_prepare(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    int fdfl = fcntl(fd, F_GETFD);
+    if (fdfl < 0 || fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) < 0)
+        return -errno;
+#ifdef SO_NOSIGPIPE
+    /* Where sendmsg has no MSG_NOSIGNAL, the socket itself must not raise SIGPIPE. */
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one)) < 0)
+        return -errno;
+#endif
+    return 0;
+}
+
+int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
+                     struct tern__stream **sp)
+{
+    int rc = tern__op_admit(loop);
+    if (rc < 0)
+        return rc;
+    struct tern__stream *s = tern__calloc(1, sizeof(*s));
+    if (s == NULL) {
+        tern__op_unadmit(loop);
+        return -ENOMEM;
+    }
+    s->loop = loop;
+    s->kind = kind;
+    s->fd = fd;
+    s->wq_tail = &s->wq;
+    s->done_tail = &s->done;
+    s->high_water = TERN__HIGH_WATER_DEFAULT;
+    if ((rc = tern__op_add(loop, &s->op, &tern__stream_class)) < 0) {
+        tern__op_unadmit(loop);
+        tern__free(s);
+        return rc;
+    }
+    *sp = s;
+    return 0;
+}
+
+/*
+ * Undo tern__stream_new for a stream that never reached the caller: no
+ * callback is owed, so it ends at once. The fd is left to the caller.
+ */
+void tern__stream_discard(struct tern__stream *s)
+{
+    tern__stream_watch(s, 0);
+    tern__tcp_stop_aux(s);
+    TERN_INSIST(s->resolve == 0 && s->wq == NULL && s->done == NULL);
+    s->fd = -1;
+    s->state |= TERN__S_CLOSING | TERN__S_CLOSE_RAN;
+    tern__op_finish(s->loop, &s->op);
+}
+
+struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id)
+{
+    struct tern__op *op = tern__op_find(loop, id);
+    if (op == NULL || op->cls != &tern__stream_class)
+        return NULL;
+    struct tern__stream *s = (struct tern__stream *)op;
+    return (s->state & TERN__S_CLOSING) ? NULL : s;
+}
+
+void tern__stream_owe(struct tern__stream *s)
+{
+    tern__op_ready(s->loop, &s->op); /* a no-op when already queued */
+}
+
+/* ------------------------------------------------------------------ */
+/* The watcher                                                         */
+/* ------------------------------------------------------------------ */
+
+static void stream_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg);
+
+int tern__stream_watch(struct tern__stream *s, unsigned events)
+{
+    tern_loop *loop = s->loop;
+    if (events == s->io_events)
+        return 0;
+    if (events == 0) {
+        (void)tern_io_stop(loop, s->io); /* -ENOENT if teardown stopped it first */
+        s->io = 0;
+        s->io_events = 0;
+        return 0;
+    }
+    int rc;
+    if (s->io == 0) {
+        tern_id io;
+        if ((rc = tern_io_start(loop, s->fd, events, stream_io, s, &io)) < 0)
+            return rc;
+        /* Only the stream op decides whether the stream keeps the loop alive. */
+        (void)tern_unref(loop, io);
+        s->io = io;
+    } else if ((rc = tern_io_modify(loop, s->io, events)) < 0) {
+        return rc;
+    }
+    s->io_events = events;
+    return 0;
+}
+
+static unsigned wanted_events(const struct tern__stream *s)
+{
+    if ((s->state & TERN__S_CLOSING) || s->fd < 0)
+        return 0;
+    if (s->kind == TERN__LISTENER)
+        return (s->state & TERN__S_BACKOFF) ? 0 : TERN_READABLE;
+    if (s->state & TERN__S_CONNECTING)
+        return TERN_WRITABLE;
+    unsigned ev = 0;
+    if (s->state & TERN__S_READING)
+        ev |= TERN_READABLE;
+    if (s->wq != NULL)
+        ev |= TERN_WRITABLE;
+    return ev;
+}
+
+/*
+ * Only starting or modifying a watcher can fail (ENOMEM, max_operations).
+ * A stream that cannot be watched cannot make progress, so its queued
+ * writes fail with the cause and reading stops with it.
+ */
+void tern__stream_rewatch(struct tern__stream *s)
+{
+    int rc = tern__stream_watch(s, wanted_events(s));
+    if (rc == 0)
+        return;
+    tern__write_fail(s, rc);
+    if (s->state & TERN__S_READING) {
+        /* Told from dispatch: this may run inside an API call. */
+        s->state = (s->state & ~TERN__S_READING) | TERN__S_READ_DONE;
+        s->read_status = rc;
+        s->read_due = true;
+        tern__stream_owe(s);
+    }
+    /* Fewer events (or none) can always be set: stopping never fails. */
+    if (tern__stream_watch(s, wanted_events(s)) < 0)
+        tern__stream_watch(s, 0);
+}
+
+/* One read per readiness, so one busy stream cannot starve the others. */
+static void read_once(struct tern__stream *s)
+{
+    char buf[READ_CHUNK];
+    ssize_t n;
+    do
+        n = recv(s->fd, buf, sizeof(buf), 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        s->read_cb(s->loop, s->op.id, 0, buf, (size_t)n, s->read_arg);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    int status = n == 0 ? 0 : -errno;
+    s->state = (s->state & ~TERN__S_READING) | TERN__S_READ_DONE;
+    tern__stream_rewatch(s);
+    s->read_cb(s->loop, s->op.id, status, NULL, 0, s->read_arg);
+}
+
+static void stream_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)fd;
+    struct tern__stream *s = arg;
+    if (s->state & TERN__S_CLOSING)
+        return;
+    if (s->kind == TERN__LISTENER) {
+        tern__tcp_accept_ready(s);
+        return;
+    }
+    if (s->state & TERN__S_CONNECTING) {
+        tern__tcp_connect_ready(s, events);
+        return;
+    }
+    if (s->wq != NULL && (events & (TERN_WRITABLE | TERN_HANGUP | TERN_ERROR)))
+        tern__write_flush(s);
+    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
+        (events & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
+        read_once(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Delivering what a stream owes, and closing                          */
+/* ------------------------------------------------------------------ */
+
+static bool owes(const struct tern__stream *s)
+{
+    return s->connect_due || s->read_due || s->done != NULL || s->shut_due || s->drain_due ||
+           s->backoff_due;
+}
+
+void tern__stream_maybe_finish(struct tern__stream *s)
+{
+    /* A lookup still in flight holds `s` as its argument: wait for it. */
+    if ((s->state & TERN__S_CLOSE_RAN) && s->resolve == 0)
+        tern__op_finish(s->loop, &s->op);
+}
+
+/*
+ * Step 2. Order: connect, a read failure, writes (in queue order), shutdown, drain, the
+ * listener's back-off notice, then — once closed and owing nothing else —
+ * the close callback, after which the record goes. A callback may close
+ * the stream or queue more; the loop picks that up before closing out.
+ */
+static void stream_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    struct tern__stream *s = (struct tern__stream *)op;
+    tern_id id = op->id;
+    while (owes(s)) {
+        if (s->connect_due) {
+            s->connect_due = false;
+            s->connect_cb(loop, id, s->connect_status, s->connect_arg);
+        }
+        if (s->read_due) {
+            s->read_due = false;
+            s->read_cb(loop, id, s->read_status, NULL, 0, s->read_arg);
+        }
+        tern__write_deliver(s);
+        if (s->shut_due) {
+            s->shut_due = false;
+            s->shut_cb(loop, id, s->shut_status, s->shut_arg);
+        }
+        if (s->drain_due) {
+            s->drain_due = false;
+            if (s->drain_cb != NULL && !(s->state & TERN__S_CLOSING))
+                s->drain_cb(loop, id, s->drain_arg);
+        }
+        if (s->backoff_due) {
+            s->backoff_due = false;
+            if (!(s->state & TERN__S_CLOSING))
+                s->accept_cb(loop, id, s->backoff_status, 0, s->accept_arg);
+        }
+    }
+    if ((s->state & (TERN__S_CLOSING | TERN__S_CLOSE_RAN)) == TERN__S_CLOSING) {
+        s->state |= TERN__S_CLOSE_RAN;
+        if (s->close_cb != NULL)
+            s->close_cb(loop, id, s->close_arg);
+        tern__stream_maybe_finish(s);
+    }
+}
+
+int tern__stream_close(struct tern__stream *s)
+{
+    if (s->state & TERN__S_CLOSING)
+        return -ENOENT;
+    s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
+    tern__stream_watch(s, 0);
+    tern__tcp_stop_aux(s);
+    if (s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+    }
+    if (s->state & TERN__S_CONNECTING) {
+        s->state &= ~TERN__S_CONNECTING;
+        s->connect_due = true;
+        s->connect_status = -ECANCELED;
+    }
+    tern__write_fail(s, -ECANCELED);
+    if ((s->state & (TERN__S_SHUT_ASKED | TERN__S_SHUT_DONE)) == TERN__S_SHUT_ASKED) {
+        s->state |= TERN__S_SHUT_DONE;
+        s->shut_due = true;
+        s->shut_status = -ECANCELED;
+    }
+    s->backoff_due = false;
+    s->read_due = false;
+    /* The close callback is owed: keep run() turning until it is delivered. */
+    tern__op_set_ref(s->loop, &s->op, true);
+    tern__stream_owe(s);
+    return 0;
+}
+
+static int stream_cancel(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    return tern__stream_close((struct tern__stream *)op);
+}
+
+static void stream_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    struct tern__stream *s = (struct tern__stream *)op;
+    TERN_INSIST(s->fd < 0 && s->io == 0 && s->resolve == 0);
+    tern__write_free_all(s);
+    tern__tcp_free_addrs(s);
+    tern__free(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* The public stream calls                                             */
+/* ------------------------------------------------------------------ */
+
+int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (fd < 0)
+        return -EBADF;
+    int type;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM)
+        return -EINVAL;
+    int rc = tern__socket_prepare(fd);
+    if (rc < 0)
+        return rc;
+    struct tern__stream *s;
+    if ((rc = tern__stream_new(loop, TERN__STREAM, fd, &s)) < 0)
+        return rc;
+    if (idp != NULL)
+        *idp = s->op.id;
+    return 0;
+}
+
+int tern_stream_read_start(tern_loop *loop, tern_id id, tern_read_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (cb == NULL || s->kind != TERN__STREAM)
+        return -EINVAL;
+    if (s->state & TERN__S_CONNECTING)
+        return -ENOTCONN;
+    if (s->state & TERN__S_READ_DONE)
+        return -EPIPE;
+    unsigned old = s->state;
+    s->state |= TERN__S_READING;
+    int rc = tern__stream_watch(s, wanted_events(s));
+    if (rc < 0) {
+        s->state = old;
+        return rc;
+    }
+    s->read_cb = cb;
+    s->read_arg = arg;
+    return 0;
+}
+
+int tern_stream_read_stop(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (s->kind != TERN__STREAM)
+        return -EINVAL;
+    s->state &= ~TERN__S_READING;
+    tern__stream_rewatch(s);
+    return 0;
+}
+
+int tern_stream_shutdown(tern_loop *loop, tern_id id, tern_stream_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (cb == NULL || s->kind != TERN__STREAM)
+        return -EINVAL;
+    if (s->state & TERN__S_SHUT_ASKED)
+        return -EALREADY;
+    if (s->state & TERN__S_CONNECTING)
+        return -ENOTCONN;
+    s->state |= TERN__S_SHUT_ASKED;
+    s->shut_cb = cb;
+    s->shut_arg = arg;
+    tern__write_maybe_shutdown(s);
+    return 0;
+}
+
+int tern_stream_on_close(tern_loop *loop, tern_id id, tern_close_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    return 0;
+}
+
+int tern_stream_close(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    return s == NULL ? -ENOENT : tern__stream_close(s);
+}
+
+int tern_stream_fd(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    return s->fd < 0 ? -ENOTCONN : s->fd;
+}

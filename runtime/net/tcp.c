@@ -1,0 +1,402 @@
+/*
+ * TCP: listeners (bind, listen, accept with back-off) and connects (a name
+ * lookup through tern_resolve, then a non-blocking connect to each address
+ * in turn, all under one tern timer for the timeout).
+ *
+ * Quirks worth knowing:
+ *  - accept() failing with EMFILE/ENFILE leaves the connection in the
+ *    kernel's queue, so a level-triggered listener would be reported ready
+ *    again at once and spin. The listener stops watching for a back-off
+ *    interval instead, on a tern timer, and logs the first time only.
+ *  - A non-blocking connect reports its outcome as writability; SO_ERROR
+ *    says whether it worked. On loopback a refused connect can also fail
+ *    inside connect() itself, so both paths lead to the next address.
+ *  - Numeric hosts are turned into addresses on the loop thread with
+ *    AI_NUMERICHOST (no lookup can block); only names go to the pool.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net_p.h"
+
+#define ACCEPT_BATCH 32 /* connections accepted per readiness */
+#define TIMEOUT_MAX ((uint64_t)1 << 62)
+
+void tern__tcp_stop_aux(struct tern__stream *s)
+{
+    if (s->timer != 0) {
+        (void)tern_timer_stop(s->loop, s->timer); /* -ENOENT if teardown stopped it */
+        s->timer = 0;
+    }
+    /* The lookup's callback still comes (with -ECANCELED); s->resolve stays
+     * set until it does, which keeps the record alive for it. */
+    if (s->resolve != 0)
+        (void)tern_cancel(s->loop, s->resolve);
+}
+
+void tern__tcp_free_addrs(struct tern__stream *s)
+{
+    if (s->addrs == NULL)
+        return;
+    if (s->addrs_resolved)
+        tern_freeaddrinfo(s->addrs);
+    else
+        freeaddrinfo(s->addrs);
+    s->addrs = s->next_addr = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Listening                                                           */
+/* ------------------------------------------------------------------ */
+
+static int parse_host(const char *host, unsigned port, struct sockaddr_storage *ss,
+                      socklen_t *len)
+{
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+    if (host == NULL || strcmp(host, "localhost") == 0) {
+        in4->sin_family = AF_INET;
+        in4->sin_addr.s_addr = htonl(host == NULL ? INADDR_ANY : INADDR_LOOPBACK);
+    } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+    } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+    } else {
+        return -EINVAL;
+    }
+    if (ss->ss_family == AF_INET) {
+        in4->sin_port = htons((uint16_t)port);
+        *len = sizeof(*in4);
+    } else {
+        in6->sin6_port = htons((uint16_t)port);
+        *len = sizeof(*in6);
+    }
+    return 0;
+}
+
+static int open_listener(const char *host, unsigned port, int backlog, unsigned flags)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = parse_host(host, port, &ss, &len);
+    if (rc < 0)
+        return rc;
+#ifndef SO_REUSEPORT
+    if (flags & TERN_TCP_REUSEPORT)
+        return -ENOTSUP;
+#endif
+    if ((rc = tern__fd_fault()) < 0)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+        goto fail;
+#ifdef SO_REUSEPORT
+    if ((flags & TERN_TCP_REUSEPORT) &&
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
+        goto fail;
+#endif
+    if (bind(fd, (struct sockaddr *)&ss, len) < 0 ||
+        listen(fd, backlog == TERN_TCP_BACKLOG_DEFAULT ? SOMAXCONN : backlog) < 0)
+        goto fail;
+    return fd;
+fail:
+    rc = -errno;
+    close(fd);
+    return rc;
+}
+
+int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlog,
+                    unsigned flags, tern_accept_cb cb, void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (cb == NULL || port > 65535 || backlog < TERN_TCP_BACKLOG_DEFAULT ||
+        (flags & ~(unsigned)TERN_TCP_REUSEPORT))
+        return -EINVAL;
+    int fd = open_listener(host, port, backlog, flags);
+    if (fd < 0)
+        return fd;
+    struct tern__stream *s;
+    int rc = tern__stream_new(loop, TERN__LISTENER, fd, &s);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    s->accept_cb = cb;
+    s->accept_arg = arg;
+    if ((rc = tern__stream_watch(s, TERN_READABLE)) < 0) {
+        tern__stream_discard(s);
+        close(fd);
+        return rc;
+    }
+    if (idp != NULL)
+        *idp = s->op.id;
+    return 0;
+}
+
+static void backoff_end(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct tern__stream *s = arg;
+    s->timer = 0; /* a one-shot timer is finished once its callback starts */
+    s->state &= ~TERN__S_BACKOFF;
+    tern__stream_rewatch(s);
+}
+
+/*
+ * Out of descriptors or memory: the pending connection stays queued in the
+ * kernel, and retrying at once would spin. Pause, say so once on stderr,
+ * and tell the accept callback (from dispatch) that this pause began.
+ */
+static void backoff(struct tern__stream *s, int status)
+{
+    if (!s->backoff_logged) {
+        s->backoff_logged = true;
+        fprintf(stderr, "tern: accept on listener %llu failed: %s; pausing %llu ms and "
+                        "retrying (logged once per listener)\n",
+                (unsigned long long)s->op.id, tern_strerror(status),
+                TERN_TCP_ACCEPT_BACKOFF_NS / 1000000ull);
+    }
+    tern_id timer;
+    if (tern_timer_start(s->loop, TERN_TCP_ACCEPT_BACKOFF_NS, 0, backoff_end, s, &timer) == 0) {
+        (void)tern_unref(s->loop, timer);
+        s->timer = timer;
+        s->state |= TERN__S_BACKOFF;
+        tern__stream_rewatch(s);
+    }
+    /* Without a timer (the loop is at max_operations) the listener stays
+     * watched and retries on the next turn: busier, but it keeps serving. */
+    s->backoff_status = status;
+    s->backoff_due = true;
+    tern__stream_owe(s);
+}
+
+static bool accept_retryable(int err)
+{
+    /* The connection died in the queue, or a firewall said no: take the next. */
+    return err == EINTR || err == ECONNABORTED || err == EPROTO || err == EPERM;
+}
+
+void tern__tcp_accept_ready(struct tern__stream *s)
+{
+    tern_loop *loop = s->loop;
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        if (s->state & (TERN__S_CLOSING | TERN__S_BACKOFF))
+            return;
+        int rc = tern__fd_fault();
+        int fd = -1;
+        if (rc == 0) {
+            fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0)
+                rc = -errno;
+        }
+        if (rc == -EAGAIN || rc == -EWOULDBLOCK)
+            return;
+        if (rc < 0 && accept_retryable(-rc))
+            continue;
+        if (rc == 0 && (rc = tern__socket_prepare(fd)) < 0)
+            close(fd);
+        struct tern__stream *c = NULL;
+        if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) < 0)
+            close(fd); /* the peer sees a reset; the listener backs off */
+        if (rc < 0) {
+            backoff(s, rc);
+            return;
+        }
+        s->accept_cb(loop, s->op.id, 0, c->op.id, s->accept_arg);
+    }
+}
+
+int tern_tcp_port(tern_loop *loop, tern_id id, unsigned *portp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    TERN_REQUIRE(portp != NULL);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (s->fd < 0)
+        return -ENOTCONN;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    if (ss.ss_family == AF_INET)
+        *portp = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    else if (ss.ss_family == AF_INET6)
+        *portp = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    else
+        return -EAFNOSUPPORT;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Connecting                                                          */
+/* ------------------------------------------------------------------ */
+
+static void connect_done(struct tern__stream *s, int status)
+{
+    s->state &= ~TERN__S_CONNECTING;
+    s->connect_due = true;
+    s->connect_status = status;
+    tern__tcp_free_addrs(s);
+    if (status < 0) {
+        tern__stream_close(s); /* the close callback follows connect's */
+        return;
+    }
+    if (s->timer != 0) {
+        (void)tern_timer_stop(s->loop, s->timer);
+        s->timer = 0;
+    }
+    tern__stream_owe(s);
+    /* Writes queued while connecting go out now (this also sets the interest). */
+    tern__write_flush(s);
+}
+
+/* Try the remaining addresses in order; the last failure is the answer. */
+static void connect_next(struct tern__stream *s, int last)
+{
+    while (s->next_addr != NULL) {
+        struct addrinfo *ai = s->next_addr;
+        s->next_addr = ai->ai_next;
+        int rc = tern__fd_fault();
+        int fd = rc < 0 ? -1 : socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            last = rc < 0 ? rc : -errno;
+            continue;
+        }
+        if ((rc = tern__socket_prepare(fd)) < 0) {
+            close(fd);
+            last = rc;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            s->fd = fd;
+            connect_done(s, 0);
+            return;
+        }
+        if (errno == EINPROGRESS || errno == EINTR) {
+            s->fd = fd;
+            if ((rc = tern__stream_watch(s, TERN_WRITABLE)) == 0)
+                return;
+            s->fd = -1;
+            close(fd);
+            connect_done(s, rc);
+            return;
+        }
+        last = -errno;
+        close(fd);
+    }
+    connect_done(s, last != 0 ? last : -ECONNREFUSED);
+}
+
+void tern__tcp_connect_ready(struct tern__stream *s, unsigned events)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err == 0 && (events & TERN_WRITABLE)) {
+        connect_done(s, 0);
+        return;
+    }
+    if (err == 0)
+        return; /* nothing decided yet */
+    tern__stream_watch(s, 0);
+    close(s->fd);
+    s->fd = -1;
+    connect_next(s, -err);
+}
+
+static void connect_resolved(tern_loop *loop, tern_id id, int status, struct addrinfo *res,
+                             void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct tern__stream *s = arg;
+    s->resolve = 0;
+    if (s->state & TERN__S_CLOSING) {
+        tern_freeaddrinfo(res);
+        tern__stream_maybe_finish(s);
+        return;
+    }
+    if (status < 0) {
+        connect_done(s, status);
+        return;
+    }
+    s->addrs = s->next_addr = res;
+    s->addrs_resolved = true;
+    connect_next(s, 0);
+}
+
+static void connect_timeout(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct tern__stream *s = arg;
+    s->timer = 0;
+    connect_done(s, -ETIMEDOUT);
+}
+
+/* Numeric addresses need no lookup: getaddrinfo with AI_NUMERICHOST cannot block. */
+static bool numeric_addrs(const char *host, const char *service, struct addrinfo **res)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC,
+        .ai_socktype = SOCK_STREAM,
+        .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+    };
+    return getaddrinfo(host, service, &hints, res) == 0;
+}
+
+int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t timeout_ns,
+                     tern_stream_cb cb, void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (cb == NULL || host == NULL || port == 0 || port > 65535 || timeout_ns > TIMEOUT_MAX)
+        return -EINVAL;
+    char service[8];
+    snprintf(service, sizeof(service), "%u", port);
+    struct tern__stream *s;
+    int rc = tern__stream_new(loop, TERN__STREAM, -1, &s);
+    if (rc < 0)
+        return rc;
+    s->state |= TERN__S_CONNECTING;
+    s->connect_cb = cb;
+    s->connect_arg = arg;
+    if (timeout_ns > 0) {
+        if ((rc = tern_timer_start(loop, timeout_ns, 0, connect_timeout, s, &s->timer)) < 0)
+            goto fail;
+        (void)tern_unref(loop, s->timer);
+    }
+    struct addrinfo *res;
+    if (numeric_addrs(host, service, &res)) {
+        s->addrs = s->next_addr = res;
+        connect_next(s, 0); /* any outcome is delivered from dispatch */
+    } else {
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICSERV};
+        if ((rc = tern_resolve(loop, host, service, &hints, connect_resolved, s, &s->resolve)) < 0)
+            goto fail;
+    }
+    if (idp != NULL)
+        *idp = s->op.id;
+    return 0;
+fail:
+    s->resolve = 0;
+    tern__stream_discard(s);
+    return rc;
+}

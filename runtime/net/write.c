@@ -1,0 +1,246 @@
+/*
+ * The write queue: requests in order, coalesced into one sendmsg, with a
+ * high-water mark that tells the writer to back off.
+ *
+ * A write is tried at once when the queue was empty (the common case for
+ * a request/response server costs one syscall and no epoll change); what
+ * the kernel does not take waits for TERN_WRITABLE. Completions are never
+ * called from inside tern_stream_write: finished requests move to the
+ * `done` list and the stream's dispatch runs them in step 2, in order.
+ *
+ * sendmsg with MSG_NOSIGNAL, not writev: a peer that has gone must give
+ * -EPIPE, never a SIGPIPE that kills the process. Where MSG_NOSIGNAL does
+ * not exist, tern__socket_prepare set SO_NOSIGPIPE on the socket instead.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "net_p.h"
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+/* iovec entries gathered per sendmsg, across requests (stack cost 2 KiB). */
+#define GATHER_MAX 128
+
+static void complete_head(struct tern__stream *s, int status)
+{
+    struct tern__wreq *w = s->wq;
+    s->wq = w->next;
+    if (s->wq == NULL)
+        s->wq_tail = &s->wq;
+    w->next = NULL;
+    w->status = status;
+    *s->done_tail = w;
+    s->done_tail = &w->next;
+}
+
+/* Account for n bytes the kernel took, completing requests in order. */
+static void advance(struct tern__stream *s, size_t n)
+{
+    s->queued -= n;
+    while (s->wq != NULL) {
+        struct tern__wreq *w = s->wq;
+        if (w->left <= n) {
+            n -= w->left;
+            w->left = 0;
+            complete_head(s, 0);
+            continue;
+        }
+        w->left -= n;
+        while (n > 0) {
+            struct iovec *v = &w->iov[w->first];
+            if (v->iov_len <= n) {
+                n -= v->iov_len;
+                v->iov_len = 0;
+                w->first++;
+            } else {
+                v->iov_base = (char *)v->iov_base + n;
+                v->iov_len -= n;
+                n = 0;
+            }
+        }
+        return;
+    }
+    TERN_INSIST(n == 0);
+}
+
+/* Copy the unwritten iovec entries of the queue, in order, into iov. */
+static unsigned gather(const struct tern__stream *s, struct iovec *iov, size_t *bytes)
+{
+    unsigned n = 0;
+    *bytes = 0;
+    for (const struct tern__wreq *w = s->wq; w != NULL && n < GATHER_MAX; w = w->next) {
+        for (unsigned i = w->first; i < w->nbufs && n < GATHER_MAX; i++) {
+            if (w->iov[i].iov_len == 0)
+                continue;
+            iov[n++] = w->iov[i];
+            *bytes += w->iov[i].iov_len;
+        }
+    }
+    return n;
+}
+
+static void check_drain(struct tern__stream *s)
+{
+    if ((s->state & TERN__S_DRAIN_OWED) && s->queued <= s->high_water / 2) {
+        s->state &= ~TERN__S_DRAIN_OWED;
+        s->drain_due = true;
+        tern__stream_owe(s);
+    }
+}
+
+void tern__write_flush(struct tern__stream *s)
+{
+    while (s->wq != NULL) {
+        if (s->wq->left == 0) { /* an empty write completes in order, without a syscall */
+            complete_head(s, 0);
+            continue;
+        }
+        struct iovec iov[GATHER_MAX];
+        size_t bytes;
+        unsigned n = gather(s, iov, &bytes);
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+        ssize_t r = sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                tern__write_fail(s, -errno);
+            break;
+        }
+        advance(s, (size_t)r);
+        /* A short write means the socket buffer is full: wait to be told. */
+        if ((size_t)r < bytes)
+            break;
+    }
+    if (s->done != NULL)
+        tern__stream_owe(s);
+    check_drain(s);
+    tern__write_maybe_shutdown(s);
+    tern__stream_rewatch(s);
+}
+
+void tern__write_fail(struct tern__stream *s, int status)
+{
+    if (s->write_error == 0)
+        s->write_error = status;
+    while (s->wq != NULL)
+        complete_head(s, status);
+    s->queued = 0;
+    if (s->done != NULL)
+        tern__stream_owe(s);
+    check_drain(s);
+}
+
+void tern__write_maybe_shutdown(struct tern__stream *s)
+{
+    if ((s->state & (TERN__S_SHUT_ASKED | TERN__S_SHUT_DONE | TERN__S_CLOSING)) !=
+            TERN__S_SHUT_ASKED ||
+        s->wq != NULL)
+        return;
+    s->state |= TERN__S_SHUT_DONE;
+    s->shut_status = s->write_error;
+    if (s->shut_status == 0 && shutdown(s->fd, SHUT_WR) < 0)
+        s->shut_status = -errno;
+    s->shut_due = true;
+    tern__stream_owe(s);
+}
+
+/* Step 2: run the completed requests' callbacks, in order. */
+void tern__write_deliver(struct tern__stream *s)
+{
+    struct tern__wreq *w = s->done;
+    s->done = NULL;
+    s->done_tail = &s->done;
+    tern_id id = s->op.id;
+    while (w != NULL) {
+        struct tern__wreq *next = w->next;
+        w->cb(s->loop, id, w->status, w->arg);
+        tern__free(w);
+        w = next;
+    }
+}
+
+void tern__write_free_all(struct tern__stream *s)
+{
+    struct tern__wreq *lists[2] = {s->wq, s->done};
+    for (int i = 0; i < 2; i++) {
+        for (struct tern__wreq *w = lists[i], *next; w != NULL; w = next) {
+            next = w->next;
+            tern__free(w);
+        }
+    }
+    s->wq = s->done = NULL;
+}
+
+int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
+                      tern_stream_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (bufs == NULL || nbufs == 0 || nbufs > TERN__WRITE_BUFS_MAX || cb == NULL)
+        return -EINVAL;
+    size_t total = 0;
+    for (unsigned i = 0; i < nbufs; i++) {
+        if ((bufs[i].base == NULL && bufs[i].len != 0) || bufs[i].len > SIZE_MAX / 2 - total)
+            return -EINVAL;
+        total += bufs[i].len;
+    }
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (s->kind != TERN__STREAM)
+        return -EINVAL;
+    if ((s->state & TERN__S_SHUT_ASKED) || s->write_error != 0)
+        return -EPIPE;
+    struct tern__wreq *w = tern__malloc(sizeof(*w) + nbufs * sizeof(struct iovec));
+    if (w == NULL)
+        return -ENOMEM;
+    *w = (struct tern__wreq){.cb = cb, .arg = arg, .nbufs = nbufs, .left = total};
+    for (unsigned i = 0; i < nbufs; i++)
+        w->iov[i] = (struct iovec){.iov_base = (void *)bufs[i].base, .iov_len = bufs[i].len};
+    bool was_empty = s->wq == NULL;
+    *s->wq_tail = w;
+    s->wq_tail = &w->next;
+    s->queued += total;
+    /* With earlier writes still queued the watcher already waits for room. */
+    if (was_empty && !(s->state & TERN__S_CONNECTING))
+        tern__write_flush(s);
+    if (s->queued > s->high_water) {
+        s->state |= TERN__S_DRAIN_OWED;
+        return 1;
+    }
+    return 0;
+}
+
+int tern_stream_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb,
+                               void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (bytes == 0 || s->kind != TERN__STREAM)
+        return -EINVAL;
+    s->high_water = bytes;
+    s->drain_cb = cb;
+    s->drain_arg = arg;
+    check_drain(s);
+    return 0;
+}
+
+int tern_stream_write_queue_size(tern_loop *loop, tern_id id, size_t *out)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    TERN_REQUIRE(out != NULL);
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    *out = s->queued;
+    return 0;
+}
