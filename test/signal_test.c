@@ -1,0 +1,252 @@
+/*
+ * Signal watchers (tern_signal_start/stop): delivery through the loop for
+ * thread-directed (raise) and process-directed (kill) signals, including
+ * one sent from a pool thread; one watcher per signal (-EEXIST); stop and
+ * cancel hand the signal back (unblocked, pending instances consumed);
+ * unreferenced watchers; teardown; bad input. Every backend.
+ */
+#include "loop_helpers.h"
+
+#include <signal.h>
+
+struct seen {
+    atomic_uint n;
+    int signo;
+    tern_id id;
+};
+
+static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
+{
+    (void)loop;
+    struct seen *s = arg;
+    s->signo = signo;
+    s->id = id;
+    atomic_fetch_add(&s->n, 1);
+}
+
+static bool blocked_here(int signo)
+{
+    sigset_t cur;
+    cr_assert_eq(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);
+    return sigismember(&cur, signo);
+}
+
+static bool pending_here(int signo)
+{
+    sigset_t p;
+    cr_assert_eq(sigpending(&p), 0);
+    return sigismember(&p, signo);
+}
+
+BACKEND_TEST(signal, raise_is_delivered_through_the_loop)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id = 0;
+    cr_assert_not(blocked_here(SIGUSR1));
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0);
+    cr_assert_neq(id, 0);
+    cr_assert(blocked_here(SIGUSR1), "the loop thread must block the watched signal");
+    cr_assert_eq(raise(SIGUSR1), 0); /* would kill the process if not caught by the loop */
+    cr_assert_eq(atomic_load(&s.n), 0, "delivered in step 2, not in the handler");
+    cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 500));
+    cr_assert_eq(s.signo, SIGUSR1);
+    cr_assert_eq(s.id, id);
+    /* A second one is delivered too. */
+    cr_assert_eq(raise(SIGUSR1), 0);
+    cr_assert(run_until_count(loop, &s.n, 2, 10 * MS, 500));
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    cr_assert_not(blocked_here(SIGUSR1), "stop hands the signal back");
+    cr_assert_eq(tern_signal_stop(loop, id), -ENOENT);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(signal, kill_to_the_process_reaches_the_loop)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR2, on_signal, &s, &id), 0);
+    cr_assert_eq(kill(getpid(), SIGUSR2), 0);
+    cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 500));
+    cr_assert_eq(s.signo, SIGUSR2);
+    cr_assert_eq(tern_cancel(loop, id), 0); /* cancel stops it too */
+    cr_assert_eq(tern_cancel(loop, id), -ENOENT);
+    cr_assert_not(blocked_here(SIGUSR2));
+    loop_free_clean(loop);
+}
+
+static void *send_from_pool(tern_job *job, void *arg)
+{
+    (void)job;
+    (void)arg;
+    /* This worker blocks every signal, so the signal stays pending for the
+     * process until the loop's signalfd reads it. */
+    kill(getpid(), SIGUSR1);
+    return NULL;
+}
+
+static atomic_uint jobs_done;
+
+static void job_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)status;
+    (void)result;
+    (void)arg;
+    atomic_fetch_add(&jobs_done, 1);
+}
+
+BACKEND_TEST(signal, a_signal_sent_from_a_pool_thread_reaches_the_loop)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0);
+    atomic_store(&jobs_done, 0);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, send_from_pool, job_done, NULL, NULL), 0);
+    cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 1000));
+    cr_assert(run_until_count(loop, &jobs_done, 1, 10 * MS, 1000));
+    cr_assert_eq(s.signo, SIGUSR1);
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(signal, a_second_watcher_on_the_same_signal_is_eexist)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    tern_loop *other = loop_new_backend(backend);
+    struct seen a = {0}, b = {0};
+    tern_id first, second = 0;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &a, &first), 0);
+    unsigned live = loop_live(loop);
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &b, &second), -EEXIST);
+    cr_assert_eq(tern_signal_start(other, SIGUSR1, on_signal, &b, &second), -EEXIST,
+                 "one watcher per signal in the whole process");
+    cr_assert_eq(second, 0);
+    cr_assert_eq(loop_live(loop), live);
+    /* A different signal is fine. */
+    cr_assert_eq(tern_signal_start(loop, SIGUSR2, on_signal, &b, &second), 0);
+    cr_assert_eq(raise(SIGUSR1), 0);
+    cr_assert(run_until_count(loop, &a.n, 1, 10 * MS, 500));
+    cr_assert_eq(atomic_load(&b.n), 0, "the refused watcher never sees it");
+    /* Stopping the first hands the signal over. */
+    cr_assert_eq(tern_signal_stop(loop, first), 0);
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &b, &first), 0);
+    cr_assert_eq(raise(SIGUSR1), 0);
+    cr_assert(run_until_count(loop, &b.n, 1, 10 * MS, 500));
+    cr_assert_eq(b.signo, SIGUSR1);
+    cr_assert_eq(tern_signal_stop(loop, first), 0);
+    cr_assert_eq(tern_signal_stop(loop, second), 0);
+    loop_free_clean(loop);
+    loop_free_clean(other);
+}
+
+BACKEND_TEST(signal, stop_consumes_pending_instances_instead_of_dying)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR2, on_signal, &s, &id), 0);
+    cr_assert_eq(raise(SIGUSR2), 0);
+    cr_assert(pending_here(SIGUSR2));
+    /* Stopped before the loop read it: unblocking must not deliver it with
+     * its default action (which would end this process). */
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    cr_assert_not(pending_here(SIGUSR2));
+    cr_assert_not(blocked_here(SIGUSR2));
+    cr_assert_eq(atomic_load(&s.n), 0);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(signal, a_signal_blocked_before_start_stays_blocked_after_stop)
+{
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, SIGUSR1);
+    cr_assert_eq(pthread_sigmask(SIG_BLOCK, &one, NULL), 0);
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0);
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    cr_assert(blocked_here(SIGUSR1), "tern unblocks only what it blocked");
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(signal, an_unreferenced_watcher_does_not_keep_run_going)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0);
+    cr_assert_eq(tern_unref(loop, id), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(tern_ref(loop, id), 0);
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    loop_free_clean(loop);
+}
+
+static void stop_inside(tern_loop *loop, tern_id id, int signo, void *arg)
+{
+    (void)signo;
+    atomic_fetch_add((atomic_uint *)arg, 1);
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+}
+
+BACKEND_TEST(signal, a_watcher_may_stop_itself_in_its_callback)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    atomic_uint n = 0;
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, stop_inside, &n, &id), 0);
+    cr_assert_eq(raise(SIGUSR1), 0);
+    cr_assert(run_until_count(loop, &n, 1, 10 * MS, 500));
+    cr_assert_eq(tern_signal_stop(loop, id), -ENOENT);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(signal, loop_free_releases_the_signal)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0);
+    tern_loop_free(loop);
+    cr_assert_not(blocked_here(SIGUSR1));
+    loop = loop_new_backend(backend);
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0,
+                 "the freed loop's watcher must not hold the signal");
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    loop_free_clean(loop);
+}
+
+static void noop_timer(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+}
+
+BACKEND_TEST(signal, bad_input_is_refused)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id = 0;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, NULL, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, 0, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, -1, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, SIGKILL, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, SIGSTOP, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, 100000, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(id, 0);
+    cr_assert_not(blocked_here(SIGUSR1));
+    cr_assert_eq(tern_signal_stop(loop, 999999999), -ENOENT);
+    tern_id timer;
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, &timer), 0);
+    cr_assert_eq(tern_signal_stop(loop, timer), -ENOENT, "a timer is not a signal watcher");
+    cr_assert_eq(tern_timer_stop(loop, timer), 0);
+    loop_free_clean(loop);
+}
