@@ -1,0 +1,96 @@
+/*
+ * The demo server: a small HTTP/1.1 server on tern that sheds load.
+ *
+ *   main.c    options, the loop and pool, signals, graceful shutdown
+ *   http.c    connections: reading, parsing (http-parser), responding
+ *   routes.c  the four routes and the load-shedding decision
+ *
+ * Everything here runs on the one loop thread except the two work
+ * functions in routes.c, which run on pool threads and touch only their
+ * own job record (and tern_post, to hand chunks back to the loop).
+ */
+#ifndef DEMO_H
+#define DEMO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <http_parser.h>
+
+#include "tern.h"
+
+#define URL_MAX 2048
+
+struct conn;
+
+/* What the server counts; /stats and the final report print these. */
+struct counters {
+    uint64_t accepted, requests, responses;
+    uint64_t ok, not_found, bad_request, shed_refused, shed_wait, shed_long;
+    uint64_t hash_done, slow_started, slow_completed, slow_cancelled;
+};
+
+struct server {
+    tern_loop *loop;
+    tern_id listener;
+    tern_id sigint, sigterm, drain_timer;
+    unsigned port;
+    uint64_t shed_wait_ns; /* shed when the queue-wait p99 passes this */
+    unsigned max_rounds;
+    bool draining;         /* SIGINT/SIGTERM seen: finish in-flight work, accept nothing */
+    unsigned conns;        /* open connections */
+    unsigned jobs;         /* pool jobs in flight */
+    struct conn *conn_list;
+    struct counters n;
+};
+
+/* A pool job that answers a request; both job kinds start with this. */
+struct job_base {
+    struct server *srv;
+    struct conn *conn; /* NULL once the client went away */
+    tern_id id;
+    bool is_slow;
+};
+
+struct conn {
+    struct server *srv;
+    tern_id id;
+    struct conn *prev, *next;
+    http_parser parser;
+    char *in;          /* received bytes not yet parsed */
+    size_t in_len, in_off, in_cap;
+    char url[URL_MAX];
+    size_t url_len;
+    bool url_too_long;
+    bool keep_alive;   /* of the request being answered */
+    bool busy;         /* answering asynchronously (a pool job) */
+    bool reading;
+    bool closing;
+    struct job_base *job;
+};
+
+/* http.c */
+void http_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, void *arg);
+/* Answer the current request with a complete response (copied). */
+void http_respond(struct conn *c, int code, const char *type, const char *extra_headers,
+                  const char *body, size_t body_len);
+/* Write raw bytes (copied) on the connection. */
+void http_write(struct conn *c, const char *data, size_t len);
+/* The asynchronous answer is complete: parse what waits, or close. */
+void http_request_done(struct conn *c);
+void http_close(struct conn *c);
+/* Close every idle connection (draining). */
+void http_close_idle(struct server *srv);
+
+/* routes.c */
+void route_request(struct conn *c, const char *path, size_t path_len, const char *query,
+                   size_t query_len);
+/* A client went away while its job ran: stop the job. */
+void route_abandon(struct conn *c);
+int stats_json(struct server *srv, char *buf, size_t cap);
+
+/* main.c */
+void server_maybe_done(struct server *srv);
+
+#endif

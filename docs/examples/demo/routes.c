@@ -1,0 +1,369 @@
+/*
+ * The routes, and when to say 503 instead of queueing.
+ *
+ * Shedding. A request that needs the pool is refused at once, with
+ * Retry-After, when (a) the bounded pool refuses the job (tern_submit says
+ * -EAGAIN: its queue is full), or (b) jobs are queued right now and the
+ * recent queue-wait p99 has passed the configured bound: queueing one more
+ * would only make it wait longer than we promised. The "queued right now"
+ * half matters: the percentile describes recent jobs, and once the queue
+ * has emptied a new job would not wait at all, so shedding on the
+ * percentile alone could go on refusing work an idle pool could do.
+ *
+ * /slow runs on the long class: it holds its worker for the whole stream,
+ * which is what that class is for. Each chunk is posted back to the loop
+ * (tern_post) and written there. Posts and the job's completion travel
+ * different queues, so a chunk may reach the loop after `done`; the job
+ * record is therefore counted (one reference per chunk in flight plus one
+ * for done) and the stream is finished by whichever of them comes last.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+#include "demo.h"
+
+#define PAGE                                                                      \
+    "<!doctype html>\n<html><head><title>tern demo</title></head><body>\n"        \
+    "<h1>tern demo</h1>\n<ul>\n"                                                  \
+    "<li><a href=\"/hash?rounds=1000\">/hash?rounds=N</a> PBKDF2 on the pool</li>\n" \
+    "<li><a href=\"/slow?seconds=3\">/slow?seconds=S</a> a chunk a second</li>\n" \
+    "<li><a href=\"/stats\">/stats</a> pool and loop statistics</li>\n"           \
+    "</ul>\n</body></html>\n"
+
+/* The value of name in a query string, as an unsigned number. */
+static bool query_uint(const char *q, size_t len, const char *name, unsigned long *out)
+{
+    size_t nlen = strlen(name);
+    for (size_t i = 0; i < len;) {
+        size_t end = i;
+        while (end < len && q[end] != '&')
+            end++;
+        if (end - i > nlen && memcmp(q + i, name, nlen) == 0 && q[i + nlen] == '=') {
+            unsigned long v = 0;
+            size_t j = i + nlen + 1;
+            if (j == end || end - j > 9)
+                return false;
+            for (; j < end; j++) {
+                if (q[j] < '0' || q[j] > '9')
+                    return false;
+                v = v * 10 + (unsigned long)(q[j] - '0');
+            }
+            *out = v;
+            return true;
+        }
+        i = end + 1;
+    }
+    return false;
+}
+
+static void shed(struct conn *c, uint64_t *counter)
+{
+    (*counter)++;
+    http_respond(c, 503, "text/plain", "Retry-After: 1\r\n", "overloaded, retry\n", 18);
+}
+
+static bool over_wait_bound(struct server *srv)
+{
+    tern_pool_stats ps;
+    tern_pool_stats_get(&ps);
+    return ps.queued > 0 && ps.wait_p99_ns > srv->shed_wait_ns;
+}
+
+/* ------------------------------------------------------------------ */
+/* /hash                                                               */
+/* ------------------------------------------------------------------ */
+
+struct hash_job {
+    struct job_base base;
+    unsigned rounds;
+    int ok;
+    unsigned char digest[32];
+};
+
+static void *hash_work(tern_job *job, void *arg)
+{
+    (void)job;
+    struct hash_job *h = arg;
+    static const unsigned char salt[] = "tern-demo-salt";
+    h->ok = PKCS5_PBKDF2_HMAC("tern", 4, salt, sizeof(salt) - 1, (int)h->rounds, EVP_sha256(),
+                              (int)sizeof(h->digest), h->digest);
+    return h;
+}
+
+static void hash_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)result;
+    struct hash_job *h = arg;
+    struct conn *c = h->base.conn;
+    struct server *srv = h->base.srv;
+    if (c != NULL) {
+        if (status == 0 && h->ok == 1) {
+            char hex[2 * sizeof(h->digest) + 2];
+            for (size_t i = 0; i < sizeof(h->digest); i++)
+                snprintf(hex + 2 * i, 3, "%02x", h->digest[i]);
+            hex[2 * sizeof(h->digest)] = '\n';
+            srv->n.ok++;
+            srv->n.hash_done++;
+            http_respond(c, 200, "text/plain", NULL, hex, sizeof(hex) - 1);
+        } else {
+            http_respond(c, 500, "text/plain", NULL, "hash failed\n", 12);
+        }
+        http_request_done(c);
+    }
+    free(h);
+    srv->jobs--;
+    server_maybe_done(srv);
+}
+
+static void route_hash(struct conn *c, const char *q, size_t qlen)
+{
+    struct server *srv = c->srv;
+    unsigned long rounds = 1000;
+    if (qlen > 0 && (!query_uint(q, qlen, "rounds", &rounds) || rounds < 1 ||
+                     rounds > srv->max_rounds)) {
+        srv->n.bad_request++;
+        http_respond(c, 400, "text/plain", NULL, "rounds must be 1..max\n", 22);
+        return;
+    }
+    if (over_wait_bound(srv)) {
+        shed(c, &srv->n.shed_wait);
+        return;
+    }
+    struct hash_job *h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
+        return;
+    }
+    h->base.conn = c;
+    h->base.srv = srv;
+    h->rounds = (unsigned)rounds;
+    int rc = tern_submit(srv->loop, TERN_BOUNDED, hash_work, hash_done, h, &h->base.id);
+    if (rc < 0) {
+        free(h);
+        if (rc == -EAGAIN)
+            shed(c, &srv->n.shed_refused);
+        else
+            http_respond(c, 500, "text/plain", NULL, "submit failed\n", 14);
+        return;
+    }
+    srv->jobs++;
+    c->busy = true;
+    c->job = &h->base;
+}
+
+/* ------------------------------------------------------------------ */
+/* /slow                                                               */
+/* ------------------------------------------------------------------ */
+
+struct slow_job {
+    struct job_base base; /* .conn is touched on the loop thread only */
+    tern_loop *loop;
+    unsigned seconds;
+    _Atomic unsigned refs; /* done + chunks in flight */
+    int status;
+};
+
+struct chunk {
+    struct slow_job *job;
+    unsigned n;
+};
+
+static void slow_finish(struct slow_job *s)
+{
+    struct conn *c = s->base.conn;
+    if (c != NULL) {
+        if (s->status == 0) {
+            http_write(c, "0\r\n\r\n", 5);
+            http_request_done(c);
+        } else {
+            http_close(c); /* a cut-short chunked body cannot be ended cleanly */
+        }
+    }
+    struct server *srv = s->base.srv;
+    free(s);
+    srv->jobs--;
+    server_maybe_done(srv);
+}
+
+static void slow_unref(struct slow_job *s)
+{
+    /* Pairs with the worker's increment before each tern_post. */
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+        slow_finish(s);
+}
+
+static void slow_chunk(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    struct chunk *ch = arg;
+    struct slow_job *s = ch->job;
+    if (s->base.conn != NULL) {
+        char body[64], msg[96];
+        int blen = snprintf(body, sizeof(body), "tick %u of %u\n", ch->n, s->seconds);
+        int n = snprintf(msg, sizeof(msg), "%x\r\n%s\r\n", blen, body);
+        http_write(s->base.conn, msg, (size_t)n);
+    }
+    free(ch);
+    slow_unref(s);
+}
+
+static void *slow_work(tern_job *job, void *arg)
+{
+    struct slow_job *s = arg;
+    for (unsigned i = 1; i <= s->seconds; i++) {
+        /* Sleep the second in slices so a cancel is seen within 50 ms. */
+        for (int slice = 0; slice < 20; slice++) {
+            if (tern_job_cancelled(job))
+                return s;
+            nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+        }
+        struct chunk *ch = malloc(sizeof(*ch));
+        if (ch == NULL)
+            continue;
+        *ch = (struct chunk){s, i};
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+        if (tern_post(s->loop, slow_chunk, ch) < 0) {
+            atomic_fetch_sub_explicit(&s->refs, 1, memory_order_relaxed);
+            free(ch);
+        }
+    }
+    return s;
+}
+
+static void slow_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)result;
+    struct slow_job *s = arg;
+    s->status = status;
+    if (status == -ECANCELED)
+        s->base.srv->n.slow_cancelled++;
+    else
+        s->base.srv->n.slow_completed++;
+    slow_unref(s);
+}
+
+static void route_slow(struct conn *c, const char *q, size_t qlen)
+{
+    struct server *srv = c->srv;
+    unsigned long seconds = 3;
+    if (qlen > 0 && (!query_uint(q, qlen, "seconds", &seconds) || seconds < 1 || seconds > 60)) {
+        srv->n.bad_request++;
+        http_respond(c, 400, "text/plain", NULL, "seconds must be 1..60\n", 22);
+        return;
+    }
+    struct slow_job *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
+        return;
+    }
+    s->base.conn = c;
+    s->base.is_slow = true;
+    s->base.srv = srv;
+    s->loop = srv->loop;
+    s->seconds = (unsigned)seconds;
+    atomic_init(&s->refs, 1);
+    int rc = tern_submit(srv->loop, TERN_LONG, slow_work, slow_done, s, &s->base.id);
+    if (rc < 0) {
+        free(s);
+        if (rc == -EAGAIN)
+            shed(c, &srv->n.shed_long);
+        else
+            http_respond(c, 500, "text/plain", NULL, "submit failed\n", 14);
+        return;
+    }
+    srv->jobs++;
+    srv->n.slow_started++;
+    srv->n.ok++;
+    srv->n.responses++;
+    c->busy = true;
+    c->job = &s->base;
+    static const char head[] = "HTTP/1.1 200 OK\r\nServer: tern-demo\r\n"
+                               "Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n";
+    http_write(c, head, sizeof(head) - 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* /, /stats, dispatch                                                 */
+/* ------------------------------------------------------------------ */
+
+int stats_json(struct server *srv, char *buf, size_t cap)
+{
+    tern_pool_stats p;
+    tern_loop_stats l;
+    tern_pool_stats_get(&p);
+    tern_loop_stats_get(srv->loop, &l);
+    const struct counters *n = &srv->n;
+    return snprintf(
+        buf, cap,
+        "{\"server\":{\"accepted\":%" PRIu64 ",\"connections\":%u,\"requests\":%" PRIu64
+        ",\"responses\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"not_found\":%" PRIu64
+        ",\"bad_request\":%" PRIu64 ",\"shed\":%" PRIu64 ",\"shed_refused\":%" PRIu64
+        ",\"shed_wait\":%" PRIu64 ",\"shed_long\":%" PRIu64 ",\"hash_done\":%" PRIu64
+        ",\"slow_started\":%" PRIu64 ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
+        ",\"jobs_in_flight\":%u},\n"
+        " \"pool\":{\"threads\":%u,\"busy\":%u,\"queued\":%u,\"queued_peak\":%u,"
+        "\"long_threads\":%u,\"long_busy\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
+        ",\"cancelled\":%" PRIu64 ",\"refused_queue_full\":%" PRIu64
+        ",\"refused_long_ceiling\":%" PRIu64 ",\"wait_p50_ns\":%" PRIu64
+        ",\"wait_p99_ns\":%" PRIu64 ",\"run_p50_ns\":%" PRIu64 ",\"run_p99_ns\":%" PRIu64 "},\n"
+        " \"loop\":{\"turns\":%" PRIu64 ",\"posts\":%" PRIu64 ",\"wake_syscalls\":%" PRIu64
+        ",\"events\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"live_operations\":%u,"
+        "\"undelivered\":%u,\"undelivered_peak\":%u}}\n",
+        n->accepted, srv->conns, n->requests, n->responses, n->ok, n->not_found, n->bad_request,
+        n->shed_refused + n->shed_wait + n->shed_long, n->shed_refused, n->shed_wait,
+        n->shed_long, n->hash_done, n->slow_started, n->slow_completed, n->slow_cancelled,
+        srv->jobs, p.threads, p.busy, p.queued, p.queued_peak, p.long_threads, p.long_busy,
+        p.submitted, p.completed, p.cancelled, p.refused_queue_full, p.refused_long_ceiling,
+        p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns, p.run_p99_ns, l.turns, l.posts,
+        l.wake_syscalls, l.events, l.idle_ns, l.live_operations, l.undelivered,
+        l.undelivered_peak);
+}
+
+static bool is(const char *path, size_t len, const char *want)
+{
+    return len == strlen(want) && memcmp(path, want, len) == 0;
+}
+
+void route_request(struct conn *c, const char *path, size_t path_len, const char *query,
+                   size_t query_len)
+{
+    struct server *srv = c->srv;
+    if (is(path, path_len, "/")) {
+        srv->n.ok++;
+        http_respond(c, 200, "text/html; charset=utf-8", NULL, PAGE, sizeof(PAGE) - 1);
+    } else if (is(path, path_len, "/hash")) {
+        route_hash(c, query, query_len);
+    } else if (is(path, path_len, "/slow")) {
+        route_slow(c, query, query_len);
+    } else if (is(path, path_len, "/stats")) {
+        char body[2048];
+        int n = stats_json(srv, body, sizeof(body));
+        srv->n.ok++;
+        http_respond(c, 200, "application/json", NULL, body, (size_t)n);
+    } else {
+        srv->n.not_found++;
+        http_respond(c, 404, "text/plain", NULL, "not found\n", 10);
+    }
+}
+
+void route_abandon(struct conn *c)
+{
+    /* The job record outlives the connection: it learns the client is gone
+     * (conn = NULL) and the job is asked to stop. A /hash job is a single
+     * PBKDF2 call and simply finishes; a /slow job sees tern_job_cancelled. */
+    struct job_base *j = c->job;
+    j->conn = NULL;
+    c->job = NULL;
+    tern_cancel(c->srv->loop, j->id);
+}
