@@ -1,0 +1,30 @@
+#include <stddef.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* Best first: NULL as a backend name picks the head of this list. */
+static const struct tern__backend_ops *const backends[] = {
+#ifdef TERN_HAVE_EPOLL
+    &tern__backend_epoll,
+#endif
+    &tern__backend_poll,
+};
+
+const char *const tern__backend_names[] = {
+#ifdef TERN_HAVE_EPOLL
+    "epoll",
+#endif
+    "poll",
+    NULL,
+};
+
+const struct tern__backend_ops *tern__backend_find(const char *name)
+{
+    if (name == NULL)
+        return backends[0];
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            return backends[i];
+    return NULL;
+}

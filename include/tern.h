@@ -1,0 +1,477 @@
+/*
+ * tern — an event-loop runtime for C with a built-in blocking pool.
+ *
+ * This is the one public header. Every function returns 0 or a negative
+ * errno value (never -1 with errno); every callback receives an int status.
+ * All times are nanoseconds of CLOCK_MONOTONIC; all counts are unsigned.
+ *
+ * Threads. A loop is owned by the thread that runs it. Calls marked
+ * "loop-only" are legal from the thread inside tern_loop_run() or
+ * tern_loop_run_once() for that loop, or from any thread while no thread
+ * runs the loop; otherwise they abort with a message naming the function.
+ * Calls marked "any thread" hand their work to the loop through its
+ * inbound queue and never touch the loop's containers.
+ *
+ * The narrative (the turn, the pool classes, the ring, cancellation,
+ * teardown) lives in docs/design.md and docs/pool.md.
+ */
+#ifndef TERN_H
+#define TERN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TERN_BUILDING) && defined(__GNUC__)
+#define TERN_EXTERN __attribute__((visibility("default")))
+#else
+#define TERN_EXTERN
+#endif
+
+struct addrinfo;
+
+typedef uint64_t tern_id;             /* never 0, never reused in a process */
+typedef struct tern_loop tern_loop;   /* opaque */
+typedef struct tern_job tern_job;     /* opaque, seen by a work function */
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Name lookup failures have no errno of their own; they are reported as
+ * these negative codes, which tern_strerror() and tern_err_name() know.
+ */
+#define TERN_EAI_BASE       (-3000)
+#define TERN_EAI_NONAME     (TERN_EAI_BASE - 1)  /* host or service not known */
+#define TERN_EAI_AGAIN      (TERN_EAI_BASE - 2)  /* temporary resolver failure */
+#define TERN_EAI_FAIL       (TERN_EAI_BASE - 3)  /* permanent resolver failure */
+#define TERN_EAI_FAMILY     (TERN_EAI_BASE - 4)  /* address family not supported */
+#define TERN_EAI_SERVICE    (TERN_EAI_BASE - 5)  /* service not available for socket type */
+#define TERN_EAI_NODATA     (TERN_EAI_BASE - 6)  /* host has no address */
+#define TERN_EAI_OTHER      (TERN_EAI_BASE - 7)  /* any other getaddrinfo failure */
+
+/*
+ * tern_strerror: a human sentence for a status value.
+ * Requires: nothing (any int is accepted).
+ * Returns: a static string; "unknown error" for a value tern does not know,
+ *          "success" for 0. Positive values are treated as their negation.
+ * Threads: any thread.
+ */
+TERN_EXTERN const char *tern_strerror(int err);
+
+/*
+ * tern_err_name: the symbolic name of a status value ("EAGAIN", "EAI_NONAME").
+ * Requires: nothing.
+ * Returns: a static string; "UNKNOWN" for a value tern does not know, "OK"
+ *          for 0. Positive values are treated as their negation.
+ * Threads: any thread.
+ */
+TERN_EXTERN const char *tern_err_name(int err);
+
+/* ------------------------------------------------------------------ */
+/* The pool configuration (process-wide)                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct tern_pool_config {
+    unsigned threads;              /* bounded workers, 1..1024; default 4 */
+    unsigned queue_capacity;       /* bounded queue slots, 1..2^31; default 1024 */
+    unsigned long_threads_max;     /* long-class ceiling, 0..65536; default 512 */
+    uint64_t long_idle_timeout_ns; /* idle long workers retire after this, >0; default 10 s */
+} tern_pool_config;
+
+enum { TERN_POOL_DRAIN = 0, TERN_POOL_CANCEL = 1 };
+
+/*
+ * tern_pool_config_init: fill *cfg with the defaults.
+ * Requires: cfg != NULL.
+ * Threads: any thread.
+ */
+TERN_EXTERN void tern_pool_config_init(tern_pool_config *cfg);
+
+/*
+ * tern_pool_start: start the process-wide pool explicitly.
+ * The first starter fixes the configuration for the pool's lifetime.
+ * Requires: cfg may be NULL (defaults).
+ * Returns: 0 when the pool now runs with this configuration (or was already
+ *          running with an identical one); -EINVAL for a field out of range
+ *          or a configuration different from the running pool's; -EAGAIN or
+ *          -ENOMEM when a worker thread could not be created (no thread is
+ *          left behind: the pool is not started).
+ * Threads: any thread.
+ */
+TERN_EXTERN int tern_pool_start(const tern_pool_config *cfg);
+
+/*
+ * tern_pool_shutdown: end the process-wide pool for an orderly exit.
+ * TERN_POOL_DRAIN lets queued and running jobs finish; TERN_POOL_CANCEL
+ * tombstones queued jobs (their completions say -ECANCELED) and marks
+ * running ones cancelled. Completions still reach their loops' rings; the
+ * loops deliver them on their next turns. Then every worker is joined and
+ * everything the pool owns is freed. A later submission starts a fresh pool.
+ * Requires: mode is TERN_POOL_DRAIN or TERN_POOL_CANCEL; not called from a
+ *           pool worker.
+ * Returns: 0; -EINVAL for a bad mode; -ETIMEDOUT when running jobs outlast
+ *          timeout_ns (they keep their threads and nothing is freed under
+ *          them; call again later). 0 when no pool runs.
+ * Threads: any thread but a pool worker.
+ */
+TERN_EXTERN int tern_pool_shutdown(int mode, uint64_t timeout_ns);
+
+/* ------------------------------------------------------------------ */
+/* Loops                                                               */
+/* ------------------------------------------------------------------ */
+
+enum {
+    TERN_LOOP_RCU = 1u << 0, /* the loop thread is a urcu-qsbr reader */
+};
+
+typedef struct tern_loop_options {
+    unsigned dispatch_batch;      /* callbacks per step 2, 1..2^20; default 64 */
+    unsigned max_operations;      /* live operations, 1..2^31; default 65536 */
+    unsigned max_undelivered;     /* pool credits, 1..2^31; default 4096 */
+    const tern_pool_config *pool; /* NULL: adopt the running pool or start it with defaults */
+    const char *backend;          /* NULL = best; "epoll", "kqueue", "poll" */
+    unsigned flags;               /* TERN_LOOP_RCU */
+} tern_loop_options;
+
+/*
+ * tern_loop_options_init: fill *opts with the defaults.
+ * Requires: opts != NULL.
+ * Threads: any thread.
+ */
+TERN_EXTERN void tern_loop_options_init(tern_loop_options *opts);
+
+/*
+ * tern_loop_new: create a loop.
+ * Requires: loopp != NULL; opts may be NULL (defaults).
+ * Returns: 0 and *loopp set; -EINVAL for an option out of range, an unknown
+ *          or unbuilt backend name, unknown flags, or a pool configuration
+ *          that differs from the running pool's; -ENOMEM, -EMFILE or
+ *          another errno when a descriptor or allocation fails. On error
+ *          *loopp is untouched and nothing is left allocated.
+ * Ownership: the caller owns the loop and frees it with tern_loop_free().
+ * Threads: any thread; the loop is unclaimed until it runs.
+ */
+TERN_EXTERN int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts);
+
+/*
+ * tern_loop_free: tear a loop down.
+ * Requests stop, cancels everything live, runs bounded drain passes so
+ * cancelled operations deliver their final callbacks (job and resolve
+ * completions with -ECANCELED, pending posts run), waits for this loop's
+ * running pool jobs to return, then frees everything and closes the wake
+ * and backend descriptors. Afterwards no callback of this loop runs.
+ * Requires: loop != NULL; no thread runs the loop (in particular, not
+ *           called from one of its own callbacks) — aborts otherwise.
+ * Ownership: loop is invalid on return.
+ * Threads: loop-only (and the loop must not be running).
+ */
+TERN_EXTERN void tern_loop_free(tern_loop *loop);
+
+/*
+ * tern_loop_run: run turns until stopped or until nothing live remains
+ * (no referenced timer or watcher, no job, no pending post).
+ * Requires: loop != NULL; not already running on any thread (aborts).
+ * Returns: 0 when nothing live remains; 1 when stopped with work live.
+ * Threads: claims the loop for the calling thread for its duration.
+ */
+TERN_EXTERN int tern_loop_run(tern_loop *loop);
+
+/*
+ * tern_loop_run_once: run exactly one turn, waiting at most max_wait_ns in
+ * step 4 (<0: as long as needed; 0: never block). With nothing live it
+ * returns 0 at once, whatever max_wait_ns.
+ * Requires: loop != NULL; not already running on any thread (aborts).
+ * Returns: 1 if anything is live afterwards, else 0.
+ * Threads: claims the loop for the calling thread for its duration.
+ */
+TERN_EXTERN int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns);
+
+/*
+ * tern_loop_stop: make tern_loop_run() return after its current turn.
+ * A stop requested while the loop is not running makes the next
+ * tern_loop_run() return after one turn.
+ * Requires: loop != NULL.
+ * Returns: 0.
+ * Threads: any thread (wakes the loop if it sleeps).
+ */
+TERN_EXTERN int tern_loop_stop(tern_loop *loop);
+
+/*
+ * tern_loop_current: the loop the calling thread is running, or NULL
+ * (always NULL on pool workers and outside run/run_once).
+ * Threads: any thread.
+ */
+TERN_EXTERN tern_loop *tern_loop_current(void);
+
+/*
+ * tern_loop_now: the loop's cached clock (refreshed in steps 3 and 5).
+ * Requires: loop != NULL.
+ * Threads: any thread (a relaxed read).
+ */
+TERN_EXTERN uint64_t tern_loop_now(const tern_loop *loop);
+
+/*
+ * tern_loop_backend_fd: a descriptor that becomes readable when the loop
+ * has something to do, for embedding in a host loop (GTK, Qt, ...). The
+ * host polls it and pumps with tern_loop_run_once(loop, 0). The poll
+ * backend returns its wake descriptor, which is readable only for wake-ups;
+ * combine it with tern_loop_next_timeout() and your own fd interest.
+ * Requires: loop != NULL.
+ * Returns: the descriptor (owned by the loop; do not close it).
+ * Threads: any thread.
+ */
+TERN_EXTERN int tern_loop_backend_fd(const tern_loop *loop);
+
+/*
+ * tern_loop_next_timeout: how long the loop would wait now, in ns.
+ * Returns: 0 if callbacks are ready or posts are pending; the time to the
+ *          soonest deadline; -1 if nothing is pending at all.
+ * Requires: loop != NULL.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int64_t tern_loop_next_timeout(const tern_loop *loop);
+
+/* ------------------------------------------------------------------ */
+/* Posts, defers, cancellation, references                             */
+/* ------------------------------------------------------------------ */
+
+typedef void (*tern_fn)(tern_loop *loop, void *arg);
+
+/*
+ * tern_post: run fn(loop, arg) on the loop, in step 1 of a coming turn.
+ * Posts from one thread run in the order they were posted. A pending post
+ * keeps the loop alive and counts against max_operations.
+ * Requires: loop != NULL and not being freed.
+ * Returns: 0; -EINVAL if fn is NULL; -EAGAIN when max_operations is
+ *          reached; -ENOMEM. On error fn never runs.
+ * Ownership: arg stays the caller's; tern only passes it on.
+ * Threads: any thread (the only cross-thread way to give a loop work).
+ */
+TERN_EXTERN int tern_post(tern_loop *loop, tern_fn fn, void *arg);
+
+/*
+ * tern_defer: append fn(loop, arg) to the ready queue; it runs in step 2.
+ * What is deferred during step 2 runs in the next turn's step 2.
+ * Requires: loop != NULL.
+ * Returns: 0; -EINVAL if fn is NULL; -EAGAIN when max_operations is
+ *          reached; -ENOMEM; -ESHUTDOWN while the loop is being freed.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_defer(tern_loop *loop, tern_fn fn, void *arg);
+
+/*
+ * tern_cancel: cancel an operation by id.
+ * Timers and watchers stop without a callback. A queued pool job never
+ * runs and its done gets -ECANCELED (NULL result) in step 2 of the next
+ * turn; a running one sees tern_job_cancelled() turn true and its done gets
+ * -ECANCELED with its result; a finished one is unaffected. A resolve
+ * completes with -ECANCELED.
+ * Requires: loop != NULL.
+ * Returns: from the loop's thread (or while unclaimed): 0, or -ENOENT for
+ *          an unknown, finished or stale id (0 is -EINVAL). From another
+ *          thread while the loop runs: 0 once the request is queued (it is
+ *          resolved by live id in the loop's next step 1; an id that is no
+ *          longer live is then ignored), -ENOMEM, -EINVAL for id 0.
+ * Threads: any thread.
+ */
+TERN_EXTERN int tern_cancel(tern_loop *loop, tern_id id);
+
+/*
+ * tern_ref / tern_unref: whether a timer, watcher or signal watcher keeps
+ * tern_loop_run() from returning. Operations start referenced. Both are
+ * idempotent.
+ * Requires: loop != NULL.
+ * Returns: 0; -ENOENT for an unknown or stale id; -EINVAL for id 0 or for
+ *          an operation that is always referenced (jobs, resolves).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_ref(tern_loop *loop, tern_id id);
+TERN_EXTERN int tern_unref(tern_loop *loop, tern_id id);
+
+/* ------------------------------------------------------------------ */
+/* Timers                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef void (*tern_timer_cb)(tern_loop *loop, tern_id id, void *arg);
+
+/*
+ * tern_timer_start: call cb(loop, id, arg) once delay_ns has passed, then
+ * every repeat_ns if repeat_ns > 0 (rearmed from the time the callback
+ * runs, so a slow callback does not cause a burst). Deadlines that fall in
+ * the same step 5 fire soonest first, FIFO on a tie by arming order.
+ * A one-shot timer is finished (its id stale) once its callback starts.
+ * Requires: loop != NULL.
+ * Returns: 0 and *idp (if idp != NULL); -EINVAL if cb is NULL or delay or
+ *          repeat exceed 2^62 ns; -EAGAIN when max_operations is reached;
+ *          -ENOMEM; -ESHUTDOWN while the loop is being freed.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns,
+                                 tern_timer_cb cb, void *arg, tern_id *idp);
+
+/*
+ * tern_timer_stop: stop a timer; its callback will not run again (even if
+ * it had expired and was waiting in the ready queue).
+ * Requires: loop != NULL.
+ * Returns: 0; -ENOENT for an unknown, finished or stale id, or an id that
+ *          is not a timer; -EINVAL for id 0.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_timer_stop(tern_loop *loop, tern_id id);
+
+/* ------------------------------------------------------------------ */
+/* File-descriptor watchers                                            */
+/* ------------------------------------------------------------------ */
+
+enum { TERN_READABLE = 1, TERN_WRITABLE = 2, TERN_HANGUP = 4, TERN_ERROR = 8 };
+
+typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg);
+
+/*
+ * tern_io_start: watch fd for events (TERN_READABLE | TERN_WRITABLE),
+ * level-triggered: while the condition holds, the callback runs once per
+ * turn. TERN_HANGUP and TERN_ERROR are always reported when they occur.
+ * Requires: loop != NULL.
+ * Returns: 0 and *idp; -EBADF for a negative or closed fd; -EINVAL for a
+ *          NULL cb, or events with bits other than READABLE|WRITABLE, or
+ *          no bits at all; -EEXIST when fd is already watched by this or
+ *          any other loop (G4); -EPERM for an fd the backend cannot watch
+ *          (a regular file under epoll); -EAGAIN at max_operations;
+ *          -ENOMEM; -ESHUTDOWN while the loop is being freed.
+ * Ownership: the fd stays the caller's; stop the watcher before closing it.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_io_start(tern_loop *loop, int fd, unsigned events,
+                              tern_io_cb cb, void *arg, tern_id *idp);
+
+/*
+ * tern_io_modify: change the events a watcher waits for.
+ * Requires: loop != NULL.
+ * Returns: 0; -EINVAL for bad or empty events; -ENOENT for an unknown or
+ *          stale id, or one that is not an fd watcher.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_io_modify(tern_loop *loop, tern_id id, unsigned events);
+
+/*
+ * tern_io_stop: stop watching; a readiness already queued is dropped.
+ * Requires: loop != NULL.
+ * Returns: 0; -ENOENT for an unknown or stale id, or not an fd watcher.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_io_stop(tern_loop *loop, tern_id id);
+
+/* ------------------------------------------------------------------ */
+/* The pool: submission, cancellation, name lookups                    */
+/* ------------------------------------------------------------------ */
+
+typedef enum tern_occupancy { TERN_BOUNDED = 0, TERN_LONG = 1 } tern_occupancy;
+typedef void *(*tern_work_fn)(tern_job *job, void *arg);
+typedef void (*tern_done_fn)(tern_loop *loop, tern_id id, int status, void *result, void *arg);
+
+/*
+ * tern_submit: run work(job, arg) on a pool thread of the given class and
+ * then done(loop, id, status, result, arg) on this loop in step 2.
+ * status is 0, or -ECANCELED (result is then the work's return value if it
+ * ran, NULL if it never ran). Exactly one done per accepted job, before
+ * tern_loop_free() returns. Starts the pool with the loop's configuration
+ * (or the defaults) if it is not running.
+ * Requires: loop != NULL.
+ * Returns: 0 and *idp; -EINVAL for NULL work or done or a bad occupancy;
+ *          -EAGAIN when refused: bounded queue full, long ceiling reached,
+ *          max_undelivered or max_operations reached (the pool statistics
+ *          count which); -ESHUTDOWN while the loop is being freed; an
+ *          errno from starting the pool. A refused job leaves no trace.
+ * Ownership: arg stays the caller's; the result is handed to done.
+ * Threads: loop-only (from another thread, tern_post to the loop first).
+ */
+TERN_EXTERN int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
+                            tern_done_fn done, void *arg, tern_id *idp);
+
+/*
+ * tern_job_cancelled: whether the running job has been asked to stop.
+ * Requires: job is the handle passed to the running work function.
+ * Threads: the worker running the job (any thread may read it).
+ */
+TERN_EXTERN bool tern_job_cancelled(const tern_job *job);
+
+/*
+ * tern_job_id: the id of the job, as its done will see it.
+ * Requires: job is the handle passed to the running work function.
+ */
+TERN_EXTERN tern_id tern_job_id(const tern_job *job);
+
+typedef void (*tern_resolve_cb)(tern_loop *loop, tern_id id, int status,
+                                struct addrinfo *res, void *arg);
+
+/*
+ * tern_resolve: getaddrinfo(host, service, hints) on the bounded class,
+ * then cb(loop, id, status, res, arg) in step 2. At most (threads+1)/2
+ * lookups run at once in the process; the rest wait in the bounded queue
+ * behind CPU work without holding a worker.
+ * Requires: loop != NULL; host or service non-NULL.
+ * Returns: 0 and *idp; -EINVAL for NULL cb or both names NULL; -EAGAIN as
+ *          tern_submit; -ENOMEM. The callback's status is 0, -ECANCELED,
+ *          or a TERN_EAI_* code.
+ * Ownership: host, service and hints are copied. On status 0 the callback
+ *          owns res and frees it with tern_freeaddrinfo(); otherwise res is
+ *          NULL.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_resolve(tern_loop *loop, const char *host, const char *service,
+                             const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                             tern_id *idp);
+
+/* tern_freeaddrinfo: free a result handed to a tern_resolve_cb (NULL is fine). */
+TERN_EXTERN void tern_freeaddrinfo(struct addrinfo *res);
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct tern_pool_stats {
+    unsigned threads, busy, queued, queued_peak, reserved, long_threads, long_busy;
+    uint64_t submitted, completed, cancelled;
+    uint64_t refused_queue_full, refused_long_ceiling, refused_undelivered, refused_operations;
+    uint64_t wait_p50_ns, wait_p99_ns, run_p50_ns, run_p99_ns;
+} tern_pool_stats;
+
+/*
+ * tern_pool_stats_get: a snapshot of the process-wide pool's counters.
+ * Never blocks, never fails; the fields are read one by one without a lock
+ * and may be a moment apart. All zero before the pool first starts.
+ * Percentiles cover recent jobs (a decaying window) in nanoseconds, to
+ * within the histogram's bucket width (about 1/8 of the value).
+ * Requires: out != NULL.
+ * Threads: any thread.
+ */
+TERN_EXTERN void tern_pool_stats_get(tern_pool_stats *out);
+
+typedef struct tern_loop_stats {
+    uint64_t turns, posts, wake_syscalls, events, idle_ns;
+    unsigned live_operations, undelivered, undelivered_peak;
+} tern_loop_stats;
+
+/*
+ * tern_loop_stats_get: the loop's counters. turns completed, posts run,
+ * wake syscalls made by producers, callbacks dispatched in step 2 (events),
+ * time blocked in the backend (idle_ns), live operations now, pool
+ * completions undelivered now and at peak.
+ * Requires: loop != NULL; out != NULL.
+ * Threads: any thread (relaxed reads; a moment apart).
+ */
+TERN_EXTERN void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out);
+
+#include "tern/net.h"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TERN_H */

@@ -1,0 +1,238 @@
+/*
+ * The bounded class: a fixed set of workers and a bounded queue.
+ *
+ * The queue is a multi-producer multi-consumer ring with a sequence number
+ * per cell (the same scheme as the result ring, with consumers competing by
+ * CAS on the head). Admission is a separate counter checked before the job
+ * is enqueued, so a full queue refuses before the work exists anywhere,
+ * and the ring — sized to the next power of two — is never full.
+ *
+ * Parking. A worker that finds nothing spins briefly (a job that arrives
+ * within microseconds is cheaper to catch than a ~20 µs cross-core wake),
+ * then parks on a condition variable after announcing itself in
+ * `sleepers`. A submitter signals only when someone sleeps and no wake is
+ * already on its way (`waking`); the woken worker clears `waking` and, if
+ * it leaves work behind, wakes the next. A burst of submissions thus costs
+ * one signal, not one per job.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include <urcu/arch.h>
+
+#include "pool_p.h"
+
+#define SPIN_ROUNDS 4000
+
+struct worker_arg {
+    struct tern__pool *pool;
+    unsigned index;
+};
+
+static tern_job *dequeue(struct tern__pool *p)
+{
+    uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
+    for (;;) {
+        struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
+        /* Pairs with the release store in tern__bounded_submit(). */
+        uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+        int64_t dif = (int64_t)(seq - (pos + 1));
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&p->q_head, &pos, pos + 1,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                tern_job *job = c->job;
+                /* Pairs with the producer's acquire load one lap later. */
+                atomic_store_explicit(&c->seq, pos + p->q_mask + 1, memory_order_release);
+                atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+                return job;
+            }
+        } else if (dif < 0) {
+            return NULL;
+        } else {
+            pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
+        }
+    }
+}
+
+/*
+ * Whether a dequeue would find a job now. This reads the ring, not the
+ * admission counter: lookups waiting for their cap still count as queued
+ * there, and must not keep idle workers spinning.
+ */
+static bool queue_nonempty(struct tern__pool *p)
+{
+    uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
+    return atomic_load_explicit(&p->cells[pos & p->q_mask].seq, memory_order_relaxed) == pos + 1;
+}
+
+static void wake_one(struct tern__pool *p)
+{
+    /* Pairs with the seq_cst increment of `sleepers` in park(). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) == 0)
+        return;
+    if (atomic_exchange_explicit(&p->waking, true, memory_order_relaxed))
+        return; /* a wake is on its way; that worker passes it on */
+    pthread_mutex_lock(&p->park_lock);
+    pthread_cond_signal(&p->park_cond);
+    pthread_mutex_unlock(&p->park_lock);
+}
+
+void tern__bounded_wake_all(struct tern__pool *p)
+{
+    pthread_mutex_lock(&p->park_lock);
+    pthread_cond_broadcast(&p->park_cond);
+    pthread_mutex_unlock(&p->park_lock);
+}
+
+static void park(struct tern__pool *p)
+{
+    pthread_mutex_lock(&p->park_lock);
+    atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!queue_nonempty(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed))
+        pthread_cond_wait(&p->park_cond, &p->park_lock);
+    atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&p->park_lock);
+    atomic_store_explicit(&p->waking, false, memory_order_relaxed);
+}
+
+static bool spin(struct tern__pool *p)
+{
+    for (unsigned i = 0; i < SPIN_ROUNDS; i++) {
+        if (queue_nonempty(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed))
+            return true;
+        caa_cpu_relax();
+    }
+    return false;
+}
+
+static void *worker_main(void *argp)
+{
+    struct worker_arg a = *(struct worker_arg *)argp;
+    free(argp);
+    struct tern__pool *p = a.pool;
+    atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
+    for (;;) {
+        tern_job *job = dequeue(p);
+        if (job != NULL) {
+            if (queue_nonempty(p))
+                wake_one(p); /* pass the wake on: more work than this worker */
+            if (job->kind == TERN__JOB_LOOKUP) {
+                tern__lookup_run(p, job, a.index); /* claims it under the cap */
+                continue;
+            }
+            if (!tern__job_claim(job))
+                continue;
+            atomic_store_explicit(&p->running[a.index], job, memory_order_relaxed);
+            atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            tern__job_run(job, a.index);
+            atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            atomic_store_explicit(&p->running[a.index], NULL, memory_order_relaxed);
+            continue;
+        }
+        if (atomic_load_explicit(&p->exiting, memory_order_acquire))
+            break;
+        if (!spin(p))
+            park(p);
+    }
+    atomic_fetch_sub_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
+    return NULL;
+}
+
+int tern__bounded_submit(struct tern__pool *p, tern_job *job)
+{
+    unsigned cap = p->cfg.queue_capacity;
+    unsigned reserved = atomic_load_explicit(&tern__pool_stats.reserved, memory_order_relaxed);
+    unsigned q = atomic_fetch_add_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+    if (q + reserved >= cap) {
+        atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&tern__pool_stats.refused_queue_full, 1, memory_order_relaxed);
+        return -EAGAIN;
+    }
+    if (q + 1 > atomic_load_explicit(&tern__pool_stats.queued_peak, memory_order_relaxed))
+        atomic_store_explicit(&tern__pool_stats.queued_peak, q + 1, memory_order_relaxed);
+
+    uint64_t pos = atomic_fetch_add_explicit(&p->q_tail, 1, memory_order_relaxed);
+    struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
+    /*
+     * Admission guarantees the cell's previous occupant was claimed; its
+     * consumer may still be between its CAS and its release store, so wait
+     * for that (a few instructions, unless that thread was preempted).
+     */
+    for (unsigned spins = 0;
+         atomic_load_explicit(&c->seq, memory_order_acquire) != pos; spins++) {
+        if (spins > 64)
+            sched_yield();
+        else
+            caa_cpu_relax();
+    }
+    c->job = job;
+    /* Pairs with the acquire load in dequeue(). */
+    atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+    wake_one(p);
+    return 0;
+}
+
+void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job))
+{
+    tern_job *job;
+    while ((job = dequeue(p)) != NULL)
+        fn(job);
+}
+
+int tern__bounded_start(struct tern__pool *p)
+{
+    uint64_t size = 1;
+    while (size < p->cfg.queue_capacity)
+        size <<= 1;
+    p->cells = tern__calloc(size, sizeof(*p->cells));
+    p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
+    p->running = tern__calloc(p->cfg.threads, sizeof(*p->running));
+    if (p->cells == NULL || p->threads == NULL || p->running == NULL) {
+        free(p->cells);
+        free(p->threads);
+        free(p->running);
+        return -ENOMEM;
+    }
+    p->q_mask = size - 1;
+    for (uint64_t i = 0; i < size; i++)
+        atomic_init(&p->cells[i].seq, i);
+    pthread_mutex_init(&p->park_lock, NULL);
+    pthread_cond_init(&p->park_cond, NULL);
+
+    int rc = 0;
+    for (p->nthreads = 0; p->nthreads < p->cfg.threads; p->nthreads++) {
+        struct worker_arg *a = tern__malloc(sizeof(*a));
+        if (a == NULL) {
+            rc = -ENOMEM;
+            break;
+        }
+        *a = (struct worker_arg){p, p->nthreads};
+        if ((rc = tern__thread_create(&p->threads[p->nthreads], worker_main, a)) < 0) {
+            free(a);
+            break;
+        }
+    }
+    if (rc < 0)
+        tern__bounded_stop(p); /* a partial pool leaves nothing behind */
+    return rc;
+}
+
+void tern__bounded_stop(struct tern__pool *p)
+{
+    atomic_store_explicit(&p->exiting, true, memory_order_release);
+    tern__bounded_wake_all(p);
+    for (unsigned i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    p->nthreads = 0;
+    pthread_cond_destroy(&p->park_cond);
+    pthread_mutex_destroy(&p->park_lock);
+    free(p->cells);
+    free(p->threads);
+    free(p->running);
+    p->cells = NULL;
+    p->threads = NULL;
+    p->running = NULL;
+}

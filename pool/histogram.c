@@ -1,0 +1,69 @@
+/*
+ * Latency histograms for the pool's percentiles: log-bucketed with eight
+ * linear sub-buckets per power of two (so a bucket is at most 1/8 of its
+ * value wide), relaxed atomic counters, no locks, no allocation. Each
+ * bounded worker writes only its own pair, so recording costs no shared
+ * cache line. "Recent" means decayed: every TERN__HIST_DECAY samples the
+ * writer halves its counters, so old jobs fade geometrically.
+ */
+#include "pool_p.h"
+
+#define SUB_BITS 3
+#define SUB (1u << SUB_BITS)
+
+static unsigned bucket_of(uint64_t v)
+{
+    if (v < SUB)
+        return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v); /* floor(log2 v) >= SUB_BITS */
+    unsigned idx = SUB + (e - SUB_BITS) * SUB + (unsigned)((v >> (e - SUB_BITS)) & (SUB - 1));
+    return idx < TERN__HIST_BUCKETS ? idx : TERN__HIST_BUCKETS - 1;
+}
+
+/* The middle of a bucket's range, as the value it stands for. */
+static uint64_t value_of(unsigned idx)
+{
+    if (idx < SUB)
+        return idx;
+    unsigned e = (idx - SUB) / SUB + SUB_BITS;
+    uint64_t m = (idx - SUB) % SUB;
+    uint64_t low = (UINT64_C(1) << e) + (m << (e - SUB_BITS));
+    return low + (UINT64_C(1) << (e - SUB_BITS)) / 2;
+}
+
+void tern__hist_record(struct tern__hist *h, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&h->buckets[bucket_of(ns)], 1, memory_order_relaxed);
+    uint64_t n = atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed) + 1;
+    if (n % TERN__HIST_DECAY == 0) {
+        for (unsigned i = 0; i < TERN__HIST_BUCKETS; i++) {
+            uint64_t b = atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+            if (b != 0)
+                atomic_fetch_sub_explicit(&h->buckets[i], b / 2, memory_order_relaxed);
+        }
+    }
+}
+
+uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q)
+{
+    uint64_t sums[TERN__HIST_BUCKETS] = {0};
+    uint64_t total = 0;
+    for (unsigned k = 0; k < n; k++)
+        for (unsigned i = 0; i < TERN__HIST_BUCKETS; i++) {
+            uint64_t b = atomic_load_explicit(&hs[k]->buckets[i], memory_order_relaxed);
+            sums[i] += b;
+            total += b;
+        }
+    if (total == 0)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)total);
+    if (rank >= total)
+        rank = total - 1;
+    uint64_t seen = 0;
+    for (unsigned i = 0; i < TERN__HIST_BUCKETS; i++) {
+        seen += sums[i];
+        if (seen > rank)
+            return value_of(i);
+    }
+    return value_of(TERN__HIST_BUCKETS - 1);
+}

@@ -1,0 +1,243 @@
+/*
+ * Jobs, seen from the loop: submission with admission, cancellation by
+ * tombstone, the hand-back through the result ring, and delivery of done
+ * in step 2. Also the small worker-side helpers every class shares.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "pool_p.h"
+
+/* ------------------------------------------------------------------ */
+/* Worker side                                                         */
+/* ------------------------------------------------------------------ */
+
+bool tern__job_claim(tern_job *job)
+{
+    uint8_t expected = TERN__JOB_QUEUED;
+    if (atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_RUNNING,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return true;
+    /*
+     * A tombstone: the loop has (or will have) delivered its done. Let go
+     * of it; if the loop already let go, we are last and free it.
+     */
+    TERN_INSIST(expected == TERN__JOB_TOMBSTONED || expected == TERN__JOB_LOOP_DONE);
+    if (expected == TERN__JOB_TOMBSTONED &&
+        atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_POOL_DONE,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return false;
+    free(job);
+    return false;
+}
+
+void tern__job_complete(tern_job *job)
+{
+    tern_loop *loop = job->loop;
+    /*
+     * Pin the loop across push + wake: once the job is on the ring the loop
+     * may deliver it and tern_loop_free may run; the free waits for pins
+     * to drop to zero before it releases anything we touch here.
+     */
+    atomic_fetch_add_explicit(&loop->pins, 1, memory_order_acquire);
+    tern__ring_push(loop->ring, job);
+    tern__loop_wake(loop);
+    /* Pairs with the acquire load in tern_loop_free. */
+    atomic_fetch_sub_explicit(&loop->pins, 1, memory_order_release);
+}
+
+void tern__job_run(tern_job *job, unsigned worker)
+{
+    uint64_t start = tern__clock_now();
+    tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit);
+    job->result = job->work(job, job->arg);
+    tern__hist_record(&tern__pool_run_hist[worker], tern__clock_now() - start);
+    atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
+    tern__job_complete(job);
+}
+
+bool tern_job_cancelled(const tern_job *job)
+{
+    TERN_REQUIRE(job != NULL);
+    return atomic_load_explicit(&((tern_job *)job)->cancel, memory_order_relaxed);
+}
+
+tern_id tern_job_id(const tern_job *job)
+{
+    TERN_REQUIRE(job != NULL);
+    return job->op.id;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loop side                                                           */
+/* ------------------------------------------------------------------ */
+
+static void release_credit(tern_loop *loop)
+{
+    loop->undelivered--;
+    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+}
+
+static void job_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    tern_job *job = (tern_job *)op;
+    tern_id id = op->id;
+    int status = atomic_load_explicit(&job->cancel, memory_order_relaxed) ? -ECANCELED : 0;
+    tern__op_finish(loop, op); /* the id is stale once done starts */
+    /* submitted == completed + cancelled + jobs whose done is still owed */
+    atomic_fetch_add_explicit(status ? &tern__pool_stats.cancelled : &tern__pool_stats.completed,
+                              1, memory_order_relaxed);
+    job->done(loop, id, status, job->result, job->arg);
+    uint8_t state = atomic_load_explicit(&job->state, memory_order_acquire);
+    if (state == TERN__JOB_TOMBSTONED &&
+        atomic_compare_exchange_strong_explicit(&job->state, &state, TERN__JOB_LOOP_DONE,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return; /* the queue still holds it; the pool frees it */
+    free(job);
+}
+
+static int job_cancel(tern_loop *loop, struct tern__op *op)
+{
+    tern_job *job = (tern_job *)op;
+    uint8_t state = atomic_load_explicit(&job->state, memory_order_acquire);
+    if (state != TERN__JOB_QUEUED && state != TERN__JOB_RUNNING)
+        return 0; /* finished (its done is on the way) or already a tombstone */
+    /* A worker finishing right now may still report this as cancelled. */
+    atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
+    uint8_t expected = TERN__JOB_QUEUED;
+    if (atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_TOMBSTONED,
+                                                memory_order_acq_rel, memory_order_acquire)) {
+        /* Never runs: deliver in the next step 2, without its credit. */
+        job->result = NULL;
+        release_credit(loop);
+        tern__op_ready(loop, op);
+    }
+    /* Running: it sees tern_job_cancelled(). Finished: no effect. */
+    return 0;
+}
+
+static void job_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    (void)op; /* job_dispatch owns the memory: a job is never finished while queued */
+}
+
+static const struct tern__op_class job_class = {
+    .name = "job",
+    .dispatch = job_dispatch,
+    .cancel = job_cancel,
+    .free = job_free,
+    .refable = false,
+};
+
+int tern__loop_pool_init(tern_loop *loop)
+{
+    loop->ring = NULL; /* allocated by the first submission */
+    return 0;
+}
+
+void tern__loop_pool_destroy(tern_loop *loop)
+{
+    TERN_INSIST(loop->undelivered == 0);
+    tern__ring_free(loop->ring);
+    loop->ring = NULL;
+}
+
+bool tern__loop_pool_pending(tern_loop *loop)
+{
+    return loop->ring != NULL && tern__ring_ready(loop->ring);
+}
+
+void tern__loop_pool_collect(tern_loop *loop)
+{
+    if (loop->ring == NULL)
+        return;
+    tern_job *job;
+    while ((job = tern__ring_pop(loop->ring)) != NULL) {
+        release_credit(loop);
+        tern__op_ready(loop, &job->op);
+    }
+}
+
+static int ensure_ring(tern_loop *loop)
+{
+    if (loop->ring != NULL)
+        return 0;
+    uint64_t n = loop->max_undelivered < loop->max_operations ? loop->max_undelivered
+                                                              : loop->max_operations;
+    return tern__ring_new(&loop->ring, n);
+}
+
+/*
+ * Accept or refuse a job. Every refusal happens before the work exists
+ * anywhere the pool can see it, and changes only its own counter.
+ */
+int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
+{
+    struct tern__pool *pool;
+    int rc = tern__pool_get(loop->has_pool_config ? &loop->pool_config : NULL, &pool);
+    if (rc < 0)
+        return rc;
+    if ((rc = ensure_ring(loop)) < 0)
+        return rc;
+    if (loop->undelivered >= loop->max_undelivered) {
+        atomic_fetch_add_explicit(&tern__pool_stats.refused_undelivered, 1, memory_order_relaxed);
+        return -EAGAIN;
+    }
+    if ((rc = tern__op_admit(loop)) < 0) {
+        if (rc == -EAGAIN)
+            atomic_fetch_add_explicit(&tern__pool_stats.refused_operations, 1,
+                                      memory_order_relaxed);
+        return rc;
+    }
+    tern_job *job = tern__malloc(sizeof(*job));
+    if (job == NULL) {
+        tern__op_unadmit(loop);
+        return -ENOMEM;
+    }
+    *job = (tern_job){.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .loop = loop,
+                      .work = work, .done = done, .arg = arg, .t_submit = loop->now};
+    if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
+        free(job);
+        tern__op_unadmit(loop);
+        return rc;
+    }
+    tern_id id = job->op.id;
+    /*
+     * The job is registered; hand it over. The loop's clock is cached, so
+     * stamp the queue-wait start fresh: a long step 2 would inflate it.
+     */
+    job->t_submit = tern__clock_now();
+    loop->undelivered++;
+    rc = occ == TERN_BOUNDED ? tern__bounded_submit(pool, job) : tern__long_submit(pool, job);
+    if (rc < 0) {
+        loop->undelivered--;
+        /* Never enqueued: unregister without a trace (no done, no stats). */
+        loop->refs--;
+        loop->ops_local--;
+        tern__idmap_remove(&loop->ids, &job->op);
+        tern__op_unadmit(loop);
+        free(job);
+        return rc;
+    }
+    atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
+    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+    if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
+        atomic_store_explicit(&loop->st_undelivered_peak, loop->undelivered, memory_order_relaxed);
+    if (idp != NULL)
+        *idp = id;
+    return 0;
+}
+
+int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, tern_done_fn done,
+                void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (work == NULL || done == NULL || (occupancy != TERN_BOUNDED && occupancy != TERN_LONG))
+        return -EINVAL;
+    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+        return -ESHUTDOWN;
+    return tern__submit_job(loop, occupancy, TERN__JOB_WORK, work, done, arg, idp);
+}

@@ -1,0 +1,202 @@
+/*
+ * The long class: work that holds its thread for a connection's or a
+ * stream's lifetime. There is no queue — a job never waits behind another
+ * long job. A submission goes to a parked worker (the most recently parked
+ * first, so the coldest retire), or starts a new thread, or is refused at
+ * the ceiling. The ceiling check and the thread count change under the
+ * same lock, so racing submitters from several loops cannot overshoot.
+ * Idle workers retire after long_idle_timeout: the pool has no loop of
+ * its own, so the deadline is the parked worker's timed wait.
+ *
+ * Lock order: long_lock is a leaf (nothing else is taken while it is held,
+ * thread creation included).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "pool_p.h"
+
+struct long_arg {
+    struct tern__pool *pool;
+    struct tern__long_worker *w;
+};
+
+static void unlink_all(struct tern__pool *p, struct tern__long_worker *w)
+{
+    for (struct tern__long_worker **pp = &p->long_all; *pp; pp = &(*pp)->next_all)
+        if (*pp == w) {
+            *pp = w->next_all;
+            return;
+        }
+}
+
+static void unlink_parked(struct tern__pool *p, struct tern__long_worker *w)
+{
+    for (struct tern__long_worker **pp = &p->long_parked; *pp; pp = &(*pp)->next_parked)
+        if (*pp == w) {
+            *pp = w->next_parked;
+            return;
+        }
+}
+
+static void run(struct tern__long_worker *w, tern_job *job)
+{
+    if (!tern__job_claim(job))
+        return;
+    atomic_store_explicit(&w->running, job, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
+    tern__job_run(job, TERN__MAX_THREADS);
+    atomic_fetch_sub_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
+    atomic_store_explicit(&w->running, NULL, memory_order_relaxed);
+}
+
+static void *long_main(void *argp)
+{
+    struct long_arg a = *(struct long_arg *)argp;
+    free(argp);
+    struct tern__pool *p = a.pool;
+    struct tern__long_worker *w = a.w;
+
+    pthread_mutex_lock(&p->long_lock);
+    for (;;) {
+        tern_job *job = w->job;
+        if (job != NULL) {
+            w->job = NULL;
+            pthread_mutex_unlock(&p->long_lock);
+            run(w, job);
+            pthread_mutex_lock(&p->long_lock);
+            w->next_parked = p->long_parked;
+            p->long_parked = w;
+            pthread_cond_broadcast(&p->long_idle_cond);
+            continue;
+        }
+        if (w->exit)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t ns = (uint64_t)until.tv_nsec + p->cfg.long_idle_timeout_ns;
+        until.tv_sec += (time_t)(ns / 1000000000u);
+        until.tv_nsec = (long)(ns % 1000000000u);
+        int rc = pthread_cond_timedwait(&w->cond, &p->long_lock, &until);
+        if (rc == ETIMEDOUT && w->job == NULL && !w->exit) {
+            /* Retire: nobody will join us, so detach and free ourselves. */
+            unlink_parked(p, w);
+            unlink_all(p, w);
+            p->long_count--;
+            atomic_fetch_sub_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
+            pthread_cond_broadcast(&p->long_idle_cond);
+            pthread_mutex_unlock(&p->long_lock);
+            pthread_detach(pthread_self());
+            pthread_cond_destroy(&w->cond);
+            free(w);
+            return NULL;
+        }
+    }
+    pthread_mutex_unlock(&p->long_lock);
+    return NULL; /* joined by tern__long_stop */
+}
+
+int tern__long_init(struct tern__pool *p)
+{
+    pthread_mutex_init(&p->long_lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->long_idle_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    p->long_parked = p->long_all = NULL;
+    p->long_count = 0;
+    return 0;
+}
+
+int tern__long_submit(struct tern__pool *p, tern_job *job)
+{
+    pthread_mutex_lock(&p->long_lock);
+    struct tern__long_worker *w = p->long_parked;
+    if (w != NULL) {
+        p->long_parked = w->next_parked;
+        w->job = job;
+        pthread_cond_signal(&w->cond);
+        pthread_mutex_unlock(&p->long_lock);
+        return 0;
+    }
+    if (p->long_count >= p->cfg.long_threads_max) {
+        pthread_mutex_unlock(&p->long_lock);
+        atomic_fetch_add_explicit(&tern__pool_stats.refused_long_ceiling, 1, memory_order_relaxed);
+        return -EAGAIN;
+    }
+    p->long_count++; /* hold the place under the lock; create outside it */
+    pthread_mutex_unlock(&p->long_lock);
+
+    int rc = -ENOMEM;
+    w = tern__calloc(1, sizeof(*w));
+    struct long_arg *a = tern__malloc(sizeof(*a));
+    if (w != NULL && a != NULL) {
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&w->cond, &attr);
+        pthread_condattr_destroy(&attr);
+        w->job = job;
+        *a = (struct long_arg){p, w};
+        /* Link before the thread exists so shutdown can always find it. */
+        pthread_mutex_lock(&p->long_lock);
+        w->next_all = p->long_all;
+        p->long_all = w;
+        rc = tern__thread_create(&w->thread, long_main, a);
+        if (rc < 0)
+            unlink_all(p, w);
+        pthread_mutex_unlock(&p->long_lock);
+        if (rc == 0) {
+            atomic_fetch_add_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
+            return 0;
+        }
+        pthread_cond_destroy(&w->cond);
+    }
+    free(w);
+    free(a);
+    pthread_mutex_lock(&p->long_lock);
+    p->long_count--;
+    pthread_mutex_unlock(&p->long_lock);
+    return rc;
+}
+
+void tern__long_cancel_running(struct tern__pool *p)
+{
+    pthread_mutex_lock(&p->long_lock);
+    for (struct tern__long_worker *w = p->long_all; w; w = w->next_all) {
+        tern_job *job = atomic_load_explicit(&w->running, memory_order_relaxed);
+        if (job != NULL)
+            atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&p->long_lock);
+}
+
+void tern__long_stop(struct tern__pool *p)
+{
+    pthread_mutex_lock(&p->long_lock);
+    struct tern__long_worker *all = p->long_all;
+    p->long_all = NULL;
+    p->long_parked = NULL;
+    for (struct tern__long_worker *w = all; w; w = w->next_all) {
+        w->exit = true;
+        pthread_cond_signal(&w->cond);
+    }
+    pthread_mutex_unlock(&p->long_lock);
+    while (all != NULL) {
+        struct tern__long_worker *next = all->next_all;
+        pthread_join(all->thread, NULL);
+        pthread_cond_destroy(&all->cond);
+        free(all);
+        all = next;
+        p->long_count--;
+        atomic_fetch_sub_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
+    }
+}
+
+void tern__long_destroy(struct tern__pool *p)
+{
+    pthread_cond_destroy(&p->long_idle_cond);
+    pthread_mutex_destroy(&p->long_lock);
+}

@@ -1,0 +1,297 @@
+/*
+ * The process-wide pool: configuration, lazy start, shutdown, statistics,
+ * fork. One pool serves every loop; it is started by the first submission
+ * (or tern_pool_start) and its configuration is fixed by whoever starts it.
+ *
+ * Lock order: start_lock, then the class locks (park_lock, long_lock,
+ * lookup_lock), never the reverse. Submissions do not take start_lock once
+ * the pool runs: they read `current` with an acquire load.
+ *
+ * Shutdown must not race with submissions from other threads (it is for an
+ * orderly exit): it frees what those would touch.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool_p.h"
+
+struct tern__pool_counters tern__pool_stats;
+struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
+struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
+
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tern__pool *_Atomic current;
+static _Atomic unsigned hist_workers; /* bounded histograms in use */
+
+void tern_pool_config_init(tern_pool_config *cfg)
+{
+    TERN_REQUIRE(cfg != NULL);
+    *cfg = (tern_pool_config){
+        .threads = 4,
+        .queue_capacity = 1024,
+        .long_threads_max = 512,
+        .long_idle_timeout_ns = UINT64_C(10000000000),
+    };
+}
+
+int tern__pool_config_check(const tern_pool_config *c)
+{
+    if (c->threads < 1 || c->threads > TERN__MAX_THREADS)
+        return -EINVAL;
+    if (c->queue_capacity < 1 || c->queue_capacity > (1u << 31))
+        return -EINVAL;
+    if (c->long_threads_max > 65536)
+        return -EINVAL;
+    if (c->long_idle_timeout_ns == 0 || c->long_idle_timeout_ns > (UINT64_C(1) << 62))
+        return -EINVAL;
+    return 0;
+}
+
+static bool same_config(const tern_pool_config *a, const tern_pool_config *b)
+{
+    return a->threads == b->threads && a->queue_capacity == b->queue_capacity &&
+           a->long_threads_max == b->long_threads_max &&
+           a->long_idle_timeout_ns == b->long_idle_timeout_ns;
+}
+
+/* Whether cfg differs from the running pool's (false when none runs). */
+bool tern__pool_config_conflicts(const tern_pool_config *cfg)
+{
+    pthread_mutex_lock(&start_lock);
+    struct tern__pool *p = atomic_load_explicit(&current, memory_order_relaxed);
+    bool conflict = p != NULL && !same_config(&p->cfg, cfg);
+    pthread_mutex_unlock(&start_lock);
+    return conflict;
+}
+
+static void reset_stats(void)
+{
+    memset(&tern__pool_stats, 0, sizeof(tern__pool_stats));
+    memset(tern__pool_wait_hist, 0, sizeof(tern__pool_wait_hist));
+    memset(tern__pool_run_hist, 0, sizeof(tern__pool_run_hist));
+}
+
+/* Called with start_lock held. */
+static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
+{
+    struct tern__pool *p = tern__calloc(1, sizeof(*p));
+    if (p == NULL)
+        return -ENOMEM;
+    p->cfg = *cfg;
+    int rc;
+    if ((rc = tern__lookup_init(p)) < 0) {
+        free(p);
+        return rc;
+    }
+    tern__long_init(p);
+    if (cfg->threads > atomic_load_explicit(&hist_workers, memory_order_relaxed))
+        atomic_store_explicit(&hist_workers, cfg->threads, memory_order_relaxed);
+    if ((rc = tern__bounded_start(p)) < 0) {
+        tern__long_destroy(p);
+        tern__lookup_destroy(p);
+        free(p);
+        return rc;
+    }
+    /* Pairs with the acquire load in tern__pool_get(). */
+    atomic_store_explicit(&current, p, memory_order_release);
+    *poolp = p;
+    return 0;
+}
+
+int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
+{
+    struct tern__pool *p = atomic_load_explicit(&current, memory_order_acquire);
+    if (TERN_LIKELY(p != NULL)) {
+        if (cfg != NULL && !same_config(&p->cfg, cfg))
+            return -EINVAL;
+        *poolp = p;
+        return 0;
+    }
+    tern_pool_config defaults;
+    if (cfg == NULL) {
+        tern_pool_config_init(&defaults);
+        cfg = &defaults;
+    }
+    pthread_mutex_lock(&start_lock);
+    int rc = 0;
+    p = atomic_load_explicit(&current, memory_order_relaxed);
+    if (p == NULL)
+        rc = start_locked(cfg, &p);
+    else if (!same_config(&p->cfg, cfg))
+        rc = -EINVAL;
+    pthread_mutex_unlock(&start_lock);
+    if (rc == 0)
+        *poolp = p;
+    return rc;
+}
+
+int tern_pool_start(const tern_pool_config *cfg)
+{
+    tern_pool_config defaults;
+    if (cfg == NULL) {
+        tern_pool_config_init(&defaults);
+        cfg = &defaults;
+    }
+    int rc = tern__pool_config_check(cfg);
+    if (rc < 0)
+        return rc;
+    struct tern__pool *p;
+    return tern__pool_get(cfg, &p);
+}
+
+bool tern__pool_running(void)
+{
+    return atomic_load_explicit(&current, memory_order_acquire) != NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Shutdown                                                            */
+/* ------------------------------------------------------------------ */
+
+/* A queued job that will not run: complete it as cancelled. */
+static void cancel_queued(tern_job *job)
+{
+    uint8_t expected = TERN__JOB_QUEUED;
+    atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
+    if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_FINISHED,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        (void)tern__job_claim(job); /* a tombstone: drop it */
+        return;
+    }
+    job->result = NULL;
+    tern__job_complete(job);
+}
+
+static bool idle(struct tern__pool *p)
+{
+    unsigned lookups;
+    pthread_mutex_lock(&p->lookup_lock);
+    lookups = p->lookups_active + p->lookups_len;
+    pthread_mutex_unlock(&p->lookup_lock);
+    return atomic_load(&tern__pool_stats.queued) == 0 && atomic_load(&tern__pool_stats.busy) == 0 &&
+           atomic_load(&tern__pool_stats.long_busy) == 0 && lookups == 0;
+}
+
+static void cancel_running(struct tern__pool *p)
+{
+    for (unsigned i = 0; i < p->nthreads; i++) {
+        tern_job *job = atomic_load_explicit(&p->running[i], memory_order_relaxed);
+        if (job != NULL)
+            atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
+    }
+    tern__long_cancel_running(p);
+}
+
+int tern_pool_shutdown(int mode, uint64_t timeout_ns)
+{
+    if (mode != TERN_POOL_DRAIN && mode != TERN_POOL_CANCEL)
+        return -EINVAL;
+    pthread_mutex_lock(&start_lock);
+    struct tern__pool *p = atomic_load_explicit(&current, memory_order_relaxed);
+    if (p == NULL) {
+        pthread_mutex_unlock(&start_lock);
+        return 0;
+    }
+    if (mode == TERN_POOL_CANCEL) {
+        tern__bounded_drain(p, cancel_queued);
+        tern__lookup_drain(p, cancel_queued);
+        cancel_running(p);
+    }
+    /* Wait for the workers to finish what they hold (DRAIN: and the queue). */
+    uint64_t deadline = tern__clock_now() + timeout_ns;
+    if (deadline < timeout_ns)
+        deadline = UINT64_MAX;
+    while (!idle(p)) {
+        if (tern__clock_now() >= deadline) {
+            pthread_mutex_unlock(&start_lock);
+            return -ETIMEDOUT;
+        }
+        struct timespec ts = {0, 200000}; /* 200 µs: shutdown is not a hot path */
+        nanosleep(&ts, NULL);
+    }
+    atomic_store_explicit(&current, NULL, memory_order_release);
+    tern__bounded_stop(p);
+    tern__long_stop(p);
+    tern__long_destroy(p);
+    tern__lookup_destroy(p);
+    free(p);
+    pthread_mutex_unlock(&start_lock);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                          */
+/* ------------------------------------------------------------------ */
+
+void tern_pool_stats_get(tern_pool_stats *out)
+{
+    TERN_REQUIRE(out != NULL);
+    struct tern__pool_counters *c = &tern__pool_stats;
+#define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
+    *out = (tern_pool_stats){
+        .threads = LOAD(threads),
+        .busy = LOAD(busy),
+        .queued = LOAD(queued),
+        .queued_peak = LOAD(queued_peak),
+        .reserved = LOAD(reserved),
+        .long_threads = LOAD(long_threads),
+        .long_busy = LOAD(long_busy),
+        .submitted = LOAD(submitted),
+        .completed = LOAD(completed),
+        .cancelled = LOAD(cancelled),
+        .refused_queue_full = LOAD(refused_queue_full),
+        .refused_long_ceiling = LOAD(refused_long_ceiling),
+        .refused_undelivered = LOAD(refused_undelivered),
+        .refused_operations = LOAD(refused_operations),
+    };
+#undef LOAD
+    /* Only the histograms of workers that ever ran, plus the long class's. */
+    unsigned n = atomic_load_explicit(&hist_workers, memory_order_relaxed);
+    struct tern__hist *w[TERN__MAX_THREADS + 1], *r[TERN__MAX_THREADS + 1];
+    for (unsigned i = 0; i < n; i++) {
+        w[i] = &tern__pool_wait_hist[i];
+        r[i] = &tern__pool_run_hist[i];
+    }
+    w[n] = &tern__pool_wait_hist[TERN__MAX_THREADS];
+    r[n] = &tern__pool_run_hist[TERN__MAX_THREADS];
+    out->wait_p50_ns = tern__hist_percentile(w, n + 1, 0.50);
+    out->wait_p99_ns = tern__hist_percentile(w, n + 1, 0.99);
+    out->run_p50_ns = tern__hist_percentile(r, n + 1, 0.50);
+    out->run_p99_ns = tern__hist_percentile(r, n + 1, 0.99);
+}
+
+/* ------------------------------------------------------------------ */
+/* fork()                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The child has none of the parent's threads, so the parent's pool is
+ * unusable there: forget it (its memory is the parent's, left as it was)
+ * and let the first submission start a fresh one. Loops created before the
+ * fork must not be used in the child.
+ */
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&start_lock, NULL);
+    atomic_store_explicit(&current, NULL, memory_order_relaxed);
+    reset_stats();
+    atomic_store_explicit(&hist_workers, 0, memory_order_relaxed);
+}
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&start_lock);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&start_lock);
+}
+
+__attribute__((constructor)) static void install_fork_handlers(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}

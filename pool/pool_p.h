@@ -1,0 +1,189 @@
+/*
+ * The pool's private interface: jobs, the two occupancy classes, the
+ * per-loop result ring, statistics.
+ *
+ * Ownership of a job. The loop allocates it at submission and holds it
+ * (as an op in its id map) until done has run. The pool borrows it from
+ * enqueue to completion: a worker runs it, marks it FINISHED and pushes it
+ * onto its loop's result ring, which hands it back. A job cancelled while
+ * still queued is TOMBSTONED by one CAS; the loop delivers its done at once
+ * and the record stays in the queue until a worker (or shutdown) skips it.
+ * Whichever side lets go of a tombstone last frees it (LOOP_DONE /
+ * POOL_DONE below), so neither waits for the other.
+ */
+#ifndef TERN_POOL_P_H
+#define TERN_POOL_P_H
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+
+#include "loop_p.h"
+
+enum tern__job_state {
+    TERN__JOB_QUEUED = 0,     /* accepted, not yet taken by a worker */
+    TERN__JOB_RUNNING = 1,    /* a worker runs work() */
+    TERN__JOB_FINISHED = 2,   /* work returned (or never will): on its way to the ring */
+    TERN__JOB_TOMBSTONED = 3, /* cancelled while queued; the queue still holds it */
+    TERN__JOB_LOOP_DONE = 4,  /* tombstone: the loop has delivered done */
+    TERN__JOB_POOL_DONE = 5,  /* tombstone: the pool has dropped it */
+};
+
+enum tern__job_kind { TERN__JOB_WORK = 0, TERN__JOB_LOOKUP = 1 };
+
+struct tern_job {
+    struct tern__op op;           /* loop side: id, ready link */
+    _Atomic uint8_t state;        /* enum tern__job_state */
+    _Atomic bool cancel;          /* tern_job_cancelled() */
+    uint8_t occupancy;            /* tern_occupancy */
+    uint8_t kind;                 /* enum tern__job_kind */
+    uint32_t pad;
+    tern_loop *loop;
+    tern_work_fn work;
+    tern_done_fn done;
+    void *arg;
+    void *result;
+    uint64_t t_submit; /* for the queue-wait percentile */
+};
+
+/* ------------------------------------------------------------------ */
+/* The result ring (ring.c): MPSC, one per loop.                      */
+/* ------------------------------------------------------------------ */
+
+struct tern__ring_slot {
+    _Atomic uint64_t seq;
+    tern_job *job;
+};
+
+struct tern__ring {
+    uint64_t mask;
+    alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers: pool threads */
+    alignas(TERN_CACHELINE) uint64_t head;         /* consumer: the loop */
+    alignas(TERN_CACHELINE) struct tern__ring_slot slots[];
+};
+
+int tern__ring_new(struct tern__ring **ringp, uint64_t capacity);
+void tern__ring_free(struct tern__ring *ring);
+/* Any thread. Never fails: the producer's job holds a credit (see ring.c). */
+void tern__ring_push(struct tern__ring *ring, tern_job *job);
+/* The loop only. NULL when nothing is ready. */
+tern_job *tern__ring_pop(struct tern__ring *ring);
+bool tern__ring_ready(const struct tern__ring *ring);
+
+/* Hand a finished job back to its loop: ring push + wake (any thread). */
+void tern__job_complete(tern_job *job);
+/* A worker found this job; true if it now runs, false if it was a tombstone. */
+bool tern__job_claim(tern_job *job);
+/* A worker runs a claimed job and completes it (stats recorded). */
+void tern__job_run(tern_job *job, unsigned worker_index);
+
+/* ------------------------------------------------------------------ */
+/* Statistics (histogram.c)                                            */
+/* ------------------------------------------------------------------ */
+
+#define TERN__HIST_BUCKETS 304
+#define TERN__HIST_DECAY 4096 /* halve every this many samples: "recent jobs" */
+
+struct tern__hist {
+    _Atomic uint64_t count;
+    _Atomic uint64_t buckets[TERN__HIST_BUCKETS];
+};
+
+void tern__hist_record(struct tern__hist *h, uint64_t ns);
+/* Percentile q (0..1) over the sum of n histograms. */
+uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q);
+
+/* ------------------------------------------------------------------ */
+/* The process-wide pool (pool.c, bounded.c, long.c)                   */
+/* ------------------------------------------------------------------ */
+
+#define TERN__MAX_THREADS 1024
+
+struct tern__bounded_cell {
+    _Atomic uint64_t seq;
+    tern_job *job;
+};
+
+struct tern__long_worker {
+    pthread_t thread;
+    pthread_cond_t cond;
+    tern_job *job; /* handed over under long_lock */
+    bool exit;     /* told to exit (shutdown), under long_lock */
+    struct tern__long_worker *next_parked, *next_all;
+    tern_job *_Atomic running; /* for shutdown's cancel */
+};
+
+struct tern__pool {
+    tern_pool_config cfg;
+
+    /* The bounded queue: a per-slot-sequence MPMC ring (bounded.c). */
+    alignas(TERN_CACHELINE) _Atomic uint64_t q_head;
+    alignas(TERN_CACHELINE) _Atomic uint64_t q_tail;
+    alignas(TERN_CACHELINE) struct tern__bounded_cell *cells;
+    uint64_t q_mask;
+
+    /* Bounded workers park here; submitters wake one only if some sleep. */
+    alignas(TERN_CACHELINE) _Atomic unsigned sleepers;
+    _Atomic bool waking;
+    _Atomic bool exiting;
+    pthread_mutex_t park_lock;
+    pthread_cond_t park_cond;
+    pthread_t *threads;
+    unsigned nthreads;
+    tern_job *_Atomic *running; /* per bounded worker, for shutdown's cancel */
+
+    /* The long class (long.c). Lock order: long_lock is a leaf. */
+    pthread_mutex_t long_lock;
+    pthread_cond_t long_idle_cond; /* shutdown waits on it */
+    struct tern__long_worker *long_parked, *long_all;
+    unsigned long_count; /* threads alive, under long_lock */
+
+    /* Name lookups beyond the cap wait here (resolve.c). Leaf lock. */
+    pthread_mutex_t lookup_lock;
+    unsigned lookups_active, lookups_cap;
+    tern_job **lookups_waiting;
+    unsigned lookups_len, lookups_cap_alloc, lookups_first;
+};
+
+/* Counters live outside the pool so a reader never races a free. */
+struct tern__pool_counters {
+    alignas(TERN_CACHELINE) _Atomic unsigned queued;
+    _Atomic unsigned queued_peak;
+    _Atomic unsigned reserved;
+    alignas(TERN_CACHELINE) _Atomic unsigned threads, busy, long_threads, long_busy;
+    alignas(TERN_CACHELINE) _Atomic uint64_t submitted;
+    _Atomic uint64_t refused_queue_full, refused_long_ceiling, refused_undelivered,
+        refused_operations;
+    alignas(TERN_CACHELINE) _Atomic uint64_t completed, cancelled;
+};
+
+extern struct tern__pool_counters tern__pool_stats;
+/* Per worker histograms; index TERN__MAX_THREADS is shared by long workers. */
+extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
+extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
+
+/* The running pool, started on demand with cfg (NULL: defaults). */
+int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp);
+
+int tern__bounded_start(struct tern__pool *p);
+void tern__bounded_stop(struct tern__pool *p);
+/* Admit and enqueue; -EAGAIN when the queue is full. */
+int tern__bounded_submit(struct tern__pool *p, tern_job *job);
+/* Take everything still queued (shutdown); each job is passed to fn. */
+void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job));
+void tern__bounded_wake_all(struct tern__pool *p);
+
+int tern__long_init(struct tern__pool *p);
+int tern__long_submit(struct tern__pool *p, tern_job *job);
+/* Tell every long worker to exit and join them (no job may be running). */
+void tern__long_stop(struct tern__pool *p);
+void tern__long_destroy(struct tern__pool *p);
+void tern__long_cancel_running(struct tern__pool *p);
+
+/* Lookups: run one claimed lookup job under the cap, then any waiting. */
+void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker_index);
+int tern__lookup_init(struct tern__pool *p);
+void tern__lookup_destroy(struct tern__pool *p);
+void tern__lookup_drain(struct tern__pool *p, void (*fn)(tern_job *job));
+
+#endif

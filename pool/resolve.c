@@ -1,0 +1,225 @@
+/*
+ * Name lookups: getaddrinfo on the bounded class, at most (threads+1)/2 at
+ * once in the process, so a stalled resolver cannot take every worker from
+ * CPU work. A lookup that a worker dequeues beyond the cap is set aside in
+ * `lookups_waiting` (still QUEUED, so still cancellable by tombstone, and
+ * still holding its queue slot in the admission count); the worker goes
+ * back to CPU work. The worker that finishes a lookup takes the next
+ * waiting one, so the cap holds exactly and nothing waits forever.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_p.h"
+#include "testing.h"
+
+struct lookup {
+    char *host, *service;
+    struct addrinfo hints;
+    bool has_hints;
+    int gai_status;
+    tern_resolve_cb cb;
+    void *arg;
+};
+
+static _Atomic(tern__getaddrinfo_fn) getaddrinfo_fn;
+
+void tern__set_getaddrinfo(tern__getaddrinfo_fn fn)
+{
+    atomic_store(&getaddrinfo_fn, fn);
+}
+
+static int map_gai(int rc)
+{
+    switch (rc) {
+    case 0: return 0;
+    case EAI_NONAME: return TERN_EAI_NONAME;
+    case EAI_AGAIN: return TERN_EAI_AGAIN;
+    case EAI_FAIL: return TERN_EAI_FAIL;
+    case EAI_FAMILY: return TERN_EAI_FAMILY;
+    case EAI_SERVICE: return TERN_EAI_SERVICE;
+#ifdef EAI_NODATA
+    case EAI_NODATA: return TERN_EAI_NODATA;
+#endif
+    case EAI_MEMORY: return -ENOMEM;
+    case EAI_SYSTEM: return -errno;
+    default: return TERN_EAI_OTHER;
+    }
+}
+
+static void *lookup_work(tern_job *job, void *arg)
+{
+    (void)job;
+    struct lookup *l = arg;
+    struct addrinfo *res = NULL;
+    tern__getaddrinfo_fn fn = atomic_load(&getaddrinfo_fn);
+    int rc = fn ? fn(l->host, l->service, l->has_hints ? &l->hints : NULL, &res)
+                : getaddrinfo(l->host, l->service, l->has_hints ? &l->hints : NULL, &res);
+    l->gai_status = map_gai(rc);
+    return rc == 0 ? res : NULL;
+}
+
+static void free_lookup(struct lookup *l)
+{
+    free(l->host);
+    free(l->service);
+    free(l);
+}
+
+static void lookup_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    struct lookup *l = arg;
+    struct addrinfo *res = result;
+    if (status == 0)
+        status = l->gai_status;
+    if (status != 0 && res != NULL) {
+        freeaddrinfo(res);
+        res = NULL;
+    }
+    tern_resolve_cb cb = l->cb;
+    void *cb_arg = l->arg;
+    free_lookup(l);
+    cb(loop, id, status, res, cb_arg);
+}
+
+void tern_freeaddrinfo(struct addrinfo *res)
+{
+    if (res != NULL)
+        freeaddrinfo(res);
+}
+
+static char *dup_or_null(const char *s, bool *failed)
+{
+    if (s == NULL)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = tern__malloc(n);
+    if (d == NULL)
+        *failed = true;
+    else
+        memcpy(d, s, n);
+    return d;
+}
+
+int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
+
+int tern_resolve(tern_loop *loop, const char *host, const char *service,
+                 const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (cb == NULL || (host == NULL && service == NULL))
+        return -EINVAL;
+    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+        return -ESHUTDOWN;
+    struct lookup *l = tern__calloc(1, sizeof(*l));
+    if (l == NULL)
+        return -ENOMEM;
+    bool failed = false;
+    l->host = dup_or_null(host, &failed);
+    l->service = dup_or_null(service, &failed);
+    if (failed) {
+        free_lookup(l);
+        return -ENOMEM;
+    }
+    if (hints != NULL) {
+        /* Only the selecting fields of hints mean anything to getaddrinfo. */
+        l->hints = (struct addrinfo){.ai_flags = hints->ai_flags, .ai_family = hints->ai_family,
+                                     .ai_socktype = hints->ai_socktype,
+                                     .ai_protocol = hints->ai_protocol};
+        l->has_hints = true;
+    }
+    l->cb = cb;
+    l->arg = arg;
+    int rc = tern__submit_job(loop, TERN_BOUNDED, TERN__JOB_LOOKUP, lookup_work, lookup_done, l, idp);
+    if (rc < 0)
+        free_lookup(l);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* The cap                                                             */
+/* ------------------------------------------------------------------ */
+
+int tern__lookup_init(struct tern__pool *p)
+{
+    p->lookups_cap = (p->cfg.threads + 1) / 2;
+    /* Waiting lookups hold queue slots; workers may hold one each in passing. */
+    p->lookups_cap_alloc = p->cfg.queue_capacity + p->cfg.threads;
+    p->lookups_waiting = tern__calloc(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
+    if (p->lookups_waiting == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&p->lookup_lock, NULL);
+    return 0;
+}
+
+void tern__lookup_destroy(struct tern__pool *p)
+{
+    TERN_INSIST(p->lookups_len == 0 && p->lookups_active == 0);
+    pthread_mutex_destroy(&p->lookup_lock);
+    free(p->lookups_waiting);
+}
+
+/* With lookup_lock held. */
+static tern_job *pop_waiting(struct tern__pool *p)
+{
+    if (p->lookups_len == 0)
+        return NULL;
+    tern_job *job = p->lookups_waiting[p->lookups_first];
+    p->lookups_first = (p->lookups_first + 1) % p->lookups_cap_alloc;
+    p->lookups_len--;
+    return job;
+}
+
+void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker)
+{
+    pthread_mutex_lock(&p->lookup_lock);
+    if (p->lookups_active >= p->lookups_cap) {
+        /*
+         * Over the cap: set it aside. It keeps its queue slot (the
+         * admission counter), which also bounds this array's use.
+         */
+        TERN_INSIST(p->lookups_len < p->lookups_cap_alloc);
+        p->lookups_waiting[(p->lookups_first + p->lookups_len) % p->lookups_cap_alloc] = job;
+        p->lookups_len++;
+        atomic_fetch_add_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&p->lookup_lock);
+        return;
+    }
+    p->lookups_active++;
+    pthread_mutex_unlock(&p->lookup_lock);
+
+    while (job != NULL) {
+        if (tern__job_claim(job)) {
+            atomic_store_explicit(&p->running[worker], job, memory_order_relaxed);
+            atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            tern__job_run(job, worker);
+            atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            atomic_store_explicit(&p->running[worker], NULL, memory_order_relaxed);
+        }
+        pthread_mutex_lock(&p->lookup_lock);
+        job = pop_waiting(p);
+        if (job != NULL)
+            atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+        else
+            p->lookups_active--;
+        pthread_mutex_unlock(&p->lookup_lock);
+    }
+}
+
+void tern__lookup_drain(struct tern__pool *p, void (*fn)(tern_job *job))
+{
+    for (;;) {
+        pthread_mutex_lock(&p->lookup_lock);
+        tern_job *job = pop_waiting(p);
+        if (job != NULL)
+            atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&p->lookup_lock);
+        if (job == NULL)
+            return;
+        fn(job);
+    }
+}

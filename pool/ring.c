@@ -1,0 +1,72 @@
+/*
+ * The result ring: many pool threads push finished jobs, one loop pops
+ * them (G1). Free-running 64-bit head and tail with a power-of-two mask;
+ * each slot carries a sequence number saying whose turn it is:
+ *
+ *   seq == pos          the slot is free for the producer that claims pos
+ *   seq == pos + 1      it holds the job pushed at pos, for the consumer
+ *   seq == pos + size   freed by the consumer, for the producer one lap on
+ *
+ * A push never finds the ring full: every job in flight holds one
+ * undelivered credit, taken at submission and returned only after its slot
+ * was freed, and the ring has at least as many slots as credits. So a
+ * producer's slot is always free or about to be (a consumer between
+ * claiming and freeing it); anything else is a broken invariant.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include <urcu/arch.h>
+
+#include "pool_p.h"
+
+int tern__ring_new(struct tern__ring **ringp, uint64_t capacity)
+{
+    uint64_t size = 1;
+    while (size < capacity)
+        size <<= 1;
+    struct tern__ring *r = tern__calloc(1, sizeof(*r) + size * sizeof(r->slots[0]));
+    if (r == NULL)
+        return -ENOMEM;
+    r->mask = size - 1;
+    for (uint64_t i = 0; i < size; i++)
+        atomic_init(&r->slots[i].seq, i);
+    *ringp = r;
+    return 0;
+}
+
+void tern__ring_free(struct tern__ring *ring)
+{
+    free(ring);
+}
+
+void tern__ring_push(struct tern__ring *ring, tern_job *job)
+{
+    uint64_t pos = atomic_fetch_add_explicit(&ring->tail, 1, memory_order_relaxed);
+    struct tern__ring_slot *slot = &ring->slots[pos & ring->mask];
+    /* Pairs with the consumer's release store freeing this slot a lap ago. */
+    uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
+    TERN_INSIST(seq == pos); /* a full ring: the credit accounting is broken */
+    slot->job = job;
+    /* Pairs with the acquire load in tern__ring_pop(): publishes job. */
+    atomic_store_explicit(&slot->seq, pos + 1, memory_order_release);
+}
+
+tern_job *tern__ring_pop(struct tern__ring *ring)
+{
+    struct tern__ring_slot *slot = &ring->slots[ring->head & ring->mask];
+    /* Pairs with the release store in tern__ring_push(). */
+    if (atomic_load_explicit(&slot->seq, memory_order_acquire) != ring->head + 1)
+        return NULL;
+    tern_job *job = slot->job;
+    /* Pairs with the producer's acquire load one lap later. */
+    atomic_store_explicit(&slot->seq, ring->head + ring->mask + 1, memory_order_release);
+    ring->head++;
+    return job;
+}
+
+bool tern__ring_ready(const struct tern__ring *ring)
+{
+    const struct tern__ring_slot *slot = &ring->slots[ring->head & ring->mask];
+    return atomic_load_explicit(&slot->seq, memory_order_acquire) == ring->head + 1;
+}

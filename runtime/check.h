@@ -1,0 +1,36 @@
+/*
+ * Always-on contract checks. They abort through one noreturn handler that
+ * prints where and what; they never have side effects, so removing the
+ * check never changes behaviour, only safety.
+ *
+ *   TERN_REQUIRE(e)   a precondition the caller must meet
+ *   TERN_ENSURE(e)    a postcondition this function promises
+ *   TERN_INSIST(e)    an internal invariant (a broken one is a tern bug)
+ *   TERN_UNREACHABLE  a branch that cannot be taken
+ *   TERN_FATAL(fn, rule) a named contract violation ("fn: rule")
+ */
+#ifndef TERN_CHECK_H
+#define TERN_CHECK_H
+
+#include <stdnoreturn.h>
+
+noreturn void tern__check_failed(const char *file, int line, const char *func,
+                                 const char *kind, const char *what);
+
+#define TERN__CHECK(kind, e) \
+    ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, kind, #e))
+
+#define TERN_REQUIRE(e) TERN__CHECK("REQUIRE", e)
+#define TERN_ENSURE(e)  TERN__CHECK("ENSURE", e)
+#define TERN_INSIST(e)  TERN__CHECK("INSIST", e)
+#define TERN_UNREACHABLE() \
+    tern__check_failed(__FILE__, __LINE__, __func__, "UNREACHABLE", "reached")
+#define TERN_FATAL(fn, rule) \
+    tern__check_failed(__FILE__, __LINE__, fn, "CONTRACT", rule)
+
+#define TERN_LIKELY(e)   __builtin_expect(!!(e), 1)
+#define TERN_UNLIKELY(e) __builtin_expect(!!(e), 0)
+
+#define TERN_CACHELINE 64
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * The fault seam (see fault.h). A test arms it with a mask of sites and
+ * an ordinal; every checked call over those sites counts, and the nth one
+ * fails. Disarmed, a site costs one relaxed load of `armed_mask`.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "fault.h"
+
+static _Atomic unsigned armed_mask;
+static _Atomic uint64_t target;
+static _Atomic uint64_t counted;
+static _Atomic bool fired;
+
+void tern__fault_arm(unsigned mask, uint64_t nth)
+{
+    atomic_store(&armed_mask, 0);
+    atomic_store(&counted, 0);
+    atomic_store(&fired, false);
+    atomic_store(&target, nth);
+    if (nth != 0)
+        atomic_store(&armed_mask, mask);
+}
+
+bool tern__fault_fired(void)
+{
+    return atomic_load(&fired);
+}
+
+uint64_t tern__fault_count(void)
+{
+    return atomic_load(&counted);
+}
+
+bool tern__fault_hit(enum tern__fault_site site)
+{
+    if (__builtin_expect(!(atomic_load_explicit(&armed_mask, memory_order_relaxed) & site), 1))
+        return false;
+    uint64_t n = atomic_fetch_add(&counted, 1) + 1;
+    if (n != atomic_load(&target))
+        return false;
+    atomic_store(&fired, true);
+    return true;
+}
+
+void *tern__malloc(size_t size)
+{
+    return tern__fault_hit(TERN__FAULT_ALLOC) ? NULL : malloc(size);
+}
+
+void *tern__calloc(size_t n, size_t size)
+{
+    return tern__fault_hit(TERN__FAULT_ALLOC) ? NULL : calloc(n, size);
+}
+
+void *tern__realloc(void *p, size_t size)
+{
+    return tern__fault_hit(TERN__FAULT_ALLOC) ? NULL : realloc(p, size);
+}
+
+void tern__free(void *p)
+{
+    free(p);
+}
+
+int tern__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    if (tern__fault_hit(TERN__FAULT_THREAD))
+        return -EAGAIN;
+    /*
+     * The new thread inherits the creator's mask; block everything around
+     * the create so signals meant for a loop's signalfd never land on a
+     * pool worker, then restore the caller's mask.
+     */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return -rc;
+}
+
+int tern__fd_fault(void)
+{
+    return tern__fault_hit(TERN__FAULT_FD) ? -EMFILE : 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * The fault seam. Every allocation, thread creation and descriptor
+ * creation in tern goes through here so a test can make the Nth such call
+ * fail (tern__fault_arm). Disarmed, the cost is one relaxed load.
+ *
+ * Tests reach these through the static library; they are not exported
+ * from the shared one.
+ */
+#ifndef TERN_FAULT_H
+#define TERN_FAULT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum tern__fault_site {
+    TERN__FAULT_ALLOC = 1u << 0,  /* malloc, calloc, realloc */
+    TERN__FAULT_THREAD = 1u << 1, /* pthread_create */
+    TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe */
+    TERN__FAULT_ALL = 7u,
+};
+
+/*
+ * Make the nth checked call (1-based, counted over the sites in mask from
+ * now on) fail, once. nth == 0 disarms. Checked calls are counted while
+ * armed whether or not they fail, so a test can walk n = 1, 2, 3, ...
+ * until tern__fault_fired() stays false.
+ */
+void tern__fault_arm(unsigned mask, uint64_t nth);
+/* Whether the armed failure has been injected since the last arm. */
+bool tern__fault_fired(void);
+/* How many checked calls have been counted since the last arm. */
+uint64_t tern__fault_count(void);
+
+/* Called by the runtime at a site: true means "fail this call". */
+bool tern__fault_hit(enum tern__fault_site site);
+
+void *tern__malloc(size_t size);
+void *tern__calloc(size_t n, size_t size);
+void *tern__realloc(void *p, size_t size);
+void tern__free(void *p);
+
+/*
+ * Create a thread with every signal blocked (so signalfd and liburcu's
+ * helpers see the signals on the loop thread only). Returns 0 or a
+ * negative errno (-EAGAIN on injection).
+ */
+int tern__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/*
+ * Called just before a descriptor is created: 0 to go ahead, or -EMFILE
+ * when a failure is injected (so nothing has to be closed again).
+ */
+int tern__fd_fault(void);
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * The id map: a loop's live operations by id. Open addressing with linear
+ * probing over op pointers (8 bytes a slot; the key is read from the op),
+ * kept at most 5/8 full, with backward-shift deletion so no tombstones
+ * accumulate. Ids are mostly consecutive, so a multiplicative hash spreads
+ * them well.
+ *
+ * Why not a slot+generation id? Ids must never repeat in the process and
+ * must not name another loop's operation; a 64-bit counter gives that
+ * exactly, and the map turns it back into a pointer for the few calls
+ * that take an id (cancel, stop, modify, ref).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "loop_p.h"
+
+#define MIN_CAPACITY 64u
+
+static size_t hash(tern_id id, size_t mask)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+int tern__idmap_init(struct tern__idmap *m)
+{
+    m->slots = tern__calloc(MIN_CAPACITY, sizeof(*m->slots));
+    if (m->slots == NULL)
+        return -ENOMEM;
+    m->mask = MIN_CAPACITY - 1;
+    m->count = 0;
+    return 0;
+}
+
+void tern__idmap_destroy(struct tern__idmap *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+}
+
+static void place(struct tern__op **slots, size_t mask, struct tern__op *op)
+{
+    size_t i = hash(op->id, mask);
+    while (slots[i] != NULL)
+        i = (i + 1) & mask;
+    slots[i] = op;
+}
+
+int tern__idmap_reserve(struct tern__idmap *m, size_t extra)
+{
+    size_t need = m->count + extra;
+    size_t cap = m->mask + 1;
+    if (need * 8 <= cap * 5)
+        return 0;
+    size_t ncap = cap;
+    while (need * 8 > ncap * 5)
+        ncap *= 2;
+    struct tern__op **ns = tern__calloc(ncap, sizeof(*ns));
+    if (ns == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < cap; i++)
+        if (m->slots[i] != NULL)
+            place(ns, ncap - 1, m->slots[i]);
+    free(m->slots);
+    m->slots = ns;
+    m->mask = ncap - 1;
+    return 0;
+}
+
+int tern__idmap_insert(struct tern__idmap *m, struct tern__op *op)
+{
+    int rc = tern__idmap_reserve(m, 1);
+    if (rc < 0)
+        return rc;
+    place(m->slots, m->mask, op);
+    m->count++;
+    return 0;
+}
+
+struct tern__op *tern__idmap_find(const struct tern__idmap *m, tern_id id)
+{
+    size_t i = hash(id, m->mask);
+    for (struct tern__op *op; (op = m->slots[i]) != NULL; i = (i + 1) & m->mask)
+        if (op->id == id)
+            return op;
+    return NULL;
+}
+
+void tern__idmap_remove(struct tern__idmap *m, struct tern__op *op)
+{
+    size_t i = hash(op->id, m->mask);
+    while (m->slots[i] != op) {
+        TERN_INSIST(m->slots[i] != NULL);
+        i = (i + 1) & m->mask;
+    }
+    /*
+     * Backward shift: pull later members of the probe run into the hole
+     * when their home slot does not lie (cyclically) between the hole and
+     * their position, so lookups never stop early at a false empty slot.
+     */
+    size_t hole = i;
+    for (size_t j = (i + 1) & m->mask; m->slots[j] != NULL; j = (j + 1) & m->mask) {
+        size_t home = hash(m->slots[j]->id, m->mask);
+        bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
+        if (movable) {
+            m->slots[hole] = m->slots[j];
+            hole = j;
+        }
+    }
+    m->slots[hole] = NULL;
+    m->count--;
+}

@@ -1,0 +1,228 @@
+/*
+ * fd watchers. Level-triggered: the backend reports a condition for as
+ * long as it holds, and each report queues the watcher for the next step 2
+ * (reports that arrive while it is still queued merge into one callback).
+ *
+ * G4 — one fd, one loop — is kept by a process-wide registry, because two
+ * loops watching one fd would each consume readiness meant for the other.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "loop_p.h"
+
+struct watcher {
+    struct tern__op op;
+    int fd;
+    unsigned events;  /* interest */
+    unsigned revents; /* reported since the last callback */
+    tern_io_cb cb;
+    void *arg;
+};
+
+/* ------------------------------------------------------------------ */
+/* The process-wide registry (G4)                                      */
+/* ------------------------------------------------------------------ */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern_loop **registry; /* fd -> owning loop; guarded by registry_lock */
+static unsigned registry_len;
+
+int tern__fd_claim(int fd, tern_loop *loop)
+{
+    int rc = 0;
+    pthread_mutex_lock(&registry_lock);
+    if ((unsigned)fd >= registry_len) {
+        unsigned n = registry_len ? registry_len : 256;
+        while (n <= (unsigned)fd)
+            n *= 2;
+        tern_loop **r = tern__realloc(registry, n * sizeof(*r));
+        if (r == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (unsigned i = registry_len; i < n; i++)
+            r[i] = NULL;
+        registry = r;
+        registry_len = n;
+    }
+    if (registry[fd] != NULL)
+        rc = -EEXIST;
+    else
+        registry[fd] = loop;
+out:
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
+void tern__fd_release(int fd)
+{
+    pthread_mutex_lock(&registry_lock);
+    TERN_INSIST((unsigned)fd < registry_len && registry[fd] != NULL);
+    registry[fd] = NULL;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Watchers                                                            */
+/* ------------------------------------------------------------------ */
+
+static void stop_watcher(tern_loop *loop, struct watcher *w)
+{
+    /*
+     * The delete may fail if the caller already closed the fd (epoll then
+     * forgot it by itself); either way the kernel no longer reports it.
+     */
+    (void)loop->backend.ops->modify(&loop->backend, w->fd, w->events, 0);
+    loop->fds[w->fd] = NULL;
+    loop->io_count--;
+    tern__fd_release(w->fd);
+    tern__op_finish(loop, &w->op);
+}
+
+static void watcher_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    struct watcher *w = (struct watcher *)op;
+    unsigned ev = w->revents & (w->events | TERN_HANGUP | TERN_ERROR);
+    w->revents = 0;
+    if (ev != 0)
+        w->cb(loop, op->id, w->fd, ev, w->arg);
+}
+
+static int watcher_cancel(tern_loop *loop, struct tern__op *op)
+{
+    stop_watcher(loop, (struct watcher *)op);
+    return 0;
+}
+
+static void watcher_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    free(op);
+}
+
+static const struct tern__op_class watcher_class = {
+    .name = "io",
+    .dispatch = watcher_dispatch,
+    .cancel = watcher_cancel,
+    .free = watcher_free,
+    .refable = true,
+};
+
+void tern__io_fired(tern_loop *loop, int fd, unsigned events)
+{
+    if ((unsigned)fd >= loop->fds_len || loop->fds[fd] == NULL)
+        return; /* stopped after the kernel reported it */
+    struct watcher *w = (struct watcher *)loop->fds[fd];
+    w->revents |= events;
+    tern__op_ready(loop, &w->op);
+}
+
+static bool valid_events(unsigned events)
+{
+    return events != 0 && (events & ~(unsigned)(TERN_READABLE | TERN_WRITABLE)) == 0;
+}
+
+static int grow_fds(tern_loop *loop, int fd)
+{
+    if ((unsigned)fd < loop->fds_len)
+        return 0;
+    unsigned n = loop->fds_len ? loop->fds_len : 64;
+    while (n <= (unsigned)fd)
+        n *= 2;
+    struct tern__op **f = tern__realloc(loop->fds, n * sizeof(*f));
+    if (f == NULL)
+        return -ENOMEM;
+    for (unsigned i = loop->fds_len; i < n; i++)
+        f[i] = NULL;
+    loop->fds = f;
+    loop->fds_len = n;
+    return 0;
+}
+
+int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (fd < 0 || fcntl(fd, F_GETFD) < 0)
+        return -EBADF;
+    if (cb == NULL || !valid_events(events))
+        return -EINVAL;
+    if (fd == loop->wake_fd || fd == loop->backend.fd)
+        return -EEXIST;
+    int rc = grow_fds(loop, fd);
+    if (rc < 0)
+        return rc;
+    if (loop->fds[fd] != NULL)
+        return -EEXIST;
+    if ((rc = tern__op_admit(loop)) < 0)
+        return rc;
+    struct watcher *w = tern__malloc(sizeof(*w));
+    if (w == NULL) {
+        tern__op_unadmit(loop);
+        return -ENOMEM;
+    }
+    *w = (struct watcher){.fd = fd, .events = events, .cb = cb, .arg = arg};
+    if ((rc = tern__fd_claim(fd, loop)) < 0)
+        goto fail;
+    if ((rc = loop->backend.ops->modify(&loop->backend, fd, 0, events)) < 0) {
+        tern__fd_release(fd);
+        goto fail;
+    }
+    if ((rc = tern__op_add(loop, &w->op, &watcher_class)) < 0) {
+        (void)loop->backend.ops->modify(&loop->backend, fd, events, 0);
+        tern__fd_release(fd);
+        goto fail;
+    }
+    loop->fds[fd] = &w->op;
+    loop->io_count++;
+    if (idp != NULL)
+        *idp = w->op.id;
+    return 0;
+
+fail:
+    free(w);
+    tern__op_unadmit(loop);
+    return rc;
+}
+
+static struct watcher *find_watcher(tern_loop *loop, tern_id id)
+{
+    struct tern__op *op = tern__op_find(loop, id);
+    return op != NULL && op->cls == &watcher_class ? (struct watcher *)op : NULL;
+}
+
+int tern_io_modify(tern_loop *loop, tern_id id, unsigned events)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (id == 0)
+        return -EINVAL;
+    struct watcher *w = find_watcher(loop, id);
+    if (w == NULL)
+        return -ENOENT;
+    if (!valid_events(events))
+        return -EINVAL;
+    if (events == w->events)
+        return 0;
+    int rc = loop->backend.ops->modify(&loop->backend, w->fd, w->events, events);
+    if (rc < 0)
+        return rc;
+    w->events = events;
+    return 0;
+}
+
+int tern_io_stop(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (id == 0)
+        return -EINVAL;
+    struct watcher *w = find_watcher(loop, id);
+    if (w == NULL)
+        return -ENOENT;
+    stop_watcher(loop, w);
+    return 0;
+}

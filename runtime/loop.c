@@ -1,0 +1,507 @@
+/*
+ * Loop lifecycle, identity, options, operations bookkeeping, statistics.
+ * The turn itself is in turn.c; the inbound queue and wake-ups in inbound.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <urcu-qsbr.h>
+
+#include "loop_p.h"
+
+/* ------------------------------------------------------------------ */
+/* Thread identity                                                     */
+/* ------------------------------------------------------------------ */
+
+static _Thread_local char thread_token_anchor;
+static _Thread_local tern_loop *current_loop;
+
+uintptr_t tern__thread_token(void)
+{
+    return (uintptr_t)&thread_token_anchor;
+}
+
+void tern__loop_only_failed(const char *fn)
+{
+    TERN_FATAL(fn, "loop-only call from a thread that is not running this loop "
+                   "(use tern_post to hand work to the loop)");
+}
+
+tern_loop *tern_loop_current(void)
+{
+    return current_loop;
+}
+
+/*
+ * Claim the loop for this thread (run/run_once/free). A second claim from
+ * another thread, or from inside the loop's own callbacks, is a contract
+ * violation: the loop has exactly one dequeuing thread (G1).
+ */
+static tern_loop *claim(tern_loop *loop, const char *fn)
+{
+    uintptr_t expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&loop->owner, &expected, tern__thread_token(),
+                                                 memory_order_acquire, memory_order_relaxed)) {
+        if (expected == tern__thread_token())
+            TERN_FATAL(fn, "called from inside the loop's own callback (the loop is running)");
+        TERN_FATAL(fn, "the loop is already running on another thread");
+    }
+    tern_loop *prev = current_loop;
+    current_loop = loop;
+    return prev;
+}
+
+static void release(tern_loop *loop, tern_loop *prev)
+{
+    current_loop = prev;
+    /* Pairs with the acquire CAS in claim(): the next claimer sees our writes. */
+    atomic_store_explicit(&loop->owner, 0, memory_order_release);
+}
+
+/* ------------------------------------------------------------------ */
+/* Ids and operations                                                  */
+/* ------------------------------------------------------------------ */
+
+#define ID_BLOCK 4096u
+static _Atomic uint64_t id_counter = 1;
+
+/*
+ * Ids come from one process-wide counter, taken in blocks so the common
+ * case touches no shared cache line. 64 bits never wrap in practice.
+ */
+tern_id tern__id_next(tern_loop *loop)
+{
+    if (TERN_UNLIKELY(loop->id_next == loop->id_end)) {
+        loop->id_next = atomic_fetch_add_explicit(&id_counter, ID_BLOCK, memory_order_relaxed);
+        loop->id_end = loop->id_next + ID_BLOCK;
+    }
+    return loop->id_next++;
+}
+
+int tern__op_admit(tern_loop *loop)
+{
+    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+        return -ESHUTDOWN;
+    unsigned prev = atomic_fetch_add_explicit(&loop->live, 1, memory_order_relaxed);
+    if (prev >= loop->max_operations) {
+        atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+void tern__op_unadmit(tern_loop *loop)
+{
+    atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+}
+
+int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls)
+{
+    op->id = tern__id_next(loop);
+    op->cls = cls;
+    op->ready_next = NULL;
+    op->flags = 0;
+    op->aux = UINT32_MAX;
+    int rc = tern__idmap_insert(&loop->ids, op);
+    if (rc < 0)
+        return rc;
+    loop->ops_local++;
+    loop->refs++;
+    return 0;
+}
+
+void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls)
+{
+    op->id = 0;
+    op->cls = cls;
+    op->ready_next = NULL;
+    op->flags = TERN__OP_ANON;
+    op->aux = UINT32_MAX;
+    loop->ops_local++;
+    loop->refs++;
+}
+
+void tern__op_ready(tern_loop *loop, struct tern__op *op)
+{
+    if (op->flags & TERN__OP_QUEUED)
+        return;
+    op->flags |= TERN__OP_QUEUED;
+    op->ready_next = NULL;
+    if (loop->ready_tail)
+        loop->ready_tail->ready_next = op;
+    else
+        loop->ready_head = op;
+    loop->ready_tail = op;
+}
+
+void tern__op_finish(tern_loop *loop, struct tern__op *op)
+{
+    TERN_INSIST(!(op->flags & TERN__OP_DEAD));
+    if (!(op->flags & TERN__OP_ANON))
+        tern__idmap_remove(&loop->ids, op);
+    if (tern__deadline_armed(op))
+        tern__deadline_disarm(loop, op);
+    if (!(op->flags & TERN__OP_UNREF))
+        loop->refs--;
+    loop->ops_local--;
+    atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+    if (op->flags & TERN__OP_QUEUED)
+        op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
+    else
+        op->cls->free(loop, op);
+}
+
+void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
+{
+    bool is_ref = !(op->flags & TERN__OP_UNREF);
+    if (ref == is_ref)
+        return;
+    if (ref) {
+        op->flags &= ~TERN__OP_UNREF;
+        loop->refs++;
+    } else {
+        op->flags |= TERN__OP_UNREF;
+        loop->refs--;
+    }
+}
+
+struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
+{
+    return id == 0 ? NULL : tern__idmap_find(&loop->ids, id);
+}
+
+static int ref_common(tern_loop *loop, tern_id id, bool ref)
+{
+    if (id == 0)
+        return -EINVAL;
+    struct tern__op *op = tern__op_find(loop, id);
+    if (op == NULL)
+        return -ENOENT;
+    if (!op->cls->refable)
+        return -EINVAL;
+    tern__op_set_ref(loop, op, ref);
+    return 0;
+}
+
+int tern_ref(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    return ref_common(loop, id, true);
+}
+
+int tern_unref(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    return ref_common(loop, id, false);
+}
+
+bool tern__loop_alive(tern_loop *loop)
+{
+    /* Posts are the part of `live` that is not the loop's own ops. */
+    unsigned live = atomic_load_explicit(&loop->live, memory_order_relaxed);
+    return loop->refs > 0 || live > loop->ops_local || loop->ready_head != NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Options and creation                                                */
+/* ------------------------------------------------------------------ */
+
+void tern_loop_options_init(tern_loop_options *opts)
+{
+    TERN_REQUIRE(opts != NULL);
+    *opts = (tern_loop_options){
+        .dispatch_batch = 64,
+        .max_operations = 65536,
+        .max_undelivered = 4096,
+        .pool = NULL,
+        .backend = NULL,
+        .flags = 0,
+    };
+}
+
+int tern__pool_config_check(const tern_pool_config *cfg);
+int tern__pool_config_conflicts(const tern_pool_config *cfg);
+
+static int check_options(const tern_loop_options *o)
+{
+    if (o->dispatch_batch < 1 || o->dispatch_batch > (1u << 20))
+        return -EINVAL;
+    if (o->max_operations < 1 || o->max_operations > (1u << 31))
+        return -EINVAL;
+    if (o->max_undelivered < 1 || o->max_undelivered > (1u << 31))
+        return -EINVAL;
+    if (o->flags & ~(unsigned)TERN_LOOP_RCU)
+        return -EINVAL;
+    if (tern__backend_find(o->backend) == NULL)
+        return -EINVAL;
+    if (o->pool != NULL) {
+        int rc = tern__pool_config_check(o->pool);
+        if (rc < 0)
+            return rc;
+        if (tern__pool_config_conflicts(o->pool))
+            return -EINVAL;
+    }
+    return 0;
+}
+
+static int open_wake_fd(void)
+{
+    int rc = tern__fd_fault();
+    if (rc < 0)
+        return rc;
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
+}
+
+int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
+{
+    TERN_REQUIRE(loopp != NULL);
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    if (opts != NULL)
+        o = *opts;
+    int rc = check_options(&o);
+    if (rc < 0)
+        return rc;
+
+    tern_loop *loop = tern__calloc(1, sizeof(*loop));
+    if (loop == NULL)
+        return -ENOMEM;
+    __cds_wfcq_init(&loop->in_head, &loop->in_tail);
+    loop->dispatch_batch = o.dispatch_batch;
+    loop->max_operations = o.max_operations;
+    loop->max_undelivered = o.max_undelivered;
+    loop->flags = o.flags;
+    if (o.pool != NULL) {
+        loop->has_pool_config = true;
+        loop->pool_config = *o.pool;
+    }
+    loop->now = tern__clock_now();
+    loop->last_wait = -1;
+    loop->wake_fd = -1;
+    loop->backend.fd = -1;
+
+    if ((rc = tern__idmap_init(&loop->ids)) < 0)
+        goto fail;
+    if ((rc = open_wake_fd()) < 0)
+        goto fail;
+    loop->wake_fd = rc;
+    loop->backend.ops = tern__backend_find(o.backend);
+    if ((rc = loop->backend.ops->init(&loop->backend)) < 0) {
+        loop->backend.ops = NULL;
+        goto fail;
+    }
+    if ((rc = loop->backend.ops->modify(&loop->backend, loop->wake_fd, 0, TERN_READABLE)) < 0)
+        goto fail;
+    if ((rc = tern__loop_pool_init(loop)) < 0)
+        goto fail;
+    loop->magic = TERN__LOOP_MAGIC;
+    *loopp = loop;
+    return 0;
+
+fail:
+    if (loop->backend.ops != NULL)
+        loop->backend.ops->close(&loop->backend);
+    if (loop->wake_fd >= 0)
+        close(loop->wake_fd);
+    tern__idmap_destroy(&loop->ids);
+    free(loop);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Running                                                             */
+/* ------------------------------------------------------------------ */
+
+static void rcu_enter(tern_loop *loop)
+{
+    if (loop->flags & TERN_LOOP_RCU)
+        rcu_register_thread();
+}
+
+static void rcu_leave(tern_loop *loop)
+{
+    if (loop->flags & TERN_LOOP_RCU)
+        rcu_unregister_thread();
+}
+
+int tern_loop_run(tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    tern_loop *prev = claim(loop, "tern_loop_run");
+    rcu_enter(loop);
+    int result = 0;
+    while (tern__loop_alive(loop)) {
+        tern__loop_turn(loop, -1);
+        if (atomic_exchange_explicit(&loop->stop_requested, false, memory_order_relaxed)) {
+            result = tern__loop_alive(loop) ? 1 : 0;
+            break;
+        }
+    }
+    atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
+    rcu_leave(loop);
+    release(loop, prev);
+    return result;
+}
+
+int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
+{
+    TERN__REQUIRE_LOOP(loop);
+    tern_loop *prev = claim(loop, "tern_loop_run_once");
+    rcu_enter(loop);
+    /*
+     * With nothing live the turn must not block, but it still runs (with
+     * a zero wait) so a host pumping us fires unreferenced timers too.
+     */
+    tern__loop_turn(loop, tern__loop_alive(loop) ? max_wait_ns : 0);
+    atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
+    int alive = tern__loop_alive(loop) ? 1 : 0;
+    rcu_leave(loop);
+    release(loop, prev);
+    return alive;
+}
+
+int tern_loop_stop(tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    atomic_store_explicit(&loop->stop_requested, true, memory_order_relaxed);
+    tern__loop_wake(loop);
+    return 0;
+}
+
+uint64_t tern_loop_now(const tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    return __atomic_load_n(&loop->now, __ATOMIC_RELAXED);
+}
+
+int tern_loop_backend_fd(const tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    return loop->backend.fd >= 0 ? loop->backend.fd : loop->wake_fd;
+}
+
+int64_t tern_loop_next_timeout(const tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    tern_loop *l = (tern_loop *)loop;
+    TERN__LOOP_ONLY(l);
+    if (l->ready_head != NULL || tern__inbound_pending(l) || tern__loop_pool_pending(l))
+        return 0;
+    const struct tern__heap_entry *top = tern__heap_top(&l->heap);
+    if (top == NULL)
+        return -1;
+    uint64_t now = tern__clock_now();
+    return top->deadline <= now ? 0 : (int64_t)(top->deadline - now);
+}
+
+/* ------------------------------------------------------------------ */
+/* Teardown                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Cancel every live op. A cancel hook may finish its op, and the map's
+ * backward-shift deletion can then move a later entry behind the walk;
+ * such an entry is caught by the next drain pass, which walks again.
+ * Hooks are idempotent (a job already told to stop is told again).
+ */
+static void cancel_all(tern_loop *loop)
+{
+    for (size_t i = 0; i <= loop->ids.mask; i++) {
+        struct tern__op *op = loop->ids.slots[i];
+        if (op != NULL)
+            op->cls->cancel(loop, op);
+    }
+}
+
+/*
+ * Drain passes: turns that deliver what cancellation produced. While the
+ * loop is closing nothing new is admitted (every start, post and defer
+ * says -ESHUTDOWN), so the passes end: a pass blocks only while pool jobs
+ * of this loop are still owed — they were told to stop and the loop waits
+ * for them to return.
+ */
+static void drain(tern_loop *loop)
+{
+    for (;;) {
+        cancel_all(loop);
+        if (loop->ready_head != NULL || tern__inbound_pending(loop) || tern__loop_pool_pending(loop))
+            tern__loop_turn(loop, 0);
+        else if (loop->undelivered > 0)
+            tern__loop_turn(loop, -1);
+        else
+            break;
+    }
+}
+
+void tern_loop_free(tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    if (atomic_load_explicit(&loop->owner, memory_order_relaxed) != 0)
+        TERN_FATAL("tern_loop_free", "the loop is running: teardown must be serialised with "
+                                     "dispatch (not from its own callback, not while another "
+                                     "thread runs it)");
+    tern_loop *prev = claim(loop, "tern_loop_free");
+    atomic_store_explicit(&loop->stop_requested, true, memory_order_relaxed);
+    atomic_store_explicit(&loop->closing, true, memory_order_relaxed);
+    drain(loop);
+    /* Every kind's cancel must end its op or arrange its final callback. */
+    TERN_INSIST(loop->ids.count == 0 && loop->ready_head == NULL && loop->undelivered == 0);
+
+    /* Pool threads may still be inside a hand-over to us; wait them out. */
+    while (atomic_load_explicit(&loop->pins, memory_order_acquire) != 0)
+        sched_yield();
+    release(loop, prev);
+
+    tern__loop_pool_destroy(loop);
+    loop->backend.ops->close(&loop->backend);
+    close(loop->wake_fd);
+    free(loop->fds);
+    tern__heap_destroy(&loop->heap);
+    tern__idmap_destroy(&loop->ids);
+    loop->magic = 0;
+    free(loop);
+}
+
+/* ------------------------------------------------------------------ */
+/* Statistics and test seams                                           */
+/* ------------------------------------------------------------------ */
+
+void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN_REQUIRE(out != NULL);
+    tern_loop *l = (tern_loop *)loop;
+    *out = (tern_loop_stats){
+        .turns = atomic_load_explicit(&l->st_turns, memory_order_relaxed),
+        .posts = atomic_load_explicit(&l->st_posts, memory_order_relaxed),
+        .wake_syscalls = atomic_load_explicit(&l->wake_syscalls, memory_order_relaxed),
+        .events = atomic_load_explicit(&l->st_events, memory_order_relaxed),
+        .idle_ns = atomic_load_explicit(&l->st_idle_ns, memory_order_relaxed),
+        .live_operations = atomic_load_explicit(&l->live, memory_order_relaxed),
+        .undelivered = atomic_load_explicit(&l->st_undelivered, memory_order_relaxed),
+        .undelivered_peak = atomic_load_explicit(&l->st_undelivered_peak, memory_order_relaxed),
+    };
+}
+
+int64_t tern__loop_last_wait(const tern_loop *loop)
+{
+    return loop->last_wait;
+}
+
+const char *tern__loop_backend_name(const tern_loop *loop)
+{
+    return loop->backend.ops->name;
+}
+
+int tern__loop_step(const tern_loop *loop)
+{
+    return loop->step;
+}

@@ -1,0 +1,266 @@
+/*
+ * The loop's private layout and the internal interface between the loop
+ * core, the operation kinds (timers, watchers, jobs, streams) and the pool.
+ *
+ * Operations. Everything a loop tracks is a `struct tern__op` embedded at
+ * the start of a kind-specific record. The op carries the id, the kind's
+ * class (dispatch/cancel/free hooks) and a link for the ready queue. The
+ * core owns the id map, the ready queue and the live counts; each kind
+ * owns its record's memory and decides what cancel means for it.
+ *
+ * Lifetime of an op: tern__op_add() gives it an id and counts it live;
+ * tern__op_ready() queues it for step 2, where the core calls
+ * class->dispatch(); tern__op_finish() retires the id and uncounts it, and
+ * frees the record through class->free() — at once, or when step 2 next
+ * pops it if it is still queued (the ready queue is singly linked, so a
+ * queued op is marked dead rather than unlinked).
+ */
+#ifndef TERN_LOOP_P_H
+#define TERN_LOOP_P_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <urcu/wfcqueue.h>
+
+#include "backend.h"
+#include "check.h"
+#include "fault.h"
+#include "tern.h"
+
+struct tern__op;
+
+struct tern__op_class {
+    const char *name;
+    /* Step 2: run the op's callback. The op is no longer queued. */
+    void (*dispatch)(tern_loop *loop, struct tern__op *op);
+    /*
+     * tern_cancel (on the loop thread, or in step 1 for a foreign request)
+     * and teardown. Returns 0, or -ENOENT when there is nothing left to
+     * cancel. May finish the op or arrange a final callback.
+     */
+    int (*cancel)(tern_loop *loop, struct tern__op *op);
+    /*
+     * Step 5: the op's deadline came and it has left the heap. NULL means
+     * "queue it for step 2"; a timer also rearms itself here.
+     */
+    void (*expired)(tern_loop *loop, struct tern__op *op);
+    /* Release the record's memory; the op is unregistered and unqueued. */
+    void (*free)(tern_loop *loop, struct tern__op *op);
+    /* Whether tern_ref/tern_unref apply (false: always referenced). */
+    bool refable;
+};
+
+enum {
+    TERN__OP_QUEUED = 1u << 0, /* on the ready queue */
+    TERN__OP_DEAD = 1u << 1,   /* finished while queued: free when popped */
+    TERN__OP_UNREF = 1u << 2,  /* does not keep tern_loop_run() alive */
+    TERN__OP_ANON = 1u << 3,   /* has no id (a defer): not in the id map */
+};
+
+struct tern__op {
+    tern_id id;
+    const struct tern__op_class *cls;
+    struct tern__op *ready_next;
+    uint32_t flags;
+    uint32_t aux; /* index in the deadline heap; UINT32_MAX when not armed */
+};
+
+/* ------------------------------------------------------------------ */
+/* The id map: id -> op, open addressing over op pointers.            */
+/* ------------------------------------------------------------------ */
+
+struct tern__idmap {
+    struct tern__op **slots;
+    size_t mask;  /* capacity - 1; capacity is a power of two */
+    size_t count; /* entries in use */
+};
+
+int tern__idmap_init(struct tern__idmap *m);
+void tern__idmap_destroy(struct tern__idmap *m);
+int tern__idmap_insert(struct tern__idmap *m, struct tern__op *op); /* 0 or -ENOMEM */
+struct tern__op *tern__idmap_find(const struct tern__idmap *m, tern_id id);
+void tern__idmap_remove(struct tern__idmap *m, struct tern__op *op);
+/* Grow ahead of an insert so the insert itself cannot fail. */
+int tern__idmap_reserve(struct tern__idmap *m, size_t extra);
+
+/* ------------------------------------------------------------------ */
+/* The deadline heap, ordered by (deadline, arming sequence).         */
+/* ------------------------------------------------------------------ */
+
+struct tern__heap_entry {
+    uint64_t deadline;
+    uint64_t seq;
+    struct tern__op *op; /* op->aux holds the entry's index */
+};
+
+struct tern__heap {
+    struct tern__heap_entry *v;
+    uint32_t len, cap;
+};
+
+void tern__heap_destroy(struct tern__heap *h);
+/* Make room for n entries in all, so pushes up to n cannot fail. */
+int tern__heap_reserve(struct tern__heap *h, size_t n);
+void tern__heap_push(struct tern__heap *h, uint64_t deadline, uint64_t seq, struct tern__op *op);
+void tern__heap_remove(struct tern__heap *h, uint32_t index);
+static inline const struct tern__heap_entry *tern__heap_top(const struct tern__heap *h)
+{
+    return h->len ? &h->v[0] : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The inbound queue: what other threads hand to the loop.            */
+/* ------------------------------------------------------------------ */
+
+enum tern__inbound_kind { TERN__IN_POST = 1, TERN__IN_CANCEL = 2 };
+
+struct tern__inbound {
+    struct cds_wfcq_node node;
+    enum tern__inbound_kind kind;
+    union {
+        struct {
+            tern_fn fn;
+            void *arg;
+        } post;
+        tern_id cancel_id;
+    } u;
+};
+
+/* ------------------------------------------------------------------ */
+/* The loop.                                                          */
+/* ------------------------------------------------------------------ */
+
+/* The wake word: see inbound.c for the protocol. */
+enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
+
+struct tern__ring; /* pool/ring.h */
+
+#define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
+#define TERN__FIRED_MAX 256
+
+struct tern_loop {
+    unsigned magic;
+    /* ---- written by other threads (each group on its own line) ---- */
+    alignas(TERN_CACHELINE) struct __cds_wfcq_head in_head;
+    alignas(TERN_CACHELINE) struct cds_wfcq_tail in_tail;
+    alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
+    _Atomic bool stop_requested;
+    _Atomic bool closing;        /* tern_loop_free has begun */
+    _Atomic uint64_t wake_syscalls;
+    _Atomic unsigned live;       /* live operations, posts included */
+    _Atomic unsigned pins;       /* pool threads inside a completion hand-over */
+    alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */
+
+    /* ---- loop thread only ---- */
+    alignas(TERN_CACHELINE) uint64_t now;
+    int step; /* 1..5 inside a turn, 0 outside */
+    unsigned dispatch_batch;
+    unsigned max_operations;
+    unsigned max_undelivered;
+    unsigned flags;
+    unsigned ops_local;  /* ops counted in `live` that are not posts */
+    unsigned refs;       /* referenced ops (keep run() going) */
+    unsigned io_count;   /* fds registered besides the wake fd */
+    uint64_t arm_seq;    /* arming sequence for the heap */
+    uint32_t heap_claims; /* ops holding a heap slot (see tern__deadline_claim) */
+    tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
+    int64_t last_wait;   /* step 3's timeout, for tests */
+    struct tern__op *ready_head, *ready_tail;
+    struct tern__idmap ids;
+    struct tern__heap heap;
+    struct tern__backend backend;
+    int wake_fd;
+    struct tern__op **fds; /* fd -> watcher op, grown on demand */
+    unsigned fds_len;
+    struct tern__fired fired[TERN__FIRED_MAX];
+
+    /* pool side (pool/job.c) */
+    struct tern__ring *ring;
+    unsigned undelivered; /* credits held: accepted jobs not yet popped */
+    bool has_pool_config;
+    tern_pool_config pool_config;
+
+    /* statistics (relaxed atomics: tern_loop_stats_get reads them from anywhere) */
+    _Atomic uint64_t st_turns, st_posts, st_events, st_idle_ns;
+    _Atomic unsigned st_undelivered, st_undelivered_peak;
+};
+
+/* ------------------------------------------------------------------ */
+/* Internal calls.                                                    */
+/* ------------------------------------------------------------------ */
+
+uint64_t tern__clock_now(void);
+tern_id tern__id_next(tern_loop *loop);
+
+/* Loop-only check: aborts naming fn when a foreign thread runs the loop. */
+void tern__loop_only_failed(const char *fn);
+uintptr_t tern__thread_token(void);
+static inline void tern__loop_only(const tern_loop *loop, const char *fn)
+{
+    uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
+    if (TERN_UNLIKELY(owner != 0 && owner != tern__thread_token()))
+        tern__loop_only_failed(fn);
+}
+#define TERN__LOOP_ONLY(loop) tern__loop_only((loop), __func__)
+#define TERN__REQUIRE_LOOP(loop) \
+    TERN_REQUIRE((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC)
+
+/*
+ * Admission for a new op on the loop thread: -ESHUTDOWN while closing,
+ * -EAGAIN at max_operations; 0 means one unit of `live` is now held and
+ * must be handed to tern__op_add or returned with tern__op_unadmit.
+ */
+int tern__op_admit(tern_loop *loop);
+void tern__op_unadmit(tern_loop *loop);
+/* Register an admitted op (id assigned, referenced). 0 or -ENOMEM. */
+int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
+/* Register an admitted op that has no id (never in the map). */
+void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
+void tern__op_ready(tern_loop *loop, struct tern__op *op);
+void tern__op_finish(tern_loop *loop, struct tern__op *op);
+void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
+struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
+
+/*
+ * Deadlines on the one heap (timers and internal deadlines alike). An op
+ * that may be armed first claims a heap slot (the only step that can fail,
+ * -ENOMEM); while it holds the claim, arming never fails, so a repeating
+ * timer can always rearm. An armed op becomes ready in step 5 when due.
+ */
+int tern__deadline_claim(tern_loop *loop);
+void tern__deadline_unclaim(tern_loop *loop);
+void tern__deadline_arm(tern_loop *loop, struct tern__op *op, uint64_t deadline);
+void tern__deadline_disarm(tern_loop *loop, struct tern__op *op);
+static inline bool tern__deadline_armed(const struct tern__op *op)
+{
+    return op->aux != UINT32_MAX;
+}
+
+/* Wake the loop if it is parking or asleep (any thread, after publishing). */
+void tern__loop_wake(tern_loop *loop);
+/* Whether the inbound queue has anything (any thread; a snapshot). */
+bool tern__inbound_pending(tern_loop *loop);
+/* Step 1's first half: run posts, then resolve cancels. */
+void tern__inbound_drain(tern_loop *loop);
+
+/* Whether anything keeps tern_loop_run() going. */
+bool tern__loop_alive(tern_loop *loop);
+/* One turn; max_wait_ns < 0 waits as needed. */
+void tern__loop_turn(tern_loop *loop, int64_t max_wait_ns);
+
+/* Watchers (io.c): readiness from the backend into the ready queue. */
+void tern__io_fired(tern_loop *loop, int fd, unsigned events);
+/* The process-wide fd registry behind G4. */
+int tern__fd_claim(int fd, tern_loop *loop);
+void tern__fd_release(int fd);
+
+/* Pool hooks the loop calls (pool/job.c). */
+void tern__loop_pool_collect(tern_loop *loop); /* step 1: ring -> ready */
+bool tern__loop_pool_pending(tern_loop *loop); /* anything on the ring now */
+void tern__loop_pool_destroy(tern_loop *loop);
+int tern__loop_pool_init(tern_loop *loop);
+
+#endif
