@@ -9,6 +9,7 @@
  */
 #include "loop_helpers.h"
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -457,6 +458,56 @@ BACKEND_TEST(tcp, close_during_connect_cancels_it)
     cr_assert(run_until_count(loop, &c.closed, 1, 10 * MS, 3000));
     cr_assert_eq(atomic_load(&c.connected), 1);
     cr_assert_eq(c.status, -ECANCELED);
+    settle(loop);
+    loop_free_clean(loop);
+}
+
+/* ---------------------------------------------------------------- */
+
+static atomic_bool release_lookup;
+
+static int stalled_getaddrinfo(const char *host, const char *service,
+                               const struct addrinfo *hints, struct addrinfo **res)
+{
+    (void)host;
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!atomic_load(&release_lookup) && mono_ns() < end)
+        sleep_ns(MS);
+    return getaddrinfo("127.0.0.1", service, hints, res);
+}
+
+BACKEND_TEST(tcp, timeout_during_a_stalled_lookup)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    atomic_store(&release_lookup, false);
+    tern__set_getaddrinfo(stalled_getaddrinfo);
+    static struct client c;
+    client_start(loop, &c, "stalled.example", 9, 50 * MS);
+    cr_assert(run_until_count(loop, &c.connected, 1, 10 * MS, 3000));
+    cr_assert_eq(c.status, -ETIMEDOUT, "got %s", tern_err_name(c.status));
+    cr_assert(run_until_count(loop, &c.closed, 1, 10 * MS, 100));
+    /* The lookup comes back later; its answer is dropped, nothing leaks. */
+    atomic_store(&release_lookup, true);
+    for (unsigned t = 0; t < 2000 && loop_live(loop) > 0; t++)
+        tern_loop_run_once(loop, 10 * MS);
+    cr_assert_eq(atomic_load(&c.connected), 1, "exactly one connect callback");
+    tern__set_getaddrinfo(NULL);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(tcp, a_connect_that_fails_at_once_still_reports_through_dispatch)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    static struct client c;
+    /* The socket() inside tern_tcp_connect fails: the id stays usable
+     * until the callback, which comes in step 2 like any other. */
+    tern__fault_arm(TERN__FAULT_FD, 1);
+    client_start(loop, &c, "127.0.0.1", 9, 10 * SEC);
+    tern__fault_arm(0, 0);
+    cr_assert_eq(atomic_load(&c.connected), 0);
+    cr_assert(run_until_count(loop, &c.connected, 1, 10 * MS, 100));
+    cr_assert_eq(c.status, -EMFILE, "got %s", tern_err_name(c.status));
+    cr_assert(run_until_count(loop, &c.closed, 1, 10 * MS, 100));
     settle(loop);
     loop_free_clean(loop);
 }

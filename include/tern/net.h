@@ -51,9 +51,10 @@ typedef void (*tern_read_cb)(tern_loop *loop, tern_id stream, int status,
 /*
  * A listener's news. status 0: a new connection, already a stream with id
  * `stream` that the callback now owns (close it, or start reading it).
- * status -EMFILE, -ENFILE, -ENOBUFS or -ENOMEM (stream 0): the process ran
- * out of descriptors or memory while accepting; the listener pauses for a
- * back-off interval and then resumes by itself (it is told once per pause).
+ * status < 0 (stream 0), typically -EMFILE, -ENFILE, -ENOBUFS or -ENOMEM,
+ * or -EAGAIN at the loop's max_operations: accepting failed for want of a
+ * resource; the listener pauses for TERN_TCP_ACCEPT_BACKOFF_NS and then
+ * resumes by itself (it is told once per pause). Nothing to do but note it.
  */
 typedef void (*tern_accept_cb)(tern_loop *loop, tern_id listener, int status,
                                tern_id stream, void *arg);
@@ -98,8 +99,10 @@ TERN_EXTERN int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port
 /*
  * tern_tcp_connect: resolve host (tern_resolve, on the pool) and connect to
  * the first address that accepts, trying them in order; then cb(loop, id,
- * status, arg) once. status 0: the stream is connected. Otherwise the
- * stream has been closed (its id is stale; a close callback set with
+ * status, arg) once, in step 2 (never inside this call, even when the
+ * connect fails at once). status 0: the stream is connected. Otherwise the
+ * stream is closed by the time cb runs (its id is stale in cb; queued
+ * writes complete with -ECANCELED and a close callback set with
  * tern_stream_on_close runs after cb): -ETIMEDOUT when timeout_ns passed
  * first (a tern timer covering both the lookup and the connect; 0 means no
  * timeout), -ECONNREFUSED and other connect errors (of the last address

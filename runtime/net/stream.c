@@ -256,6 +256,12 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     while (owes(s)) {
         if (s->connect_due) {
             s->connect_due = false;
+            if (s->connect_status < 0 && !(s->state & TERN__S_CLOSING)) {
+                /* A failed connect closes the stream: its id is stale in
+                 * the callback, and its queued writes are cancelled. */
+                s->state &= ~TERN__S_CONNECTING;
+                tern__stream_close(s);
+            }
             s->connect_cb(loop, id, s->connect_status, s->connect_arg);
         }
         if (s->read_due) {
@@ -299,8 +305,10 @@ int tern__stream_close(struct tern__stream *s)
     }
     if (s->state & TERN__S_CONNECTING) {
         s->state &= ~TERN__S_CONNECTING;
-        s->connect_due = true;
-        s->connect_status = -ECANCELED;
+        if (!s->connect_due) { /* a failure already owed keeps its own status */
+            s->connect_due = true;
+            s->connect_status = -ECANCELED;
+        }
     }
     tern__write_fail(s, -ECANCELED);
     if ((s->state & (TERN__S_SHUT_ASKED | TERN__S_SHUT_DONE)) == TERN__S_SHUT_ASKED) {

@@ -245,21 +245,29 @@ int tern_tcp_port(tern_loop *loop, tern_id id, unsigned *portp)
 /* Connecting                                                          */
 /* ------------------------------------------------------------------ */
 
+/*
+ * A failure leaves the stream open but inert (still CONNECTING, no fd)
+ * until dispatch delivers it: the id stays valid for the caller until
+ * then, even when the connect failed inside tern_tcp_connect itself, so
+ * tern_stream_on_close and queued writes work the same either way.
+ * Dispatch closes the stream just before the connect callback runs.
+ */
 static void connect_done(struct tern__stream *s, int status)
 {
-    s->state &= ~TERN__S_CONNECTING;
     s->connect_due = true;
     s->connect_status = status;
     tern__tcp_free_addrs(s);
+    tern__tcp_stop_aux(s);
+    tern__stream_owe(s);
     if (status < 0) {
-        tern__stream_close(s); /* the close callback follows connect's */
+        tern__stream_watch(s, 0);
+        if (s->fd >= 0) {
+            close(s->fd);
+            s->fd = -1;
+        }
         return;
     }
-    if (s->timer != 0) {
-        (void)tern_timer_stop(s->loop, s->timer);
-        s->timer = 0;
-    }
-    tern__stream_owe(s);
+    s->state &= ~TERN__S_CONNECTING;
     /* Writes queued while connecting go out now (this also sets the interest). */
     tern__write_flush(s);
 }
@@ -326,7 +334,8 @@ static void connect_resolved(tern_loop *loop, tern_id id, int status, struct add
     (void)id;
     struct tern__stream *s = arg;
     s->resolve = 0;
-    if (s->state & TERN__S_CLOSING) {
+    /* Closed, or already decided (the timeout fired while looking up). */
+    if ((s->state & TERN__S_CLOSING) || s->connect_due) {
         tern_freeaddrinfo(res);
         tern__stream_maybe_finish(s);
         return;
