@@ -15,9 +15,16 @@
  * miss an item and for the producer to miss the park (each sees the
  * other's store). Many producers during one park make one syscall between
  * them; a busy loop (RUNNING) receives any number of posts with none.
+ *
+ * A loop that no thread runs counts as asleep (PARKING): a host that
+ * embeds it by watching tern_loop_backend_fd() must see a post arrive.
+ * Exactly one eventfd write follows each move to NOTIFIED, and the loop
+ * consumes exactly that one when it moves the word back to RUNNING, so the
+ * descriptor is never left readable with nothing to say.
  */
 #define _LGPL_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -49,6 +56,22 @@ void tern__loop_wake(tern_loop *loop)
     uint64_t one = 1;
     ssize_t w = write(loop->wake_fd, &one, sizeof(one));
     (void)w; /* EAGAIN means the counter is already non-zero: still awake */
+}
+
+void tern__loop_awake(tern_loop *loop)
+{
+    unsigned old = atomic_exchange_explicit(&loop->wake_state, TERN__WAKE_RUNNING,
+                                            memory_order_acquire);
+    if (old != TERN__WAKE_NOTIFIED)
+        return;
+    /*
+     * The producer that notified is committed to one write; it may not
+     * have made it yet (a few instructions away, unless preempted).
+     */
+    uint64_t value;
+    for (unsigned spins = 0; read(loop->wake_fd, &value, sizeof(value)) != sizeof(value); spins++)
+        if (spins > 16)
+            sched_yield();
 }
 
 bool tern__inbound_pending(tern_loop *loop)

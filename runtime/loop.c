@@ -53,12 +53,15 @@ static tern_loop *claim(tern_loop *loop, const char *fn)
     }
     tern_loop *prev = current_loop;
     current_loop = loop;
+    tern__loop_awake(loop);
     return prev;
 }
 
 static void release(tern_loop *loop, tern_loop *prev)
 {
     current_loop = prev;
+    /* Unclaimed, the loop counts as asleep: producers must wake its fd. */
+    atomic_store_explicit(&loop->wake_state, TERN__WAKE_PARKING, memory_order_seq_cst);
     /* Pairs with the acquire CAS in claim(): the next claimer sees our writes. */
     atomic_store_explicit(&loop->owner, 0, memory_order_release);
 }
@@ -132,6 +135,7 @@ void tern__op_ready(tern_loop *loop, struct tern__op *op)
         return;
     op->flags |= TERN__OP_QUEUED;
     op->ready_next = NULL;
+    loop->ready_count++;
     if (loop->ready_tail)
         loop->ready_tail->ready_next = op;
     else
@@ -150,9 +154,10 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op)
         loop->refs--;
     loop->ops_local--;
     atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
-    if (op->flags & TERN__OP_QUEUED)
+    if (op->flags & TERN__OP_QUEUED) {
         op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
-    else
+        loop->ready_count--;
+    } else
         op->cls->free(loop, op);
 }
 
@@ -206,7 +211,7 @@ bool tern__loop_alive(tern_loop *loop)
 {
     /* Posts are the part of `live` that is not the loop's own ops. */
     unsigned live = atomic_load_explicit(&loop->live, memory_order_relaxed);
-    return loop->refs > 0 || live > loop->ops_local || loop->ready_head != NULL;
+    return loop->refs > 0 || live > loop->ops_local;
 }
 
 /* ------------------------------------------------------------------ */
@@ -302,6 +307,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
         goto fail;
     if ((rc = tern__loop_pool_init(loop)) < 0)
         goto fail;
+    atomic_init(&loop->wake_state, TERN__WAKE_PARKING); /* unclaimed: asleep */
     loop->magic = TERN__LOOP_MAGIC;
     *loopp = loop;
     return 0;
@@ -393,7 +399,7 @@ int64_t tern_loop_next_timeout(const tern_loop *loop)
     TERN__REQUIRE_LOOP(loop);
     tern_loop *l = (tern_loop *)loop;
     TERN__LOOP_ONLY(l);
-    if (l->ready_head != NULL || tern__inbound_pending(l) || tern__loop_pool_pending(l))
+    if (l->ready_count > 0 || tern__inbound_pending(l) || tern__loop_pool_pending(l))
         return 0;
     const struct tern__heap_entry *top = tern__heap_top(&l->heap);
     if (top == NULL)

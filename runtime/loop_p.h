@@ -169,6 +169,7 @@ struct tern_loop {
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
     int64_t last_wait;   /* step 3's timeout, for tests */
     struct tern__op *ready_head, *ready_tail;
+    unsigned ready_count; /* queued ops that are not dead */
     struct tern__idmap ids;
     struct tern__heap heap;
     struct tern__backend backend;
@@ -241,6 +242,12 @@ static inline bool tern__deadline_armed(const struct tern__op *op)
 
 /* Wake the loop if it is parking or asleep (any thread, after publishing). */
 void tern__loop_wake(tern_loop *loop);
+/*
+ * The loop's side of a wake: set the word to RUNNING and, if a producer
+ * had notified, consume its eventfd write. Called when a thread claims the
+ * loop and after every backend wait.
+ */
+void tern__loop_awake(tern_loop *loop);
 /* Whether the inbound queue has anything (any thread; a snapshot). */
 bool tern__inbound_pending(tern_loop *loop);
 /* Step 1's first half: run posts, then resolve cancels. */

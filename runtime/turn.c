@@ -39,6 +39,7 @@ static void dispatch(tern_loop *loop)
         if (op->flags & TERN__OP_DEAD) {
             op->cls->free(loop, op);
         } else {
+            loop->ready_count--;
             budget--;
             ran++;
             op->cls->dispatch(loop, op);
@@ -53,7 +54,7 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
 {
     int64_t wait = -1;
     /* Nothing live (step 1 may have run the last post): nothing to wait for. */
-    if (loop->ready_head != NULL || !tern__loop_alive(loop) ||
+    if (loop->ready_count > 0 || !tern__loop_alive(loop) ||
         atomic_load_explicit(&loop->stop_requested, memory_order_relaxed))
         wait = 0;
     else if (tern__inbound_pending(loop) || tern__loop_pool_pending(loop))
@@ -100,13 +101,6 @@ static bool park(tern_loop *loop)
     return true;
 }
 
-static void drain_wake_fd(tern_loop *loop)
-{
-    uint64_t value;
-    ssize_t r = read(loop->wake_fd, &value, sizeof(value));
-    (void)r; /* EAGAIN: a spurious readiness, nothing to drain */
-}
-
 static void wait_backend(tern_loop *loop, int64_t wait)
 {
     if (wait != 0 && spin_for_work(loop))
@@ -124,16 +118,14 @@ static void wait_backend(tern_loop *loop, int64_t wait)
     if (parked) {
         if (loop->flags & TERN_LOOP_RCU)
             rcu_thread_online();
-        atomic_store_explicit(&loop->wake_state, TERN__WAKE_RUNNING, memory_order_relaxed);
+        tern__loop_awake(loop);
     }
     if (n < 0)
         TERN_FATAL("tern_loop_run", "the backend wait failed");
-    for (int i = 0; i < n; i++) {
-        if (loop->fired[i].fd == loop->wake_fd)
-            drain_wake_fd(loop);
-        else
+    /* The wake fd is consumed by tern__loop_awake(), not here. */
+    for (int i = 0; i < n; i++)
+        if (loop->fired[i].fd != loop->wake_fd)
             tern__io_fired(loop, loop->fired[i].fd, loop->fired[i].events);
-    }
 }
 
 static void fire_deadlines(tern_loop *loop)

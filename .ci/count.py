@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Total a run from meson's test logs: one line, "N passed, N failed".
+
+A criterion executable counts as the tests it ran (its "Synthesis" line);
+any other test (stress programs, examples, scripts) counts as one. A test
+skipped by exit status 77 counts as skipped. Usage: count.py LOG.json...
+"""
+import json
+import re
+import sys
+
+SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
+passed = failed = skipped = 0
+for path in sys.argv[1:]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        print(f"count: {path} missing: counted as one failure", file=sys.stderr)
+        failed += 1
+        continue
+    for line in lines:
+        t = json.loads(line)
+        result = t.get("result")
+        out = (t.get("stdout") or "") + (t.get("stderr") or "")
+        m = SYNTH.findall(out)
+        if result == "SKIP":
+            skipped += 1
+        elif m:
+            _, p, f, c = map(int, m[-1])
+            passed += p
+            failed += f + c
+            if result != "OK" and f + c == 0:
+                failed += 1  # the runner failed outside any test
+        elif result in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        else:
+            failed += 1
+            print(f"count: failed: {t.get('name')} ({result}) in {path}", file=sys.stderr)
+print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+sys.exit(1 if failed else 0)
