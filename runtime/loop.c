@@ -414,17 +414,22 @@ int64_t tern_loop_next_timeout(const tern_loop *loop)
 
 /*
  * Cancel every live op. A cancel hook may finish its op, and the map's
- * backward-shift deletion can then move a later entry behind the walk;
- * such an entry is caught by the next drain pass, which walks again.
- * Hooks are idempotent (a job already told to stop is told again).
+ * backward-shift deletion can then move a later entry behind the walk; so
+ * walk again while walks still finish ops. Hooks are idempotent (a job
+ * already told to stop is told again), and ops that stay (running jobs)
+ * stop the repetition once a walk changes nothing.
  */
 static void cancel_all(tern_loop *loop)
 {
-    for (size_t i = 0; i <= loop->ids.mask; i++) {
-        struct tern__op *op = loop->ids.slots[i];
-        if (op != NULL)
-            op->cls->cancel(loop, op);
-    }
+    size_t before;
+    do {
+        before = loop->ids.count;
+        for (size_t i = 0; i <= loop->ids.mask; i++) {
+            struct tern__op *op = loop->ids.slots[i];
+            if (op != NULL)
+                op->cls->cancel(loop, op);
+        }
+    } while (loop->ids.count != 0 && loop->ids.count < before);
 }
 
 /*
