@@ -1,0 +1,236 @@
+/*
+ * Shared helpers for the loop suite's criterion tests (test/<module>_test.c).
+ * Header-only and static, so each test program carries its
+ * own copy and criterion's per-test processes share nothing.
+ *
+ * Every helper that waits is bounded by a count or by a generous
+ * liveness deadline (LIVENESS_NS); none asserts on elapsed time.
+ */
+#ifndef TERN_TEST_LOOP_HELPERS_H
+#define TERN_TEST_LOOP_HELPERS_H
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tern.h"
+#include "testing.h"
+
+#define MS (UINT64_C(1000000))
+#define SEC (UINT64_C(1000000000))
+#define HOUR (UINT64_C(3600) * SEC)
+
+/* How long a helper waits for something that must happen before it gives
+ * up and lets the test fail. Not a performance bound: a correct runtime
+ * meets these in microseconds; the margin covers valgrind and loaded CI. */
+#define LIVENESS_NS (UINT64_C(20) * SEC)
+
+/* Criterion's per-test timeout, a backstop for a test that would
+ * otherwise block forever when the guarantee it checks is broken. */
+#define TEST_TIMEOUT 60.0
+
+static inline uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = { .tv_sec = (time_t)(ns / SEC), .tv_nsec = (long)(ns % SEC) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static inline tern_loop *loop_new_opts(const tern_loop_options *opts)
+{
+    tern_loop *loop = NULL;
+    int rc = tern_loop_new(&loop, opts);
+    cr_assert_eq(rc, 0, "tern_loop_new: %s", tern_strerror(rc));
+    cr_assert_not_null(loop);
+    return loop;
+}
+
+static inline tern_loop *loop_new_default(void)
+{
+    return loop_new_opts(NULL);
+}
+
+static inline tern_loop *loop_new_backend(const char *backend)
+{
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = backend;
+    tern_loop *loop = loop_new_opts(&opts);
+    cr_assert_str_eq(tern__loop_backend_name(loop), backend);
+    return loop;
+}
+
+static inline tern_loop_stats loop_stats(const tern_loop *loop)
+{
+    tern_loop_stats s;
+    memset(&s, 0xa5, sizeof s);
+    tern_loop_stats_get(loop, &s);
+    return s;
+}
+
+static inline unsigned loop_live(const tern_loop *loop)
+{
+    return loop_stats(loop).live_operations;
+}
+
+/* The ending every loop test shares: nothing may be left live, then the
+ * loop is freed (ASan and valgrind check that nothing leaks). */
+static inline void loop_free_clean(tern_loop *loop)
+{
+    cr_assert_eq(loop_live(loop), 0, "operations left live at the end of the test");
+    tern_loop_free(loop);
+}
+
+/* Turn the loop (each turn waiting at most max_wait_ns) until *flag is
+ * set or max_turns pass. Returns whether the flag was seen. */
+static inline bool run_until_flag(tern_loop *loop, atomic_bool *flag, int64_t max_wait_ns,
+                                  unsigned max_turns)
+{
+    for (unsigned i = 0; i < max_turns && !atomic_load(flag); i++)
+        tern_loop_run_once(loop, max_wait_ns);
+    return atomic_load(flag);
+}
+
+/* Turn until counter reaches want (bounded by max_turns). */
+static inline bool run_until_count(tern_loop *loop, atomic_uint *counter, unsigned want,
+                                   int64_t max_wait_ns, unsigned max_turns)
+{
+    for (unsigned i = 0; i < max_turns && atomic_load(counter) < want; i++)
+        tern_loop_run_once(loop, max_wait_ns);
+    return atomic_load(counter) >= want;
+}
+
+/* Wait (yielding) until another thread's loop is in the given step or
+ * the liveness deadline passes. tern__loop_step is read racily on
+ * purpose: it only steers when the test acts, never what it asserts. */
+static inline bool wait_for_step(const tern_loop *loop, int step)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (tern__loop_step(loop) != step) {
+        if (mono_ns() > end)
+            return false;
+        sched_yield();
+    }
+    return true;
+}
+
+static inline bool wait_for_flag(atomic_bool *flag)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!atomic_load(flag)) {
+        if (mono_ns() > end)
+            return false;
+        sleep_ns(50000);
+    }
+    return true;
+}
+
+/* Descriptors open in this process, to prove a loop closes its own. */
+static inline int count_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory stream's own descriptor */
+}
+
+static inline bool fd_readable_now(int fd, int timeout_ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    int rc;
+    do {
+        rc = poll(&p, 1, timeout_ms);
+    } while (rc < 0 && errno == EINTR);
+    return rc == 1 && (p.revents & POLLIN);
+}
+
+static inline void make_pipe(int fds[2])
+{
+    cr_assert_eq(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+}
+
+static inline void make_socketpair(int fds[2])
+{
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+}
+
+static inline void write_byte(int fd)
+{
+    char c = 'x';
+    cr_assert_eq(write(fd, &c, 1), 1);
+}
+
+static inline size_t drain_fd(int fd)
+{
+    char buf[4096];
+    size_t total = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        total += (size_t)n;
+    return total;
+}
+
+/* Criterion parameters: one per backend built into the library. The
+ * parameter is an index into tern__backend_names, since criterion may
+ * hand parameters to a separate process where pointers would not hold. */
+static inline size_t backend_count(void)
+{
+    size_t n = 0;
+    while (tern__backend_names[n] != NULL)
+        n++;
+    return n;
+}
+
+#define BACKEND_PARAMS_MAX 8
+
+/*
+ * BACKEND_TEST(suite, name) { ...body using `backend`... } defines a test
+ * that criterion runs once per backend built, as suite/name with the
+ * backend's index as the parameter.
+ */
+#define BACKEND_TEST(suite, name)                                                      \
+    static void suite##_##name##_body(const char *backend);                           \
+    ParameterizedTestParameters(suite, name)                                           \
+    {                                                                                  \
+        static int idx[BACKEND_PARAMS_MAX];                                            \
+        size_t n = backend_count();                                                    \
+        if (n > BACKEND_PARAMS_MAX)                                                    \
+            n = BACKEND_PARAMS_MAX;                                                    \
+        for (size_t i = 0; i < n; i++)                                                 \
+            idx[i] = (int)i;                                                           \
+        return cr_make_param_array(int, idx, n);                                       \
+    }                                                                                  \
+    ParameterizedTest(int *ix, suite, name, .timeout = TEST_TIMEOUT)                  \
+    {                                                                                  \
+        cr_log_info("backend %s", tern__backend_names[*ix]);                           \
+        suite##_##name##_body(tern__backend_names[*ix]);                               \
+    }                                                                                  \
+    static void suite##_##name##_body(const char *backend)
+
+#endif

@@ -1,0 +1,457 @@
+/*
+ * The inbound queue (SPEC §1, §2, §7): posts from other threads run on
+ * the loop thread (G1) in step 1, none lost, none twice, in order per
+ * producer; cancels from other threads wake the loop and take effect in
+ * its next turn; producers coalesce wake syscalls.
+ */
+#include "loop_helpers.h"
+
+/* ---------------------------------------------------------------- */
+/* G1: many producers, one consumer thread                           */
+/* ---------------------------------------------------------------- */
+
+enum { MAX_PRODUCERS = 8 };
+
+struct post_run {
+    tern_loop *loop;
+    pthread_t loop_thread;
+    unsigned producers;
+    unsigned per_producer;
+    tern_id keepalive;
+    pthread_barrier_t go;
+    /* Written only on the loop thread. */
+    uint64_t next_seq[MAX_PRODUCERS];
+    uint64_t received;
+    uint64_t out_of_order, wrong_thread, wrong_step, wrong_current;
+    /* Written by producers. */
+    atomic_uint_fast64_t refused;
+};
+
+/* A post's argument packs the producer index and its sequence number, so
+ * no allocation is needed and nothing is shared but the queue. */
+static void *pack(unsigned producer, uint64_t seq)
+{
+    return (void *)(uintptr_t)(((uint64_t)producer << 40) | seq);
+}
+
+/* The run in progress; posts carry only packed numbers. */
+static struct post_run *current_run;
+
+static void on_post(tern_loop *loop, void *arg)
+{
+    struct post_run *r = current_run;
+    uint64_t v = (uint64_t)(uintptr_t)arg;
+    unsigned producer = (unsigned)(v >> 40);
+    uint64_t seq = v & ((UINT64_C(1) << 40) - 1);
+    if (!pthread_equal(pthread_self(), r->loop_thread))
+        r->wrong_thread++;
+    if (tern__loop_step(loop) != 1)
+        r->wrong_step++;
+    if (tern_loop_current() != loop || loop != r->loop)
+        r->wrong_current++;
+    if (producer >= r->producers || seq != r->next_seq[producer])
+        r->out_of_order++;
+    else
+        r->next_seq[producer] = seq + 1;
+    if (++r->received == (uint64_t)r->producers * r->per_producer)
+        cr_assert_eq(tern_timer_stop(loop, r->keepalive), 0);
+}
+
+struct producer {
+    struct post_run *r;
+    unsigned index;
+};
+
+static void *produce(void *arg)
+{
+    struct producer *p = arg;
+    struct post_run *r = p->r;
+    pthread_barrier_wait(&r->go);
+    for (uint64_t seq = 0; seq < r->per_producer; seq++) {
+        int rc;
+        /* max_operations bounds posts not yet run: a refused post never
+         * runs, so it is retried with the same sequence number. */
+        while ((rc = tern_post(r->loop, on_post, pack(p->index, seq))) == -EAGAIN) {
+            atomic_fetch_add(&r->refused, 1);
+            sched_yield();
+        }
+        cr_assert_eq(rc, 0);
+    }
+    return NULL;
+}
+
+static void never(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+    cr_assert_fail("the keep-alive timer fired");
+}
+
+static void run_producers(unsigned producers, unsigned per_producer, unsigned max_operations)
+{
+    static struct post_run r;
+    memset(&r, 0, sizeof r);
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.max_operations = max_operations;
+    r.loop = loop_new_opts(&o);
+    r.loop_thread = pthread_self();
+    r.producers = producers;
+    r.per_producer = per_producer;
+    current_run = &r;
+    /* The keep-alive timer holds run() open until the last post arrives. */
+    cr_assert_eq(tern_timer_start(r.loop, HOUR, 0, never, NULL, &r.keepalive), 0);
+    pthread_barrier_init(&r.go, NULL, producers);
+    pthread_t t[MAX_PRODUCERS];
+    struct producer p[MAX_PRODUCERS];
+    for (unsigned i = 0; i < producers; i++) {
+        p[i] = (struct producer){ &r, i };
+        cr_assert_eq(pthread_create(&t[i], NULL, produce, &p[i]), 0);
+    }
+    cr_assert_eq(tern_loop_run(r.loop), 0);
+    for (unsigned i = 0; i < producers; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&r.go);
+
+    uint64_t total = (uint64_t)producers * per_producer;
+    cr_assert_eq(r.received, total, "received %llu of %llu posts", (unsigned long long)r.received,
+                 (unsigned long long)total);
+    cr_assert_eq(r.out_of_order, 0, "%llu posts lost, repeated or out of producer order",
+                 (unsigned long long)r.out_of_order);
+    cr_assert_eq(r.wrong_thread, 0, "G1: %llu posts ran off the loop thread",
+                 (unsigned long long)r.wrong_thread);
+    cr_assert_eq(r.wrong_step, 0, "%llu posts ran outside step 1", (unsigned long long)r.wrong_step);
+    cr_assert_eq(r.wrong_current, 0);
+    for (unsigned i = 0; i < producers; i++)
+        cr_assert_eq(r.next_seq[i], per_producer);
+    tern_loop_stats s = loop_stats(r.loop);
+    cr_assert_eq(s.posts, total);
+    cr_assert_leq(s.wake_syscalls, total, "more wake syscalls than posts");
+    cr_log_info("%u producers x %u posts: %llu wake syscalls, %llu refusals at max_operations %u",
+                producers, per_producer, (unsigned long long)s.wake_syscalls,
+                (unsigned long long)atomic_load(&r.refused), max_operations);
+    loop_free_clean(r.loop);
+}
+
+Test(post, g1_posts_from_several_threads_run_on_the_loop_thread, .timeout = TEST_TIMEOUT)
+{
+    run_producers(4, 5000, 65536);
+}
+
+/* The criterion-sized version of post_stress: none lost, none run twice,
+ * order per producer kept, with max_operations small enough that
+ * producers are refused and retry. */
+Test(post, cross_thread_posts_exactly_once_in_producer_order, .timeout = TEST_TIMEOUT)
+{
+    run_producers(4, 50000, 1024);
+}
+
+Test(post, single_producer_order, .timeout = TEST_TIMEOUT)
+{
+    run_producers(1, 100000, 65536);
+}
+
+/* ---------------------------------------------------------------- */
+/* wake coalescing (SPEC §2)                                         */
+/* ---------------------------------------------------------------- */
+
+struct busy {
+    tern_loop *loop;
+    atomic_uint received;
+    unsigned want;
+};
+
+static void count_post(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    atomic_fetch_add(&((struct busy *)arg)->received, 1);
+}
+
+/* Keeps the ready queue non-empty so the loop never waits: the loop is
+ * busy and never announces that it is about to sleep. */
+static void spin(tern_loop *loop, void *arg)
+{
+    struct busy *b = arg;
+    if (atomic_load(&b->received) < b->want)
+        cr_assert_eq(tern_defer(loop, spin, b), 0);
+}
+
+static void *busy_producer(void *arg)
+{
+    struct busy *b = arg;
+    for (unsigned i = 0; i < b->want; i++) {
+        int rc;
+        while ((rc = tern_post(b->loop, count_post, b)) == -EAGAIN)
+            sched_yield();
+        cr_assert_eq(rc, 0);
+    }
+    return NULL;
+}
+
+/* A busy loop takes 100,000 posts with far fewer wake syscalls than
+ * posts: a ratio of counters, not a time. */
+Test(post, busy_loop_coalesces_wake_syscalls, .timeout = TEST_TIMEOUT)
+{
+    static struct busy b;
+    /* Room for every post at once, so the spinner's own defer is never
+     * refused at max_operations while producers run ahead. */
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.max_operations = 1u << 20;
+    b.loop = loop_new_opts(&o);
+    b.want = 100000;
+    cr_assert_eq(tern_defer(b.loop, spin, &b), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, busy_producer, &b), 0);
+    cr_assert_eq(tern_loop_run(b.loop), 0);
+    pthread_join(t, NULL);
+    tern_loop_stats s = loop_stats(b.loop);
+    cr_assert_eq(s.posts, b.want);
+    cr_log_info("busy loop: %llu posts, %llu wake syscalls", (unsigned long long)s.posts,
+                (unsigned long long)s.wake_syscalls);
+    cr_assert_lt(s.wake_syscalls * 16, s.posts, "%llu wake syscalls for %llu posts",
+                 (unsigned long long)s.wake_syscalls, (unsigned long long)s.posts);
+    loop_free_clean(b.loop);
+}
+
+static void *burst(void *arg)
+{
+    struct busy *b = arg;
+    for (unsigned i = 0; i < b->want; i++)
+        cr_assert_eq(tern_post(b->loop, count_post, b), 0);
+    return NULL;
+}
+
+/* A burst of posts to a loop that nobody runs (so it counts as asleep)
+ * costs exactly one wake syscall: the first post notifies, the rest see
+ * the loop already notified. */
+Test(post, burst_to_an_idle_loop_wakes_once, .timeout = TEST_TIMEOUT)
+{
+    static struct busy b;
+    b.loop = loop_new_default();
+    b.want = 1000;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, burst, &b), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(loop_stats(b.loop).wake_syscalls, 1, "%llu wake syscalls for one burst",
+                 (unsigned long long)loop_stats(b.loop).wake_syscalls);
+    cr_assert_eq(loop_live(b.loop), b.want, "pending posts are live operations");
+    cr_assert_eq(tern_loop_run(b.loop), 0);
+    cr_assert_eq(atomic_load(&b.received), b.want);
+    /* After the loop ran and stopped, the next burst wakes once more. */
+    cr_assert_eq(pthread_create(&t, NULL, burst, &b), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(loop_stats(b.loop).wake_syscalls, 2);
+    cr_assert_eq(tern_loop_run(b.loop), 0);
+    cr_assert_eq(atomic_load(&b.received), 2 * b.want);
+    loop_free_clean(b.loop);
+}
+
+/* A post from another thread wakes a loop blocked in step 4. */
+struct waker {
+    tern_loop *loop;
+    atomic_uint ran;
+    bool saw_step_4;
+};
+
+static void stop_keepalive(tern_loop *loop, void *arg)
+{
+    struct waker *w = arg;
+    atomic_fetch_add(&w->ran, 1);
+    tern_loop_stop(loop);
+}
+
+static void *post_when_blocked(void *arg)
+{
+    struct waker *w = arg;
+    w->saw_step_4 = wait_for_step(w->loop, 4);
+    cr_assert_eq(tern_post(w->loop, stop_keepalive, w), 0);
+    return NULL;
+}
+
+Test(post, foreign_post_wakes_a_blocked_loop, .timeout = TEST_TIMEOUT)
+{
+    struct waker w = { .loop = loop_new_default() };
+    tern_id keep = 0;
+    cr_assert_eq(tern_timer_start(w.loop, HOUR, 0, never, NULL, &keep), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, post_when_blocked, &w), 0);
+    cr_assert_eq(tern_loop_run(w.loop), 1);
+    pthread_join(t, NULL);
+    cr_assert(w.saw_step_4);
+    cr_assert_eq(atomic_load(&w.ran), 1);
+    cr_assert_geq(loop_stats(w.loop).wake_syscalls, 1);
+    cr_assert_eq(tern_timer_stop(w.loop, keep), 0);
+    loop_free_clean(w.loop);
+}
+
+/* ---------------------------------------------------------------- */
+/* cross-thread cancel                                               */
+/* ---------------------------------------------------------------- */
+
+struct canceller {
+    tern_loop *loop;
+    tern_id id;
+    int rc;
+    bool saw_step_4;
+    atomic_bool returned; /* set by the loop thread after run_once */
+    bool needed_rescue;
+};
+
+static void *cancel_when_blocked(void *arg)
+{
+    struct canceller *c = arg;
+    c->saw_step_4 = wait_for_step(c->loop, 4);
+    c->rc = tern_cancel(c->loop, c->id);
+    /* Bounded liveness: if the cancel did not wake the loop, wake it by
+     * other means so the test fails instead of hanging for an hour. */
+    if (!wait_for_flag(&c->returned)) {
+        c->needed_rescue = true;
+        tern_loop_stop(c->loop);
+    }
+    return NULL;
+}
+
+/*
+ * A cancel from another thread takes effect without an unrelated wake-up:
+ * the loop blocks in run_once(-1) with one 1-hour timer armed; another
+ * thread cancels it. The cancel itself must wake the loop (nothing else
+ * could), and the loop's next turn resolves it in step 1: the timer is
+ * gone and the loop has nothing live.
+ */
+Test(post, foreign_cancel_wakes_the_loop_and_takes_effect_next_turn, .timeout = TEST_TIMEOUT)
+{
+    struct canceller c = { .loop = loop_new_default(), .rc = 1 };
+    cr_assert_eq(tern_timer_start(c.loop, HOUR, 0, never, NULL, &c.id), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cancel_when_blocked, &c), 0);
+    uint64_t wakes_before = loop_stats(c.loop).wake_syscalls;
+    int more = tern_loop_run_once(c.loop, -1);
+    atomic_store(&c.returned, true);
+    pthread_join(t, NULL);
+    cr_assert(c.saw_step_4, "the loop never blocked");
+    cr_assert_eq(c.rc, 0, "a cross-thread cancel is queued and returns 0, got %d", c.rc);
+    cr_assert_not(c.needed_rescue, "the cancel did not wake the blocked loop");
+    cr_assert_gt(loop_stats(c.loop).wake_syscalls, wakes_before, "woken without a syscall?");
+    /* The woken turn may or may not have resolved it already (if the
+     * cancel arrived before step 4 blocked, step 1 came first); the next
+     * turn certainly has. */
+    if (more)
+        cr_assert_eq(tern_loop_run_once(c.loop, 0), 0, "the cancel was not resolved in step 1");
+    cr_assert_eq(loop_live(c.loop), 0, "the cancelled timer is still live");
+    cr_assert_eq(tern_timer_stop(c.loop, c.id), -ENOENT);
+    cr_assert_eq(tern_loop_next_timeout(c.loop), -1);
+    loop_free_clean(c.loop);
+}
+
+static void *cancel_then_rescue(void *arg)
+{
+    struct canceller *c = arg;
+    c->saw_step_4 = wait_for_step(c->loop, 4);
+    c->rc = tern_cancel(c->loop, c->id);
+    if (!wait_for_flag(&c->returned)) {
+        c->needed_rescue = true;
+        tern_loop_stop(c->loop);
+    }
+    return NULL;
+}
+
+/* The same through run(): with its only timer cancelled from another
+ * thread, run() returns 0 because nothing live remains. */
+Test(post, foreign_cancel_of_the_last_timer_ends_run, .timeout = TEST_TIMEOUT)
+{
+    struct canceller c = { .loop = loop_new_default(), .rc = 1 };
+    cr_assert_eq(tern_timer_start(c.loop, HOUR, 0, never, NULL, &c.id), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cancel_then_rescue, &c), 0);
+    cr_assert_eq(tern_loop_run(c.loop), 0);
+    atomic_store(&c.returned, true);
+    pthread_join(t, NULL);
+    cr_assert_eq(c.rc, 0);
+    cr_assert_not(c.needed_rescue);
+    loop_free_clean(c.loop);
+}
+
+/* A cross-thread cancel of an id that is no longer live (or never was)
+ * is ignored when resolved: it cancels nothing else. */
+static void *cancel_bogus(void *arg)
+{
+    struct canceller *c = arg;
+    c->saw_step_4 = wait_for_step(c->loop, 4);
+    c->rc = tern_cancel(c->loop, c->id + 1000);
+    cr_assert_eq(tern_cancel(c->loop, 0), -EINVAL);
+    cr_assert_eq(tern_post(c->loop, stop_keepalive, &(struct waker){ 0 }), 0);
+    return NULL;
+}
+
+Test(post, foreign_cancel_of_unknown_id_is_ignored, .timeout = TEST_TIMEOUT)
+{
+    struct canceller c = { .loop = loop_new_default(), .rc = 1 };
+    cr_assert_eq(tern_timer_start(c.loop, HOUR, 0, never, NULL, &c.id), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cancel_bogus, &c), 0);
+    cr_assert_eq(tern_loop_run(c.loop), 1, "stopped by the post with the timer live");
+    pthread_join(t, NULL);
+    cr_assert(c.rc == 0 || c.rc == -ENOENT, "got %d", c.rc);
+    tern_loop_run_once(c.loop, 0); /* resolve anything still queued */
+    cr_assert_eq(loop_live(c.loop), 1, "an unknown id cancelled the live timer");
+    cr_assert_eq(tern_timer_stop(c.loop, c.id), 0);
+    loop_free_clean(c.loop);
+}
+
+/*
+ * Step 1 runs the posted functions first, then resolves cancels. To get
+ * a cancel and a post into one splice, the loop thread holds step 2 (in a
+ * deferred callback) while another thread queues the cancel and then the
+ * post; the next step 1 takes both, and the post must still see the timer
+ * live (tern_ref succeeds), after which the cancel resolves.
+ */
+struct order_probe {
+    tern_loop *loop;
+    tern_id id;
+    int ref_rc_in_post;
+    atomic_bool go, queued, post_ran;
+};
+
+static void probe_post(tern_loop *loop, void *arg)
+{
+    struct order_probe *p = arg;
+    p->ref_rc_in_post = tern_ref(loop, p->id);
+    atomic_store(&p->post_ran, true);
+}
+
+static void *cancel_then_post(void *arg)
+{
+    struct order_probe *p = arg;
+    cr_assert(wait_for_flag(&p->go));
+    cr_assert_eq(tern_cancel(p->loop, p->id), 0);
+    cr_assert_eq(tern_post(p->loop, probe_post, p), 0);
+    atomic_store(&p->queued, true);
+    return NULL;
+}
+
+static void hold_step_2(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    struct order_probe *p = arg;
+    atomic_store(&p->go, true);
+    cr_assert(wait_for_flag(&p->queued));
+}
+
+Test(post, step_1_runs_posts_before_resolving_cancels, .timeout = TEST_TIMEOUT)
+{
+    struct order_probe p = { .loop = loop_new_default(), .ref_rc_in_post = 1 };
+    cr_assert_eq(tern_timer_start(p.loop, HOUR, 0, never, NULL, &p.id), 0);
+    cr_assert_eq(tern_defer(p.loop, hold_step_2, &p), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cancel_then_post, &p), 0);
+    cr_assert_eq(tern_loop_run_once(p.loop, 0), 1);
+    pthread_join(t, NULL);
+    cr_assert_not(atomic_load(&p.post_ran));
+    cr_assert_eq(tern_loop_run_once(p.loop, 0), 0, "the cancel was not resolved in this step 1");
+    cr_assert(atomic_load(&p.post_ran));
+    cr_assert_eq(p.ref_rc_in_post, 0, "the cancel resolved before the post ran (%d)",
+                 p.ref_rc_in_post);
+    loop_free_clean(p.loop);
+}

@@ -1,0 +1,276 @@
+/*
+ * post_stress: cross-thread posts through the inbound queue, at volume.
+ *
+ * Several producer threads post at least 1,000,000 functions in total to
+ * one loop. Each post carries (producer, sequence number); the loop checks
+ * that every producer's numbers arrive exactly as last+1 — so none is
+ * lost, none runs twice, and order per producer is kept — and that every
+ * post runs on the loop thread. max_operations is kept small so producers
+ * are refused with -EAGAIN and retry, which exercises the refusal path
+ * (a refused post must never run).
+ *
+ * Phase 1 floods a busy loop. Phase 2 posts in small bursts with pauses
+ * so the loop keeps going to sleep and being woken: a lost wake-up shows
+ * as a stall, which the watchdog reports instead of hanging.
+ *
+ * Fixed seed: 0x5eed2024 (pauses in phase 2). Bounded: a fixed count of
+ * posts and a 120 s watchdog. Standalone (no criterion) so it also runs
+ * under ThreadSanitizer and valgrind. Usage: post_stress [posts_total]
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tern.h"
+
+#define SEED UINT64_C(0x5eed2024)
+#define PRODUCERS 4
+#define DEFAULT_TOTAL 1000000u
+#define WATCHDOG_NS (UINT64_C(120) * 1000000000u)
+#define STALL_NS (UINT64_C(20) * 1000000000u)
+
+/* Atomic because the watchdog reads them while the loop thread counts. */
+static atomic_uint passed, failed;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            atomic_fetch_add(&passed, 1);                                                          \
+        } else {                                                                                   \
+            atomic_fetch_add(&failed, 1);                                                          \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* xorshift64*: small, deterministic per producer. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * UINT64_C(2685821657736338717);
+}
+
+struct phase {
+    tern_loop *loop;
+    pthread_t loop_thread;
+    tern_id keepalive;
+    unsigned per_producer;
+    bool bursty;
+    pthread_barrier_t go;
+    /* Loop thread only. */
+    uint64_t next_seq[PRODUCERS];
+    uint64_t out_of_order, wrong_thread, wrong_current;
+    /* Shared. */
+    atomic_uint_fast64_t received;
+    atomic_uint_fast64_t refused;
+    atomic_uint producers_done;
+    atomic_bool finished;
+    atomic_bool stalled;
+};
+
+static struct phase *cur;
+
+static void *pack(unsigned producer, uint64_t seq)
+{
+    return (void *)(uintptr_t)(((uint64_t)producer << 40) | seq);
+}
+
+static void on_post(tern_loop *loop, void *arg)
+{
+    struct phase *p = cur;
+    uint64_t v = (uint64_t)(uintptr_t)arg;
+    unsigned producer = (unsigned)(v >> 40);
+    uint64_t seq = v & ((UINT64_C(1) << 40) - 1);
+    if (!pthread_equal(pthread_self(), p->loop_thread))
+        p->wrong_thread++;
+    if (tern_loop_current() != loop)
+        p->wrong_current++;
+    if (producer >= PRODUCERS || seq != p->next_seq[producer])
+        p->out_of_order++;
+    else
+        p->next_seq[producer] = seq + 1;
+    uint64_t n = atomic_fetch_add(&p->received, 1) + 1;
+    if (n == (uint64_t)PRODUCERS * p->per_producer) {
+        /* The last post ends the run by removing the keep-alive timer. */
+        int rc = tern_timer_stop(loop, p->keepalive);
+        CHECK(rc == 0, "stopping the keep-alive timer: %s", tern_err_name(rc));
+    }
+}
+
+struct producer {
+    struct phase *p;
+    unsigned index;
+};
+
+static void *produce(void *arg)
+{
+    struct producer *pr = arg;
+    struct phase *p = pr->p;
+    uint64_t rng = SEED ^ ((uint64_t)pr->index * UINT64_C(0x9e3779b97f4a7c15));
+    pthread_barrier_wait(&p->go);
+    unsigned burst = 0;
+    for (uint64_t seq = 0; seq < p->per_producer; seq++) {
+        int rc;
+        while ((rc = tern_post(p->loop, on_post, pack(pr->index, seq))) == -EAGAIN) {
+            atomic_fetch_add(&p->refused, 1);
+            sched_yield();
+        }
+        if (rc != 0) {
+            printf("FAIL tern_post: %s\n", tern_err_name(rc));
+            exit(1);
+        }
+        if (p->bursty && ++burst >= 1 + rng_next(&rng) % 64) {
+            burst = 0;
+            /* A pause long enough for the loop to go back to sleep. */
+            sleep_ns(rng_next(&rng) % 50000);
+        }
+    }
+    atomic_fetch_add(&p->producers_done, 1);
+    return NULL;
+}
+
+static void never(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+    printf("FAIL the keep-alive timer fired\n");
+    exit(1);
+}
+
+/* Reports a stall (no progress for STALL_NS with posts outstanding) or a
+ * run beyond WATCHDOG_NS, then stops the loop; if even that cannot wake
+ * it, gives up on the process. */
+static void *watchdog(void *arg)
+{
+    struct phase *p = arg;
+    uint64_t start = mono_ns(), last_change = start;
+    uint64_t last = atomic_load(&p->received);
+    while (!atomic_load(&p->finished)) {
+        sleep_ns(10000000);
+        uint64_t now = mono_ns(), r = atomic_load(&p->received);
+        if (r != last) {
+            last = r;
+            last_change = now;
+        }
+        if (now - last_change > STALL_NS || now - start > WATCHDOG_NS) {
+            printf("FAIL stalled: %" PRIu64 " of %" PRIu64 " posts received, producers done %u\n",
+                   r, (uint64_t)PRODUCERS * p->per_producer, atomic_load(&p->producers_done));
+            atomic_store(&p->stalled, true);
+            tern_loop_stop(p->loop);
+            sleep_ns(5 * 1000000000ull);
+            if (!atomic_load(&p->finished)) {
+                printf("FAIL the loop did not wake for tern_loop_stop either\n");
+                printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed) + 1);
+                exit(1);
+            }
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void run_phase(const char *name, unsigned total, bool bursty, unsigned max_ops)
+{
+    static struct phase p;
+    memset(&p, 0, sizeof p);
+    cur = &p;
+    p.per_producer = total / PRODUCERS;
+    p.bursty = bursty;
+    p.loop_thread = pthread_self();
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.max_operations = max_ops;
+    int rc = tern_loop_new(&p.loop, &o);
+    CHECK(rc == 0, "tern_loop_new: %s", tern_err_name(rc));
+    if (rc != 0)
+        return;
+    rc = tern_timer_start(p.loop, UINT64_C(3600) * 1000000000u, 0, never, NULL, &p.keepalive);
+    CHECK(rc == 0, "keep-alive timer: %s", tern_err_name(rc));
+    pthread_barrier_init(&p.go, NULL, PRODUCERS);
+    pthread_t t[PRODUCERS], dog;
+    struct producer pr[PRODUCERS];
+    pthread_create(&dog, NULL, watchdog, &p);
+    uint64_t start = mono_ns();
+    for (unsigned i = 0; i < PRODUCERS; i++) {
+        pr[i] = (struct producer){ &p, i };
+        pthread_create(&t[i], NULL, produce, &pr[i]);
+    }
+    int ran = tern_loop_run(p.loop);
+    uint64_t elapsed = mono_ns() - start;
+    atomic_store(&p.finished, true);
+    for (unsigned i = 0; i < PRODUCERS; i++)
+        pthread_join(t[i], NULL);
+    pthread_join(dog, NULL);
+    pthread_barrier_destroy(&p.go);
+
+    uint64_t want = (uint64_t)PRODUCERS * p.per_producer;
+    CHECK(!atomic_load(&p.stalled), "%s: the loop stalled (lost wake-up?)", name);
+    CHECK(ran == 0, "%s: tern_loop_run returned %d", name, ran);
+    CHECK(atomic_load(&p.received) == want, "%s: received %" PRIu64 " of %" PRIu64, name,
+          (uint64_t)atomic_load(&p.received), want);
+    CHECK(p.out_of_order == 0, "%s: %" PRIu64 " posts lost, repeated or out of order", name,
+          p.out_of_order);
+    CHECK(p.wrong_thread == 0, "%s: %" PRIu64 " posts ran off the loop thread", name,
+          p.wrong_thread);
+    CHECK(p.wrong_current == 0, "%s: tern_loop_current wrong in %" PRIu64 " posts", name,
+          p.wrong_current);
+    for (unsigned i = 0; i < PRODUCERS; i++)
+        CHECK(p.next_seq[i] == p.per_producer, "%s: producer %u ended at %" PRIu64, name, i,
+              p.next_seq[i]);
+    tern_loop_stats s;
+    tern_loop_stats_get(p.loop, &s);
+    CHECK(s.posts == want, "%s: stats.posts %" PRIu64, name, s.posts);
+    CHECK(s.live_operations == 0, "%s: %u operations left live", name, s.live_operations);
+    CHECK(s.wake_syscalls <= want, "%s: more wake syscalls than posts", name);
+    printf("%s: %" PRIu64 " posts from %d producers in %.3f s (%.0f posts/s), %" PRIu64
+           " wake syscalls (1 per %.1f posts), %" PRIu64 " refusals at max_operations %u, %" PRIu64
+           " turns\n",
+           name, want, PRODUCERS, (double)elapsed / 1e9, (double)want * 1e9 / (double)elapsed,
+           s.wake_syscalls, s.wake_syscalls ? (double)want / (double)s.wake_syscalls : 0.0,
+           (uint64_t)atomic_load(&p.refused), max_ops, s.turns);
+    tern_loop_free(p.loop);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned total = DEFAULT_TOTAL;
+    if (argc > 1)
+        total = (unsigned)strtoul(argv[1], NULL, 10);
+    if (total < PRODUCERS)
+        total = PRODUCERS;
+    printf("post_stress: seed %#" PRIx64 ", %u producers, %u posts per phase\n", SEED, PRODUCERS,
+           total);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    run_phase("flood", total, false, 4096);
+    run_phase("bursts", total / 10, true, 65536);
+    printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed));
+    return atomic_load(&failed) == 0 ? 0 : 1;
+}

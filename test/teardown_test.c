@@ -1,0 +1,249 @@
+/*
+ * Teardown (SPEC §1 "Teardown"): tern_loop_free with live timers,
+ * watchers, deferred callbacks and unrun posts leaves nothing behind
+ * (ASan and valgrind check the memory, this file checks descriptors and
+ * callbacks): pending posts run during teardown, timers and watchers are
+ * never called, new work is refused with -ESHUTDOWN, and afterwards no
+ * callback of the loop ever runs.
+ */
+#include "loop_helpers.h"
+
+struct tally {
+    atomic_uint timer_calls, io_calls, post_calls, defer_calls;
+    atomic_uint shutdown_timer, shutdown_defer, shutdown_io;
+    int fd;
+};
+
+static void tally_timer(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add(&((struct tally *)arg)->timer_calls, 1);
+}
+
+static void tally_io(tern_loop *loop, tern_id id, int fd, unsigned ev, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)fd;
+    (void)ev;
+    atomic_fetch_add(&((struct tally *)arg)->io_calls, 1);
+}
+
+static void tally_defer(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    atomic_fetch_add(&((struct tally *)arg)->defer_calls, 1);
+}
+
+/* A post that runs during teardown tries to start new work: every
+ * loop-only start is refused with -ESHUTDOWN and nothing is created. */
+static void tally_post(tern_loop *loop, void *arg)
+{
+    struct tally *t = arg;
+    atomic_fetch_add(&t->post_calls, 1);
+    if (tern_timer_start(loop, 0, 0, tally_timer, t, NULL) == -ESHUTDOWN)
+        atomic_fetch_add(&t->shutdown_timer, 1);
+    if (tern_defer(loop, tally_defer, t) == -ESHUTDOWN)
+        atomic_fetch_add(&t->shutdown_defer, 1);
+    if (t->fd >= 0 && tern_io_start(loop, t->fd, TERN_READABLE, tally_io, t, NULL) == -ESHUTDOWN)
+        atomic_fetch_add(&t->shutdown_io, 1);
+}
+
+struct foreign_posts {
+    tern_loop *loop;
+    struct tally *t;
+    unsigned n;
+};
+
+static void *post_many(void *arg)
+{
+    struct foreign_posts *f = arg;
+    for (unsigned i = 0; i < f->n; i++)
+        cr_assert_eq(tern_post(f->loop, tally_post, f->t), 0);
+    return NULL;
+}
+
+BACKEND_TEST(teardown, live_timers_watchers_and_unrun_posts)
+{
+    enum { NPOSTS = 100, NTIMERS = 50, NPIPES = 10 };
+    int fds_before = count_open_fds();
+    tern_loop *loop = loop_new_backend(backend);
+    static struct tally t;
+    memset(&t, 0, sizeof t);
+    int spare[2];
+    make_pipe(spare);
+    t.fd = spare[0];
+
+    /* Timers, some already expired and waiting in the ready queue. */
+    for (unsigned i = 0; i < NTIMERS; i++)
+        cr_assert_eq(tern_timer_start(loop, i % 2 ? HOUR : 0, i % 3 ? 0 : MS, tally_timer, &t,
+                                      NULL), 0);
+    cr_assert_eq(tern_loop_run_once(loop, 0), 1); /* expire the zero-delay ones */
+
+    /* Watchers, some with readiness already queued. */
+    int p[NPIPES][2];
+    for (unsigned i = 0; i < NPIPES; i++) {
+        make_pipe(p[i]);
+        cr_assert_eq(tern_io_start(loop, p[i][0], TERN_READABLE, tally_io, &t, NULL), 0);
+        if (i % 2)
+            write_byte(p[i][1]);
+    }
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, tally_timer, &t, NULL), 0);
+    tern_loop_run_once(loop, 0); /* step 4 records the readiness */
+    unsigned timer_calls = atomic_load(&t.timer_calls);
+    unsigned io_calls = atomic_load(&t.io_calls);
+    cr_assert_eq(io_calls, 0);
+
+    /* Posts from another thread while nobody runs the loop. */
+    struct foreign_posts f = { loop, &t, NPOSTS };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, post_many, &f), 0);
+    pthread_join(th, NULL);
+    /* And a deferred callback nobody has run. */
+    cr_assert_eq(tern_defer(loop, tally_defer, &t), 0);
+    cr_assert_gt(loop_live(loop), NPOSTS);
+
+    tern_loop_free(loop);
+
+    cr_assert_eq(atomic_load(&t.post_calls), NPOSTS, "pending posts must run during teardown");
+    cr_assert_eq(atomic_load(&t.timer_calls), timer_calls, "tern_loop_free called a timer");
+    cr_assert_eq(atomic_load(&t.io_calls), io_calls, "tern_loop_free called a watcher");
+    cr_assert_leq(atomic_load(&t.defer_calls), 1, "a deferred callback ran twice");
+    cr_assert_eq(atomic_load(&t.shutdown_timer), NPOSTS, "timer_start during teardown");
+    cr_assert_eq(atomic_load(&t.shutdown_defer), NPOSTS, "defer during teardown");
+    cr_assert_eq(atomic_load(&t.shutdown_io), NPOSTS, "io_start during teardown");
+
+    for (unsigned i = 0; i < NPIPES; i++) {
+        close(p[i][0]);
+        close(p[i][1]);
+    }
+    close(spare[0]);
+    close(spare[1]);
+    cr_assert_eq(count_open_fds(), fds_before, "the loop left descriptors open");
+}
+
+/* The descriptors a loop opens are closed by tern_loop_free, however
+ * the loop was used. */
+BACKEND_TEST(teardown, no_descriptor_leaks_over_many_loops)
+{
+    int before = count_open_fds();
+    for (int i = 0; i < 200; i++) {
+        tern_loop *loop = loop_new_backend(backend);
+        if (i % 2) {
+            struct tally t = { .fd = -1 };
+            cr_assert_eq(tern_timer_start(loop, 0, 0, tally_timer, &t, NULL), 0);
+            cr_assert_eq(tern_loop_run(loop), 0);
+        }
+        loop_free_clean(loop);
+    }
+    cr_assert_eq(count_open_fds(), before);
+}
+
+/* Freeing a loop releases its fds for other loops (G4 bookkeeping) and
+ * leaves the fds themselves open (they are the caller's). */
+BACKEND_TEST(teardown, free_releases_watched_fds_but_does_not_close_them)
+{
+    tern_loop *a = loop_new_backend(backend);
+    int p[2];
+    make_pipe(p);
+    struct tally t = { .fd = -1 };
+    cr_assert_eq(tern_io_start(a, p[0], TERN_READABLE, tally_io, &t, NULL), 0);
+    tern_loop_free(a);
+    cr_assert_neq(fcntl(p[0], F_GETFD), -1, "tern_loop_free closed a watched fd");
+    tern_loop *b = loop_new_backend(backend);
+    tern_id id = 0;
+    cr_assert_eq(tern_io_start(b, p[0], TERN_READABLE, tally_io, &t, &id), 0);
+    write_byte(p[1]);
+    cr_assert(run_until_count(b, &t.io_calls, 1, 0, 20));
+    cr_assert_eq(tern_io_stop(b, id), 0);
+    close(p[0]);
+    close(p[1]);
+    loop_free_clean(b);
+}
+
+/* Posts made by other threads right up to the free are all run exactly
+ * once: the producer is joined first (a post after free begins is a
+ * contract violation), then the loop is freed without running it. */
+BACKEND_TEST(teardown, posts_never_run_are_run_once_by_free)
+{
+    static struct tally t;
+    memset(&t, 0, sizeof t);
+    t.fd = -1;
+    for (int round = 0; round < 20; round++) {
+        tern_loop *loop = loop_new_backend(backend);
+        struct foreign_posts f = { loop, &t, 50 };
+        pthread_t th[2];
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(pthread_create(&th[k], NULL, post_many, &f), 0);
+        for (int k = 0; k < 2; k++)
+            pthread_join(th[k], NULL);
+        tern_loop_free(loop);
+    }
+    cr_assert_eq(atomic_load(&t.post_calls), 20 * 2 * 50);
+}
+
+/* After free, a timer that was armed never fires: checked by freeing
+ * the loop and waiting past the deadline with another loop running. */
+static void mark(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add((atomic_uint *)arg, 1);
+}
+
+Test(teardown, no_callback_after_free, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    atomic_uint dead = 0, alive = 0;
+    cr_assert_eq(tern_timer_start(loop, MS, 0, mark, &dead, NULL), 0);
+    tern_loop_free(loop);
+    tern_loop *other = loop_new_default();
+    cr_assert_eq(tern_timer_start(other, 5 * MS, 0, mark, &alive, NULL), 0);
+    cr_assert_eq(tern_loop_run(other), 0);
+    cr_assert_eq(atomic_load(&alive), 1);
+    cr_assert_eq(atomic_load(&dead), 0);
+    loop_free_clean(other);
+}
+
+/* A loop that was stopped with work live can be freed from the thread
+ * that ran it. */
+static void stop_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    tern_loop_stop(loop);
+}
+
+Test(teardown, free_after_stop_with_work_live, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    atomic_uint n = 0;
+    cr_assert_eq(tern_timer_start(loop, 0, MS, stop_cb, NULL, NULL), 0);
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, mark, &n, NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 1);
+    cr_assert_eq(loop_live(loop), 2);
+    tern_loop_free(loop);
+    cr_assert_eq(atomic_load(&n), 0);
+}
+
+/* A loop may be freed on a thread other than the one that ran it, once
+ * the run has returned. */
+static void *run_it(void *arg)
+{
+    tern_loop *loop = arg;
+    cr_assert_eq(tern_loop_run(loop), 0);
+    return NULL;
+}
+
+Test(teardown, free_on_another_thread_after_run, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    atomic_uint n = 0;
+    cr_assert_eq(tern_timer_start(loop, MS, 0, mark, &n, NULL), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, run_it, loop), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(atomic_load(&n), 1);
+    loop_free_clean(loop);
+}

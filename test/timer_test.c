@@ -1,0 +1,413 @@
+/*
+ * Timers (SPEC §1 "One deadline mechanism"): never early, soonest first,
+ * FIFO on a tie by arming order, repeat, stop from inside the callback,
+ * stop of an expired timer that waits in the ready queue, and ids that
+ * are never 0 and never reused.
+ */
+#include "loop_helpers.h"
+
+static void count_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add((atomic_uint *)arg, 1);
+}
+
+/* ---------------------------------------------------------------- */
+/* a one-shot timer                                                  */
+/* ---------------------------------------------------------------- */
+
+struct once {
+    tern_id id;
+    uint64_t armed_at; /* the loop clock when armed */
+    uint64_t delay;
+    atomic_uint calls;
+    bool id_ok, arg_ok, not_early, stale_inside;
+};
+
+static void once_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    struct once *o = arg;
+    atomic_fetch_add(&o->calls, 1);
+    o->id_ok = id == o->id;
+    o->arg_ok = true;
+    o->not_early = tern_loop_now(loop) >= o->armed_at + o->delay &&
+                   mono_ns() >= o->armed_at + o->delay;
+    /* A one-shot timer is finished once its callback starts. */
+    o->stale_inside = tern_timer_stop(loop, id) == -ENOENT;
+}
+
+Test(timer, one_shot_fires_once_not_early_with_its_id_and_arg, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    struct once o = { .delay = 3 * MS };
+    o.armed_at = tern_loop_now(loop);
+    cr_assert_eq(tern_timer_start(loop, o.delay, 0, once_cb, &o, &o.id), 0);
+    cr_assert_neq(o.id, 0);
+    cr_assert_eq(loop_live(loop), 1);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&o.calls), 1);
+    cr_assert(o.id_ok, "the callback got another id");
+    cr_assert(o.arg_ok);
+    cr_assert(o.not_early, "the timer fired before its deadline");
+    cr_assert(o.stale_inside, "a one-shot timer's id was still live inside its callback");
+    cr_assert_eq(tern_timer_stop(loop, o.id), -ENOENT);
+    loop_free_clean(loop);
+}
+
+/* ---------------------------------------------------------------- */
+/* order                                                             */
+/* ---------------------------------------------------------------- */
+
+enum { NORDER = 200 };
+
+struct order {
+    unsigned seen[NORDER];
+    atomic_uint n;
+};
+
+struct order_item {
+    struct order *o;
+    unsigned index;
+};
+
+static void order_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct order_item *it = arg;
+    unsigned i = atomic_fetch_add(&it->o->n, 1);
+    if (i < NORDER)
+        it->o->seen[i] = it->index;
+}
+
+struct order_setup {
+    struct order_item items[NORDER];
+    uint64_t delay[NORDER];
+};
+
+/* Arms every timer from one callback, so they share the loop's cached
+ * clock and equal delays give equal deadlines. */
+static void arm_all(tern_loop *loop, void *arg)
+{
+    struct order_setup *s = arg;
+    for (unsigned i = 0; i < NORDER; i++)
+        cr_assert_eq(tern_timer_start(loop, s->delay[i], 0, order_cb, &s->items[i], NULL), 0);
+}
+
+Test(timer, equal_deadlines_fire_fifo_by_arming_order, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    static struct order o;
+    static struct order_setup s;
+    for (unsigned i = 0; i < NORDER; i++) {
+        s.items[i] = (struct order_item){ &o, i };
+        s.delay[i] = 2 * MS;
+    }
+    cr_assert_eq(tern_defer(loop, arm_all, &s), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&o.n), NORDER);
+    for (unsigned i = 0; i < NORDER; i++)
+        cr_assert_eq(o.seen[i], i, "position %u ran timer %u: ties must fire in arming order", i,
+                     o.seen[i]);
+    loop_free_clean(loop);
+}
+
+/* Equal deadlines from timers armed at different times with different
+ * delays still tie-break by arming order. The ready-made tie: the loop
+ * clock does not move between two calls outside a turn. */
+Test(timer, tie_between_different_delays_is_arming_order, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    static struct order o;
+    static struct order_item it[4];
+    for (unsigned i = 0; i < 4; i++)
+        it[i] = (struct order_item){ &o, i };
+    /* All four share one deadline: now + 2 ms. */
+    cr_assert_eq(tern_timer_start(loop, 2 * MS, 0, order_cb, &it[0], NULL), 0);
+    cr_assert_eq(tern_timer_start(loop, 2 * MS, 0, order_cb, &it[1], NULL), 0);
+    cr_assert_eq(tern_timer_start(loop, 2 * MS, 0, order_cb, &it[2], NULL), 0);
+    cr_assert_eq(tern_timer_start(loop, 2 * MS, 0, order_cb, &it[3], NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&o.n), 4);
+    for (unsigned i = 0; i < 4; i++)
+        cr_assert_eq(o.seen[i], i);
+    loop_free_clean(loop);
+}
+
+static void busy_wait_past(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    /* Make every deadline of the soonest-first test expire before the
+     * next step 5, so they are ordered within one firing pass. */
+    sleep_ns(*(uint64_t *)arg);
+}
+
+/* Soonest first: distinct deadlines armed in a shuffled order, all
+ * expiring in the same step 5, run in deadline order. */
+Test(timer, distinct_deadlines_fire_soonest_first, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    static struct order o;
+    static struct order_setup s;
+    /* A fixed permutation (multiplication by 73 mod 200 is a bijection). */
+    for (unsigned i = 0; i < NORDER; i++) {
+        unsigned rank = (i * 73u) % NORDER;
+        s.items[i] = (struct order_item){ &o, rank };
+        s.delay[i] = (uint64_t)(rank + 1) * 10000; /* 10 us apart, all under 2.1 ms */
+    }
+    uint64_t past = 5 * MS;
+    cr_assert_eq(tern_defer(loop, arm_all, &s), 0);
+    cr_assert_eq(tern_defer(loop, busy_wait_past, &past), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&o.n), NORDER);
+    for (unsigned i = 0; i < NORDER; i++)
+        cr_assert_eq(o.seen[i], i, "position %u ran the timer of rank %u", i, o.seen[i]);
+    loop_free_clean(loop);
+}
+
+/* Mixed: pairs of equal deadlines among distinct ones. */
+Test(timer, soonest_first_then_fifo, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    static struct order o;
+    static struct order_item it[6];
+    /* expected firing order: it[1] (1ms), it[3] (1ms), it[0] (2ms),
+     * it[4] (2ms), it[5] (3ms), it[2] (4ms). */
+    const unsigned expect_rank[6] = { 2, 0, 5, 1, 3, 4 };
+    const uint64_t delay[6] = { 2 * MS, 1 * MS, 4 * MS, 1 * MS, 2 * MS, 3 * MS };
+    for (unsigned i = 0; i < 6; i++) {
+        it[i] = (struct order_item){ &o, expect_rank[i] };
+        cr_assert_eq(tern_timer_start(loop, delay[i], 0, order_cb, &it[i], NULL), 0);
+    }
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&o.n), 6);
+    for (unsigned i = 0; i < 6; i++)
+        cr_assert_eq(o.seen[i], i);
+    loop_free_clean(loop);
+}
+
+/* ---------------------------------------------------------------- */
+/* repeat and stop                                                   */
+/* ---------------------------------------------------------------- */
+
+struct repeater {
+    tern_id id;
+    atomic_uint calls;
+    unsigned stop_at;
+    int stop_rc;
+    bool same_id;
+    uint64_t last_now;
+    bool monotonic;
+};
+
+static void repeat_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    struct repeater *r = arg;
+    unsigned n = atomic_fetch_add(&r->calls, 1) + 1;
+    if (id != r->id)
+        r->same_id = false;
+    uint64_t now = tern_loop_now(loop);
+    if (now < r->last_now + MS)
+        r->monotonic = false; /* the repeat fired early */
+    r->last_now = now;
+    if (n == r->stop_at)
+        r->stop_rc = tern_timer_stop(loop, id);
+}
+
+Test(timer, repeating_timer_repeats_and_stops_inside_its_callback, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    struct repeater r = { .stop_at = 5, .stop_rc = 1, .same_id = true, .monotonic = true };
+    r.last_now = tern_loop_now(loop);
+    cr_assert_eq(tern_timer_start(loop, MS, MS, repeat_cb, &r, &r.id), 0);
+    cr_assert_eq(tern_loop_run(loop), 0, "run returns once the stopped timer was the last thing");
+    cr_assert_eq(atomic_load(&r.calls), 5, "the timer ran %u times", atomic_load(&r.calls));
+    cr_assert_eq(r.stop_rc, 0, "stopping a repeating timer inside its callback: %d", r.stop_rc);
+    cr_assert(r.same_id, "a repeating timer keeps its id");
+    cr_assert(r.monotonic, "a repeat came sooner than repeat_ns after the previous one");
+    cr_assert_eq(tern_timer_stop(loop, r.id), -ENOENT);
+    loop_free_clean(loop);
+}
+
+Test(timer, repeating_timer_stopped_from_outside, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    struct repeater r = { .stop_at = 0, .same_id = true, .monotonic = true };
+    r.last_now = tern_loop_now(loop);
+    cr_assert_eq(tern_timer_start(loop, MS, MS, repeat_cb, &r, &r.id), 0);
+    cr_assert(run_until_count(loop, &r.calls, 3, -1, 1000));
+    cr_assert_eq(loop_live(loop), 1, "a repeating timer stays live between firings");
+    cr_assert_eq(tern_timer_stop(loop, r.id), 0);
+    unsigned calls = atomic_load(&r.calls);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&r.calls), calls, "a stopped timer ran again");
+    loop_free_clean(loop);
+}
+
+struct pair {
+    tern_id victim;
+    int stop_rc;
+    atomic_uint killer_calls, victim_calls;
+    bool use_cancel;
+};
+
+static void victim_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add(&((struct pair *)arg)->victim_calls, 1);
+}
+
+static void killer_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)id;
+    struct pair *p = arg;
+    atomic_fetch_add(&p->killer_calls, 1);
+    p->stop_rc = p->use_cancel ? tern_cancel(loop, p->victim) : tern_timer_stop(loop, p->victim);
+}
+
+/* Two timers expire in the same step 5 (equal deadline, killer first);
+ * the killer's callback stops the victim, which already waits in the
+ * ready queue: its callback must not run. */
+static void expired_stop_case(bool use_cancel)
+{
+    tern_loop *loop = loop_new_default();
+    struct pair p = { .stop_rc = 1, .use_cancel = use_cancel };
+    cr_assert_eq(tern_timer_start(loop, 0, 0, killer_cb, &p, NULL), 0);
+    cr_assert_eq(tern_timer_start(loop, 0, 0, victim_cb, &p, &p.victim), 0);
+    cr_assert_eq(tern_loop_run_once(loop, 0), 1);
+    cr_assert_eq(tern_loop_next_timeout(loop), 0, "both timers wait in the ready queue");
+    cr_assert_eq(loop_live(loop), 2);
+    cr_assert_eq(tern_loop_run_once(loop, 0), 0);
+    cr_assert_eq(atomic_load(&p.killer_calls), 1);
+    cr_assert_eq(p.stop_rc, 0, "stopping an expired, queued timer: %d", p.stop_rc);
+    cr_assert_eq(atomic_load(&p.victim_calls), 0, "a stopped timer's queued callback ran");
+    loop_free_clean(loop);
+}
+
+Test(timer, stopping_an_expired_queued_timer_prevents_its_callback, .timeout = TEST_TIMEOUT)
+{
+    expired_stop_case(false);
+}
+
+Test(timer, cancelling_an_expired_queued_timer_prevents_its_callback, .timeout = TEST_TIMEOUT)
+{
+    expired_stop_case(true);
+}
+
+/* Stopping an expired repeating timer that waits in the ready queue. */
+Test(timer, stopping_a_queued_repeating_timer_from_outside, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    atomic_uint n = 0;
+    tern_id id = 0;
+    cr_assert_eq(tern_timer_start(loop, 0, MS, count_cb, &n, &id), 0);
+    cr_assert_eq(tern_loop_run_once(loop, 0), 1);
+    cr_assert_eq(tern_loop_next_timeout(loop), 0);
+    cr_assert_eq(tern_timer_stop(loop, id), 0);
+    cr_assert_eq(tern_loop_next_timeout(loop), -1, "the stopped timer is still queued");
+    cr_assert_eq(tern_loop_run_once(loop, 0), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+    loop_free_clean(loop);
+}
+
+/* A timer may start another timer, including one with its own callback,
+ * from inside its callback. */
+struct chain {
+    atomic_uint n;
+    unsigned want;
+};
+
+static void chain_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)id;
+    struct chain *c = arg;
+    if (atomic_fetch_add(&c->n, 1) + 1 < c->want)
+        cr_assert_eq(tern_timer_start(loop, 0, 0, chain_cb, c, NULL), 0);
+}
+
+Test(timer, timers_started_from_timer_callbacks, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    struct chain c = { .want = 100 };
+    cr_assert_eq(tern_timer_start(loop, 0, 0, chain_cb, &c, NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&c.n), 100);
+    loop_free_clean(loop);
+}
+
+/* ---------------------------------------------------------------- */
+/* ids                                                               */
+/* ---------------------------------------------------------------- */
+
+static int cmp_id(const void *a, const void *b)
+{
+    tern_id x = *(const tern_id *)a, y = *(const tern_id *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Ids are never 0 and never reused, even when the slot behind an id is
+ * recycled many times. */
+Test(timer, ids_are_never_zero_and_never_reused, .timeout = TEST_TIMEOUT)
+{
+    enum { N = 5000 };
+    tern_loop *loop = loop_new_default();
+    tern_loop *other = loop_new_default();
+    static tern_id ids[2 * N];
+    atomic_uint n = 0;
+    for (unsigned i = 0; i < N; i++) {
+        cr_assert_eq(tern_timer_start(loop, HOUR, 0, count_cb, &n, &ids[2 * i]), 0);
+        cr_assert_neq(ids[2 * i], 0);
+        cr_assert_eq(tern_timer_stop(loop, ids[2 * i]), 0);
+        /* A second loop draws from the same never-reused counter. */
+        cr_assert_eq(tern_timer_start(other, HOUR, 0, count_cb, &n, &ids[2 * i + 1]), 0);
+        cr_assert_eq(tern_timer_stop(other, ids[2 * i + 1]), 0);
+    }
+    qsort(ids, 2 * N, sizeof ids[0], cmp_id);
+    for (unsigned i = 1; i < 2 * N; i++)
+        cr_assert_neq(ids[i], ids[i - 1], "id %#llx was handed out twice",
+                      (unsigned long long)ids[i]);
+    /* A stale id from a recycled slot must not reach the slot's new timer. */
+    tern_id fresh = 0;
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, count_cb, &n, &fresh), 0);
+    for (unsigned i = 0; i < 2 * N; i++)
+        cr_assert_eq(tern_timer_stop(loop, ids[i]), -ENOENT);
+    cr_assert_eq(loop_live(loop), 1);
+    cr_assert_eq(tern_timer_stop(loop, fresh), 0);
+    loop_free_clean(other);
+    loop_free_clean(loop);
+}
+
+/* An id of one loop means nothing on another. */
+Test(timer, ids_belong_to_their_loop, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *a = loop_new_default();
+    tern_loop *b = loop_new_default();
+    atomic_uint n = 0;
+    tern_id id = 0;
+    cr_assert_eq(tern_timer_start(a, HOUR, 0, count_cb, &n, &id), 0);
+    cr_assert_eq(tern_timer_start(b, HOUR, 0, count_cb, &n, NULL), 0);
+    cr_assert_eq(tern_timer_stop(b, id), -ENOENT);
+    cr_assert_eq(tern_cancel(b, id), -ENOENT);
+    cr_assert_eq(loop_live(b), 1);
+    cr_assert_eq(tern_timer_stop(a, id), 0);
+    loop_free_clean(a);
+    tern_loop_free(b);
+}
+
+/* Many timers: a thousand deadlines spread over a few ms all fire once. */
+Test(timer, many_timers_all_fire_once, .timeout = TEST_TIMEOUT)
+{
+    enum { N = 1000 };
+    tern_loop *loop = loop_new_default();
+    static atomic_uint hits[N];
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_eq(tern_timer_start(loop, (uint64_t)(i % 37) * 100000, 0, count_cb, &hits[i],
+                                      NULL), 0);
+    cr_assert_eq(loop_live(loop), N);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_eq(atomic_load(&hits[i]), 1, "timer %u ran %u times", i, atomic_load(&hits[i]));
+    loop_free_clean(loop);
+}
