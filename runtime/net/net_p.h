@@ -25,7 +25,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <netdb.h>
 
 #include "loop_p.h"
 #include "tern.h"
@@ -96,7 +98,9 @@ struct tern__stream {
     tern_id timer;            /* the connect timeout or the accept back-off */
     struct addrinfo *addrs;   /* what the lookup returned */
     struct addrinfo *next_addr;
-    bool addrs_resolved;      /* from tern_resolve (else a numeric getaddrinfo) */
+    bool addrs_resolved;      /* from tern_resolve (else the inline numeric one) */
+    struct addrinfo numeric;  /* a numeric host needs no lookup */
+    struct sockaddr_storage numeric_addr;
 
     /* listening (tcp.c) */
     tern_accept_cb accept_cb;
@@ -132,8 +136,8 @@ void tern__stream_rewatch(struct tern__stream *s);
 void tern__stream_owe(struct tern__stream *s);
 /* Close: the shared body of tern_stream_close and the cancel hook. */
 int tern__stream_close(struct tern__stream *s);
-/* Make a socket non-blocking, close-on-exec and SIGPIPE-free. */
-int tern__socket_prepare(int fd);
+/* Where the system has SO_NOSIGPIPE, set it (elsewhere MSG_NOSIGNAL does the job). */
+int tern__socket_nosigpipe(int fd);
 
 /* write.c */
 void tern__write_flush(struct tern__stream *s);

@@ -41,7 +41,21 @@ const struct tern__op_class tern__stream_class = {
     .refable = true,
 };
 
-int tern__socket_prepare(int fd)
+int tern__socket_nosigpipe(int fd)
+{
+#ifdef SO_NOSIGPIPE
+    /* Where sendmsg has no MSG_NOSIGNAL, the socket itself must not raise SIGPIPE. */
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one)) < 0)
+        return -errno;
+#else
+    (void)fd;
+#endif
+    return 0;
+}
+
+/* For an adopted descriptor; sockets tern creates get the flags at birth. */
+static int socket_prepare(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -49,13 +63,7 @@ int tern__socket_prepare(int fd)
     int fdfl = fcntl(fd, F_GETFD);
     if (fdfl < 0 || fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) < 0)
         return -errno;
-#ifdef SO_NOSIGPIPE
-    /* Where sendmsg has no MSG_NOSIGNAL, the socket itself must not raise SIGPIPE. */
-    int one = 1;
-    if (setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one)) < 0)
-        return -errno;
-#endif
-    return 0;
+    return tern__socket_nosigpipe(fd);
 }
 
 int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
@@ -161,13 +169,23 @@ static unsigned wanted_events(const struct tern__stream *s)
 }
 
 /*
+ * Interest that drops to nothing is dropped lazily: the watcher stays
+ * registered until it next reports (stream_io then stops it). A stream
+ * that stops and restarts reading, or a connect followed at once by
+ * read_start, so costs one epoll_ctl MOD instead of a DEL and an ADD (and
+ * an fd-watcher op). Before its descriptor is closed a stream always stops
+ * the watcher for real (tern__stream_watch(s, 0)).
+ *
  * Only starting or modifying a watcher can fail (ENOMEM, max_operations).
  * A stream that cannot be watched cannot make progress, so its queued
  * writes fail with the cause and reading stops with it.
  */
 void tern__stream_rewatch(struct tern__stream *s)
 {
-    int rc = tern__stream_watch(s, wanted_events(s));
+    unsigned want = wanted_events(s);
+    if (want == 0 && !(s->state & TERN__S_CLOSING) && s->fd >= 0)
+        return;
+    int rc = tern__stream_watch(s, want);
     if (rc == 0)
         return;
     tern__write_fail(s, rc);
@@ -211,6 +229,10 @@ static void stream_io(tern_loop *loop, tern_id id, int fd, unsigned events, void
     struct tern__stream *s = arg;
     if (s->state & TERN__S_CLOSING)
         return;
+    if (wanted_events(s) == 0) { /* interest dropped lazily: stop now */
+        tern__stream_watch(s, 0);
+        return;
+    }
     if (s->kind == TERN__LISTENER) {
         tern__tcp_accept_ready(s);
         return;
@@ -356,7 +378,7 @@ int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
         return -errno;
     if (type != SOCK_STREAM)
         return -EINVAL;
-    int rc = tern__socket_prepare(fd);
+    int rc = socket_prepare(fd);
     if (rc < 0)
         return rc;
     struct tern__stream *s;

@@ -46,8 +46,6 @@ void tern__tcp_free_addrs(struct tern__stream *s)
         return;
     if (s->addrs_resolved)
         tern_freeaddrinfo(s->addrs);
-    else
-        freeaddrinfo(s->addrs);
     s->addrs = s->next_addr = NULL;
 }
 
@@ -205,7 +203,7 @@ void tern__tcp_accept_ready(struct tern__stream *s)
             return;
         if (rc < 0 && accept_retryable(-rc))
             continue;
-        if (rc == 0 && (rc = tern__socket_prepare(fd)) < 0)
+        if (rc == 0 && (rc = tern__socket_nosigpipe(fd)) < 0)
             close(fd);
         struct tern__stream *c = NULL;
         if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) < 0)
@@ -284,7 +282,7 @@ static void connect_next(struct tern__stream *s, int last)
             last = rc < 0 ? rc : -errno;
             continue;
         }
-        if ((rc = tern__socket_prepare(fd)) < 0) {
+        if ((rc = tern__socket_nosigpipe(fd)) < 0) {
             close(fd);
             last = rc;
             continue;
@@ -358,15 +356,25 @@ static void connect_timeout(tern_loop *loop, tern_id id, void *arg)
     connect_done(s, -ETIMEDOUT);
 }
 
-/* Numeric addresses need no lookup: getaddrinfo with AI_NUMERICHOST cannot block. */
-static bool numeric_addrs(const char *host, const char *service, struct addrinfo **res)
+/*
+ * A numeric IPv4 or IPv6 host needs no lookup: parse it into the stream's
+ * own one-entry address list (getaddrinfo would cost allocations and a
+ * free for the same answer).
+ */
+static bool numeric_addr(struct tern__stream *s, const char *host, unsigned port)
 {
-    struct addrinfo hints = {
-        .ai_family = AF_UNSPEC,
+    socklen_t len;
+    if (parse_host(host, port, &s->numeric_addr, &len) < 0 || strcmp(host, "localhost") == 0)
+        return false;
+    s->numeric = (struct addrinfo){
+        .ai_family = s->numeric_addr.ss_family,
         .ai_socktype = SOCK_STREAM,
-        .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+        .ai_addrlen = len,
+        .ai_addr = (struct sockaddr *)&s->numeric_addr,
     };
-    return getaddrinfo(host, service, &hints, res) == 0;
+    s->addrs = s->next_addr = &s->numeric;
+    s->addrs_resolved = false;
+    return true;
 }
 
 int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t timeout_ns,
@@ -390,9 +398,7 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
             goto fail;
         (void)tern_unref(loop, s->timer);
     }
-    struct addrinfo *res;
-    if (numeric_addrs(host, service, &res)) {
-        s->addrs = s->next_addr = res;
+    if (numeric_addr(s, host, port)) {
         connect_next(s, 0); /* any outcome is delivered from dispatch */
     } else {
         struct addrinfo hints = {.ai_family = AF_UNSPEC,
