@@ -13,6 +13,26 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+
+/*
+ * This program's own sendmsg, which the static library's calls resolve to:
+ * it counts the calls made on one descriptor and checks each asks for
+ * MSG_NOSIGNAL, then makes the real system call.
+ */
+static atomic_int counted_fd = -1;
+static atomic_uint sendmsg_calls;
+static atomic_bool nosignal_missing;
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    if (fd == atomic_load(&counted_fd)) {
+        atomic_fetch_add(&sendmsg_calls, 1);
+        if (!(flags & MSG_NOSIGNAL))
+            atomic_store(&nosignal_missing, true);
+    }
+    return syscall(SYS_sendmsg, fd, msg, flags);
+}
 
 /* A reader that keeps everything it is given. */
 struct sink {
@@ -613,5 +633,110 @@ BACKEND_TEST(stream, empty_and_multi_buffer_writes_complete_in_order)
     cr_assert_eq(read(fds[1], got, sizeof(got)), 5);
     cr_assert_str_eq(got, "abcde");
     close_both(loop, ids, &l);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(stream, queued_writes_leave_together_in_one_sendmsg)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    tern_id ids[2];
+    int fds[2];
+    open_pair(loop, ids, fds);
+    small_buffers(fds[0]);
+    /* Fill the socket behind tern's back, so tern's writes must queue. */
+    static char fill[1 << 20];
+    size_t filled = 0;
+    ssize_t n;
+    while ((n = write(fds[0], fill, sizeof(fill))) > 0)
+        filled += (size_t)n;
+    cr_assert_gt(filled, 0);
+    atomic_store(&sendmsg_calls, 0);
+    atomic_store(&nosignal_missing, false);
+    atomic_store(&counted_fd, fds[0]);
+    enum { N = 100 };
+    static char bytes[N][10];
+    static struct log l;
+    memset(&l, 0, sizeof(l));
+    for (unsigned i = 0; i < N; i++) {
+        memset(bytes[i], 'a' + (int)(i % 26), sizeof(bytes[i]));
+        tern_buf b = {bytes[i], sizeof(bytes[i])};
+        cr_assert_eq(tern_stream_write(loop, ids[0], &b, 1, log_cb, slot(&l, i)), 0);
+    }
+    /* One attempt when the queue was empty, then nothing until writable. */
+    cr_assert_leq(atomic_load(&sendmsg_calls), 1);
+    /* Drain the fill, then let the loop flush the queue. */
+    char sink_buf[65536];
+    size_t drained = 0;
+    while (drained < filled) {
+        n = read(fds[1], sink_buf, sizeof(sink_buf) < filled - drained ? sizeof(sink_buf)
+                                                                         : filled - drained);
+        if (n > 0)
+            drained += (size_t)n;
+    }
+    cr_assert(run_until_count(loop, &l.n, N, 10 * MS, 1000));
+    unsigned calls = atomic_load(&sendmsg_calls);
+    atomic_store(&counted_fd, -1);
+    cr_assert_leq(calls, 3, "%u sendmsg calls for %u queued writes: they must be coalesced",
+                  calls, (unsigned)N);
+    cr_assert_not(atomic_load(&nosignal_missing), "every sendmsg must pass MSG_NOSIGNAL");
+    for (unsigned i = 0; i < N; i++) {
+        cr_assert_eq(l.status[i], 0);
+        cr_assert_eq(l.tag[i], i);
+    }
+    char got[N * 10];
+    size_t have = 0;
+    while (have < sizeof(got)) {
+        n = read(fds[1], got + have, sizeof(got) - have);
+        cr_assert_gt(n, 0);
+        have += (size_t)n;
+    }
+    cr_assert(memcmp(got, bytes, sizeof(got)) == 0, "bytes reordered");
+    close_both(loop, ids, &l);
+    loop_free_clean(loop);
+}
+
+struct foreign {
+    tern_loop *loop;
+    tern_id id, other;
+    atomic_uint closed;
+};
+
+static void *foreign_cancel(void *arg)
+{
+    struct foreign *f = arg;
+    /* Wait until the loop thread sleeps in step 4 inside tern_loop_run, so
+     * the request takes the cross-thread path (queued, resolved in step 1). */
+    cr_assert(wait_for_step(f->loop, 4));
+    cr_assert_eq(tern_cancel(f->loop, f->id), 0);
+    return NULL;
+}
+
+static void close_other(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)id;
+    struct foreign *f = arg;
+    atomic_fetch_add(&f->closed, 1);
+    tern_stream_close(loop, f->other); /* -ENOENT the second time */
+}
+
+BACKEND_TEST(stream, cancel_from_another_thread_closes_the_stream)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    tern_id ids[2];
+    int fds[2];
+    open_pair(loop, ids, fds);
+    struct sink s = {0};
+    static struct foreign f;
+    f = (struct foreign){.loop = loop, .id = ids[0], .other = ids[1]};
+    cr_assert_eq(tern_stream_read_start(loop, ids[0], sink_read, &s), 0);
+    cr_assert_eq(tern_stream_on_close(loop, ids[0], close_other, &f), 0);
+    cr_assert_eq(tern_stream_on_close(loop, ids[1], close_other, &f), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, foreign_cancel, &f), 0);
+    /* Both streams keep the run going until the cancel closes them. */
+    cr_assert_eq(tern_loop_run(loop), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(atomic_load(&f.closed), 2);
+    cr_assert_eq(tern_stream_close(loop, ids[0]), -ENOENT);
     loop_free_clean(loop);
 }
