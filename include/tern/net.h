@@ -67,7 +67,8 @@ typedef void (*tern_drain_cb)(tern_loop *loop, tern_id stream, void *arg);
 /* ------------------------------------------------------------------ */
 
 enum {
-    TERN_TCP_REUSEPORT = 1u << 0, /* set SO_REUSEPORT (Linux, BSD): several listeners share a port */
+    /* Set SO_REUSEPORT (Linux, BSD): several listeners share one port. */
+    TERN_TCP_REUSEPORT = 1u << 0,
 };
 
 #define TERN_TCP_BACKLOG_DEFAULT (-1) /* SOMAXCONN */

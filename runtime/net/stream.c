@@ -266,10 +266,11 @@ void tern__stream_maybe_finish(struct tern__stream *s)
 }
 
 /*
- * Step 2. Order: connect, a read failure, writes (in queue order), shutdown, drain, the
- * listener's back-off notice, then — once closed and owing nothing else —
- * the close callback, after which the record goes. A callback may close
- * the stream or queue more; the loop picks that up before closing out.
+ * Step 2. Order: connect, a read failure, writes (in queue order),
+ * shutdown, drain, the listener's back-off notice, then — once closed and
+ * owing nothing else — the close callback, after which the record goes. A
+ * callback may close the stream or queue more; the loop picks that up
+ * before closing out.
  */
 static void stream_dispatch(tern_loop *loop, struct tern__op *op)
 {
