@@ -18,11 +18,17 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <urcu/arch.h>
 
 #include "pool_p.h"
 
+/*
+ * Before parking, a worker spins briefly, but only if fewer than half the
+ * CPUs already have a spinner: on a small machine the loop that feeds the
+ * pool shares the cores, and every extra spinner takes its time.
+ */
 #define SPIN_ROUNDS 4000
 
 struct worker_arg {
@@ -100,12 +106,17 @@ static void park(struct tern__pool *p)
 
 static bool spin(struct tern__pool *p)
 {
-    for (unsigned i = 0; i < SPIN_ROUNDS; i++) {
-        if (queue_nonempty(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed))
-            return true;
+    if (atomic_fetch_add_explicit(&p->spinners, 1, memory_order_relaxed) >= p->max_spinners) {
+        atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+        return false;
+    }
+    bool found = false;
+    for (unsigned i = 0; i < SPIN_ROUNDS && !found; i++) {
+        found = queue_nonempty(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed);
         caa_cpu_relax();
     }
-    return false;
+    atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+    return found;
 }
 
 static void *worker_main(void *argp)
@@ -197,6 +208,8 @@ int tern__bounded_start(struct tern__pool *p)
         return -ENOMEM;
     }
     p->q_mask = size - 1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
     for (uint64_t i = 0; i < size; i++)
         atomic_init(&p->cells[i].seq, i);
     pthread_mutex_init(&p->park_lock, NULL);

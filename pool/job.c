@@ -48,10 +48,10 @@ void tern__job_complete(tern_job *job)
 
 void tern__job_run(tern_job *job, unsigned worker)
 {
-    uint64_t start = tern__clock_now();
+    uint64_t start = tern__ticks();
     tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit);
     job->result = job->work(job, job->arg);
-    tern__hist_record(&tern__pool_run_hist[worker], tern__clock_now() - start);
+    tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start);
     atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
     tern__job_complete(job);
 }
@@ -197,7 +197,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
         return -ENOMEM;
     }
     *job = (tern_job){.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .loop = loop,
-                      .work = work, .done = done, .arg = arg, .t_submit = loop->now};
+                      .work = work, .done = done, .arg = arg};
     if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
         free(job);
         tern__op_unadmit(loop);
@@ -205,10 +205,10 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
     }
     tern_id id = job->op.id;
     /*
-     * The job is registered; hand it over. The loop's clock is cached, so
-     * stamp the queue-wait start fresh: a long step 2 would inflate it.
+     * The job is registered; hand it over. Stamp the queue-wait start here,
+     * not from the loop's cached clock, which a long step 2 leaves stale.
      */
-    job->t_submit = tern__clock_now();
+    job->t_submit = tern__ticks();
     loop->undelivered++;
     rc = occ == TERN_BOUNDED ? tern__bounded_submit(pool, job) : tern__long_submit(pool, job);
     if (rc < 0) {

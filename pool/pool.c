@@ -257,10 +257,12 @@ void tern_pool_stats_get(tern_pool_stats *out)
     }
     w[n] = &tern__pool_wait_hist[TERN__MAX_THREADS];
     r[n] = &tern__pool_run_hist[TERN__MAX_THREADS];
-    out->wait_p50_ns = tern__hist_percentile(w, n + 1, 0.50);
-    out->wait_p99_ns = tern__hist_percentile(w, n + 1, 0.99);
-    out->run_p50_ns = tern__hist_percentile(r, n + 1, 0.50);
-    out->run_p99_ns = tern__hist_percentile(r, n + 1, 0.99);
+    /* The histograms hold ticks (see runtime/clock.c). */
+    double per_ns = tern__ticks_per_ns();
+    out->wait_p50_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.50) / per_ns);
+    out->wait_p99_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.99) / per_ns);
+    out->run_p50_ns = (uint64_t)((double)tern__hist_percentile(r, n + 1, 0.50) / per_ns);
+    out->run_p99_ns = (uint64_t)((double)tern__hist_percentile(r, n + 1, 0.99) / per_ns);
 }
 
 /* ------------------------------------------------------------------ */

@@ -43,7 +43,7 @@ struct tern_job {
     tern_done_fn done;
     void *arg;
     void *result;
-    uint64_t t_submit; /* for the queue-wait percentile */
+    uint64_t t_submit; /* tern__ticks() at submission, for the queue-wait percentile */
 };
 
 /* ------------------------------------------------------------------ */
@@ -90,7 +90,7 @@ struct tern__hist {
 };
 
 void tern__hist_record(struct tern__hist *h, uint64_t ns);
-/* Percentile q (0..1) over the sum of n histograms. */
+/* Percentile q (0..1) over the sum of n histograms, in recorded units. */
 uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q);
 
 /* ------------------------------------------------------------------ */
@@ -125,6 +125,8 @@ struct tern__pool {
     /* Bounded workers park here; submitters wake one only if some sleep. */
     alignas(TERN_CACHELINE) _Atomic unsigned sleepers;
     _Atomic bool waking;
+    _Atomic unsigned spinners; /* workers spinning before they park */
+    unsigned max_spinners;
     _Atomic bool exiting;
     pthread_mutex_t park_lock;
     pthread_cond_t park_cond;

@@ -1,6 +1,21 @@
+/*
+ * Clocks. The loop's clock is CLOCK_MONOTONIC in nanoseconds. The pool's
+ * latency figures use a cheaper tick counter: here clock_gettime costs
+ * ~65 ns and a job used to read it three times, a fifth of an empty job's
+ * cost. On x86-64 the tick is the TSC (invariant on anything recent, and
+ * the kernel's own clocksource here); elsewhere it is the monotonic clock.
+ * Ticks become nanoseconds only when statistics are read, with a rate
+ * measured over the whole time since the first tick was taken.
+ */
+#include <stdatomic.h>
 #include <time.h>
 
 #include "loop_p.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define HAVE_TSC 1
+#endif
 
 uint64_t tern__clock_now(void)
 {
@@ -8,3 +23,44 @@ uint64_t tern__clock_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+#ifdef HAVE_TSC
+static _Atomic uint64_t base_ticks, base_ns;
+
+static void set_base(void)
+{
+    uint64_t expected = 0;
+    uint64_t ns = tern__clock_now();
+    uint64_t t = __rdtsc();
+    if (atomic_compare_exchange_strong(&base_ticks, &expected, t))
+        atomic_store(&base_ns, ns);
+}
+
+uint64_t tern__ticks(void)
+{
+    if (TERN_UNLIKELY(atomic_load_explicit(&base_ticks, memory_order_relaxed) == 0))
+        set_base();
+    return __rdtsc();
+}
+
+double tern__ticks_per_ns(void)
+{
+    uint64_t t0 = atomic_load(&base_ticks), n0 = atomic_load(&base_ns);
+    if (t0 == 0 || n0 == 0)
+        return 1.0;
+    uint64_t t = __rdtsc(), n = tern__clock_now();
+    if (n <= n0 + 1000 || t <= t0)
+        return 1.0; /* too early to tell; figures this young are noise anyway */
+    return (double)(t - t0) / (double)(n - n0);
+}
+#else
+uint64_t tern__ticks(void)
+{
+    return tern__clock_now();
+}
+
+double tern__ticks_per_ns(void)
+{
+    return 1.0;
+}
+#endif

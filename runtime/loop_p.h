@@ -194,6 +194,9 @@ struct tern_loop {
 /* ------------------------------------------------------------------ */
 
 uint64_t tern__clock_now(void);
+/* A cheap monotonic tick for latency figures, and its rate (see clock.c). */
+uint64_t tern__ticks(void);
+double tern__ticks_per_ns(void);
 tern_id tern__id_next(tern_loop *loop);
 
 /* Loop-only check: aborts naming fn when a foreign thread runs the loop. */
