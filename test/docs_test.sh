@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# docs_test: the API reference (docs/api.md) cannot fall behind the header.
+#
+# Checks, against include/tern.h and include/tern/net.h:
+#   1. every public function has its own heading in docs/api.md;
+#   2. every prototype, as the header declares it (whitespace aside),
+#      appears in one of api.md's code blocks, so a changed signature
+#      fails here until the reference is updated;
+#   3. every public type (tern_* typedef) and constant (TERN_* enum
+#      member or #define, include guards aside) is named in api.md;
+#   4. no heading in api.md names a tern_* function the headers no longer
+#      declare (a removed function must leave the reference too);
+#   5. every docs/examples/*.c file named in docs/guide.md exists.
+#
+# Given the build directory as $1 (unused: the check reads sources only).
+# Prints one line per failure and closes with "N passed, N failed".
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+headers=("$root/include/tern.h" "$root/include/tern/net.h")
+api="$root/docs/api.md"
+guide="$root/docs/guide.md"
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+if [ ! -f "$api" ]; then
+    fail "docs/api.md is missing"
+    echo "$passed passed, $failed failed"
+    exit 1
+fi
+
+# One line per declaration: from TERN_EXTERN to the closing semicolon,
+# joined, with the macro dropped and whitespace normalised.
+normalise() {
+    sed -E -e 's/[[:space:]]+/ /g' -e 's/\( /(/g' -e 's/ \)/)/g' -e 's/^ //' -e 's/ $//'
+}
+declarations() {
+    awk '
+        /^[[:space:]]*#/ { next }
+        /TERN_EXTERN/ { collecting = 1; decl = "" }
+        collecting {
+            decl = decl " " $0
+            if ($0 ~ /;/) { print decl; collecting = 0 }
+        }
+    ' "${headers[@]}" | sed -E 's/TERN_EXTERN//' | normalise
+}
+
+# Every code block of api.md flattened into one normalised line, so a
+# prototype may be wrapped differently than in the header.
+api_code=$(awk '/^```/ { inside = !inside; next } inside' "$api" | tr '\n' ' ' | normalise)
+headings=$(grep -E '^#+ ' "$api")
+
+mapfile -t decls < <(declarations)
+if [ "${#decls[@]}" -lt 40 ]; then
+    fail "found only ${#decls[@]} declarations in the headers: the extraction is broken"
+fi
+
+declare -A declared=()
+for d in "${decls[@]}"; do
+    name=$(printf '%s\n' "$d" | grep -oE 'tern_[a-z0-9_]+ *\(' | head -1 | tr -d ' (')
+    if [ -z "$name" ]; then
+        fail "cannot find the function name in: $d"
+        continue
+    fi
+    declared[$name]=1
+    if printf '%s\n' "$headings" | grep -qE "(^|[^a-z0-9_])${name}([^a-z0-9_]|$)"; then
+        ok
+    else
+        fail "$name has no heading in docs/api.md"
+    fi
+    if printf '%s\n' "$api_code" | grep -qF -- "$d"; then
+        ok
+    else
+        fail "the prototype of $name in docs/api.md differs from the header: $d"
+    fi
+done
+
+# Types: single-line typedefs, function-pointer typedefs, and the names
+# closing a multi-line typedef struct.
+types=$(cat "${headers[@]}" | grep -oE '^typedef [^;]*[ *](tern_[a-z0-9_]+);|\(\*tern_[a-z0-9_]+\)|^\} tern_[a-z0-9_]+;' |
+    grep -oE 'tern_[a-z0-9_]+' | sort -u)
+# Constants: #defines and enum members spelled TERN_*, but not the guards.
+constants=$(cat "${headers[@]}" |
+    grep -oE '^#define TERN_[A-Z0-9_]+|^[[:space:]]*(enum \{ )?TERN_[A-Z0-9_]+ *=|[{,] *TERN_[A-Z0-9_]+ *=' |
+    grep -oE 'TERN_[A-Z0-9_]+' | grep -vxE 'TERN_H|TERN_NET_H' | sort -u)
+if [ "$(printf '%s\n' "$types" | grep -c .)" -lt 15 ] ||
+   [ "$(printf '%s\n' "$constants" | grep -c .)" -lt 15 ]; then
+    fail "too few types or constants found in the headers: the extraction is broken"
+fi
+for word in $types $constants; do
+    if grep -qE "(^|[^A-Za-z0-9_])${word}([^A-Za-z0-9_]|$)" "$api"; then
+        ok
+    else
+        fail "$word is not named in docs/api.md"
+    fi
+done
+
+# Headings that name functions the headers do not declare.
+for name in $(printf '%s\n' "$headings" | grep -oE 'tern_[a-z0-9_]+' | sort -u); do
+    if [ -n "${declared[$name]:-}" ] || printf '%s\n' "$types" | grep -qx "$name"; then
+        ok
+    else
+        fail "docs/api.md has a heading for $name, which the headers do not declare"
+    fi
+done
+
+# The guide's examples exist.
+if [ -f "$guide" ]; then
+    for f in $(grep -oE 'docs/examples/[a-z_]+\.c' "$guide" | sort -u); do
+        if [ -f "$root/$f" ]; then ok; else fail "docs/guide.md names $f, which does not exist"; fi
+    done
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
