@@ -31,6 +31,7 @@
 #define _LGPL_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -50,10 +51,97 @@ void __tsan_release(void *addr);
 #define TSAN_ACQUIRE(p) ((void)0)
 #endif
 
+/* ------------------------------------------------------------------ */
+/* Inbound nodes: carved from per-producer blocks                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A post is allocated by its producer and freed by the loop. Through
+ * malloc that is a cross-thread free per post, which in glibc ends in the
+ * producer's arena lock. Instead each producer thread carves nodes from a
+ * 4 KiB block of its own; the loop releases a node by one decrement of the
+ * block's count, and whoever drops the count to zero frees the block. The
+ * producer holds one extra count while it still carves from the block.
+ */
+#define BLOCK_SIZE 4096u
+#define BLOCK_NODES ((BLOCK_SIZE - TERN_CACHELINE) / sizeof(struct tern__inbound))
+
+struct node_block {
+    alignas(TERN_CACHELINE) _Atomic unsigned refs;
+    alignas(TERN_CACHELINE) struct tern__inbound nodes[BLOCK_NODES];
+};
+_Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its alignment");
+
+static _Thread_local struct node_block *carving;
+static _Thread_local unsigned carved;
+static pthread_key_t carving_key;
+static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
+
+static void block_release(struct node_block *b, unsigned n)
+{
+    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) == n)
+        free(b);
+}
+
+/* Thread exit: give back the producer's hold and the nodes never carved. */
+static void carving_exit(void *arg)
+{
+    (void)arg;
+    if (carving != NULL)
+        block_release(carving, 1 + (unsigned)(BLOCK_NODES - carved));
+    carving = NULL;
+}
+
+static void carving_init(void)
+{
+    pthread_key_create(&carving_key, carving_exit);
+}
+
+static struct tern__inbound *node_alloc(void)
+{
+    if (TERN_UNLIKELY(carving == NULL || carved == BLOCK_NODES)) {
+        if (tern__fault_hit(TERN__FAULT_ALLOC))
+            return NULL;
+        struct node_block *b = aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
+        if (b == NULL)
+            return NULL;
+        atomic_init(&b->refs, (unsigned)BLOCK_NODES + 1);
+        pthread_once(&carving_once, carving_init);
+        if (carving != NULL)
+            block_release(carving, 1);
+        else
+            pthread_setspecific(carving_key, b); /* any non-NULL value arms the destructor */
+        carving = b;
+        carved = 0;
+    }
+    return &carving->nodes[carved++];
+}
+
+static void node_free(struct tern__inbound *in)
+{
+    block_release((struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1)), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Waking the loop                                                     */
+/* ------------------------------------------------------------------ */
+
+static void wake_checked(tern_loop *loop);
+
 void tern__loop_wake(tern_loop *loop)
 {
     /* Pairs with the fence after the PARKING store in turn.c's park(). */
     atomic_thread_fence(memory_order_seq_cst);
+    wake_checked(loop);
+}
+
+/*
+ * The wake check proper, for callers that have just executed a full
+ * barrier of their own (cds_wfcq_enqueue's exchange is one, as liburcu
+ * documents), so the fence above would be paid twice.
+ */
+static void wake_checked(tern_loop *loop)
+{
     unsigned state = atomic_load_explicit(&loop->wake_state, memory_order_relaxed);
     if (state != TERN__WAKE_PARKING)
         return;
@@ -90,8 +178,9 @@ static int enqueue(tern_loop *loop, struct tern__inbound *in)
 {
     cds_wfcq_node_init(&in->node);
     TSAN_RELEASE(in);
+    /* The enqueue is a full barrier: it publishes before we read the word. */
     cds_wfcq_enqueue(&loop->in_head, &loop->in_tail, &in->node);
-    tern__loop_wake(loop);
+    wake_checked(loop);
     return 0;
 }
 
@@ -103,7 +192,7 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     int rc = tern__op_admit(loop);
     if (rc < 0)
         return rc;
-    struct tern__inbound *in = tern__malloc(sizeof(*in));
+    struct tern__inbound *in = node_alloc();
     if (in == NULL) {
         tern__op_unadmit(loop);
         return -ENOMEM;
@@ -131,7 +220,7 @@ int tern_cancel(tern_loop *loop, tern_id id)
     if (owner == 0 || owner == tern__thread_token())
         return cancel_local(loop, id);
     /* A foreign thread: hand the request over; step 1 resolves it. */
-    struct tern__inbound *in = tern__malloc(sizeof(*in));
+    struct tern__inbound *in = node_alloc();
     if (in == NULL)
         return -ENOMEM;
     in->kind = TERN__IN_CANCEL;
@@ -154,11 +243,22 @@ void tern__inbound_drain(tern_loop *loop)
         return;
 
     struct cds_wfcq_node *node, *next;
-    unsigned ran = 0;
+    unsigned ran = 0, posts = 0;
     struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
-    __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
+
+    /*
+     * Posts stop counting as live before they run, as a timer does; settle
+     * the whole batch with one decrement rather than one per post, since
+     * producers hammer the same counter.
+     */
+    __cds_wfcq_for_each_blocking(&head, &tail, node) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         TSAN_ACQUIRE(in);
+        posts += in->kind == TERN__IN_POST;
+    }
+    atomic_fetch_sub_explicit(&loop->live, posts, memory_order_relaxed);
+    __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
+        struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         if (in->kind == TERN__IN_CANCEL) {
             /* Reuse the node's link to keep the cancels in order. */
             in->node.next = NULL;
@@ -168,9 +268,7 @@ void tern__inbound_drain(tern_loop *loop)
         }
         tern_fn fn = in->u.post.fn;
         void *arg = in->u.post.arg;
-        free(in);
-        /* The post stops counting as live before it runs, as a timer does. */
-        atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+        node_free(in);
         ran++;
         fn(loop, arg);
     }
@@ -179,6 +277,6 @@ void tern__inbound_drain(tern_loop *loop)
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;
         cancel_local(loop, in->u.cancel_id);
-        free(in);
+        node_free(in);
     }
 }
