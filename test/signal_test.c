@@ -9,6 +9,8 @@
 
 #include <signal.h>
 
+#include <urcu-qsbr.h>
+
 struct seen {
     atomic_uint n;
     int signo;
@@ -248,5 +250,63 @@ BACKEND_TEST(signal, bad_input_is_refused)
     cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, &timer), 0);
     cr_assert_eq(tern_signal_stop(loop, timer), -ENOENT, "a timer is not a signal watcher");
     cr_assert_eq(tern_timer_stop(loop, timer), 0);
+    loop_free_clean(loop);
+}
+
+/* ---------------------------------------------------------------- */
+
+static struct rcu_head rcu_probe;
+static atomic_bool rcu_probe_ran;
+static atomic_bool rcu_helper_blocks_usr1;
+
+static void probe_mask(struct rcu_head *head)
+{
+    (void)head;
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    atomic_store(&rcu_helper_blocks_usr1, sigismember(&cur, SIGUSR1));
+    atomic_store(&rcu_probe_ran, true);
+}
+
+/* An application thread with an open signal mask that uses call_rcu. */
+static void *open_mask_rcu_user(void *arg)
+{
+    (void)arg;
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    rcu_register_thread();
+    call_rcu(&rcu_probe, probe_mask);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!atomic_load(&rcu_probe_ran) && mono_ns() < end) {
+        rcu_quiescent_state();
+        sleep_ns(MS);
+    }
+    rcu_unregister_thread();
+    return NULL;
+}
+
+BACKEND_TEST(signal, liburcus_call_rcu_helper_never_takes_the_signal)
+{
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.backend = backend;
+    o.flags = TERN_LOOP_RCU;
+    tern_loop *loop = loop_new_opts(&o);
+    struct seen s = {0};
+    tern_id id;
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0);
+    /* The first call_rcu comes from a thread that does not block SIGUSR1;
+     * the helper it would start lazily would inherit that open mask. */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, open_mask_rcu_user, NULL), 0);
+    pthread_join(t, NULL);
+    cr_assert(atomic_load(&rcu_probe_ran));
+    cr_assert(atomic_load(&rcu_helper_blocks_usr1),
+              "liburcu's call_rcu thread must block the loop's signal");
+    /* And a signal to the process reaches the loop, not the helper. */
+    cr_assert_eq(kill(getpid(), SIGUSR1), 0);
+    cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 500));
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
     loop_free_clean(loop);
 }

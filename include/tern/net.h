@@ -268,7 +268,9 @@ typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg
  * Linux uses a signalfd. The signal is blocked in the calling thread (which
  * must be the thread that runs the loop) with pthread_sigmask; every thread
  * tern creates already blocks all signals, so a signal sent to the process
- * (kill) reaches the loop. Other threads of the application must block it
+ * (kill) reaches the loop. For a TERN_LOOP_RCU loop it also has liburcu's
+ * default call_rcu helper created (if it does not exist yet) with every
+ * signal blocked. Other threads of the application must block the signal
  * too, or the kernel may deliver it to them instead.
  * One watcher per signal in the whole process: a second tern_signal_start
  * for a signal that is already watched (by this or any loop) is -EEXIST.

@@ -14,6 +14,15 @@
  * signalfds for one signal race to read each instance, so sharing would
  * deliver each signal to one of them at random. tern refuses with -EEXIST.
  *
+ * liburcu's helper: liburcu starts its call_rcu thread lazily, from
+ * whichever thread first calls call_rcu, and that thread inherits the
+ * caller's mask (liburcu 0.13 blocks nothing in it). A helper started from
+ * an application thread with an open mask would take the loop's signal and
+ * run its default action. So for a loop that declares itself an RCU reader
+ * (TERN_LOOP_RCU), tern_signal_start has the default helper created first,
+ * with every signal blocked. A helper the application started earlier, or
+ * per-CPU helpers, are the application's to create with signals blocked.
+ *
  * Stopping consumes what is still pending before unblocking, so stopping a
  * watcher never turns an already-delivered signal into its default action
  * (for SIGTERM, death) a moment later.
@@ -25,6 +34,8 @@
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <urcu-qsbr.h>
 
 #include "net_p.h"
 
@@ -125,6 +136,17 @@ static int signal_cancel(tern_loop *loop, struct tern__op *op)
     return 0;
 }
 
+static void rcu_helper_with_signals_blocked(tern_loop *loop)
+{
+    if (!(loop->flags & TERN_LOOP_RCU))
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    (void)get_default_call_rcu_data(); /* creates it if it does not exist yet */
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static int open_signalfd(struct tern__signal *w)
 {
     sigset_t one, old;
@@ -167,6 +189,7 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
         goto unadmit;
     }
     *w = (struct tern__signal){.loop = loop, .signo = signo, .fd = -1, .cb = cb, .arg = arg};
+    rcu_helper_with_signals_blocked(loop);
     if ((rc = open_signalfd(w)) < 0)
         goto free;
     if ((rc = tern_io_start(loop, w->fd, TERN_READABLE, signal_io, w, &w->io)) < 0)
