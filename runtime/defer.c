@@ -32,9 +32,10 @@ static int defer_cancel(tern_loop *loop, struct tern__op *op)
 
 static void defer_free(tern_loop *loop, struct tern__op *op)
 {
-    (void)loop;
-    free(op);
+    tern__slab_free(&loop->defers, op);
 }
+
+const size_t tern__defer_size = sizeof(struct defer);
 
 static const struct tern__op_class defer_class = {
     .name = "defer",
@@ -53,7 +54,7 @@ int tern_defer(tern_loop *loop, tern_fn fn, void *arg)
     int rc = tern__op_admit(loop);
     if (rc < 0)
         return rc;
-    struct defer *d = tern__malloc(sizeof(*d));
+    struct defer *d = tern__slab_alloc(&loop->defers);
     if (d == NULL) {
         tern__op_unadmit(loop);
         return -ENOMEM;

@@ -1,9 +1,11 @@
 /*
  * The id map: a loop's live operations by id. Open addressing with linear
- * probing over op pointers (8 bytes a slot; the key is read from the op),
- * kept at most 5/8 full, with backward-shift deletion so no tombstones
- * accumulate. Ids are mostly consecutive, so a multiplicative hash spreads
- * them well.
+ * probing over (id, op) pairs, kept at most 5/8 full, with backward-shift
+ * deletion so no tombstones accumulate. The id is stored beside the
+ * pointer so that probing, growing and deleting never touch the ops
+ * themselves: with a million timers, a dereference per probe was a cache
+ * miss per probe. Ids are mostly consecutive, so a multiplicative hash
+ * spreads them well.
  *
  * Why not a slot+generation id? Ids must never repeat in the process and
  * must not name another loop's operation; a 64-bit counter gives that
@@ -19,7 +21,7 @@
 
 static size_t hash(tern_id id, size_t mask)
 {
-    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 24) & mask;
 }
 
 int tern__idmap_init(struct tern__idmap *m)
@@ -38,12 +40,12 @@ void tern__idmap_destroy(struct tern__idmap *m)
     m->slots = NULL;
 }
 
-static void place(struct tern__op **slots, size_t mask, struct tern__op *op)
+static void place(struct tern__idmap_slot *slots, size_t mask, struct tern__idmap_slot e)
 {
-    size_t i = hash(op->id, mask);
-    while (slots[i] != NULL)
+    size_t i = hash(e.id, mask);
+    while (slots[i].op != NULL)
         i = (i + 1) & mask;
-    slots[i] = op;
+    slots[i] = e;
 }
 
 int tern__idmap_reserve(struct tern__idmap *m, size_t extra)
@@ -55,11 +57,11 @@ int tern__idmap_reserve(struct tern__idmap *m, size_t extra)
     size_t ncap = cap;
     while (need * 8 > ncap * 5)
         ncap *= 2;
-    struct tern__op **ns = tern__calloc(ncap, sizeof(*ns));
+    struct tern__idmap_slot *ns = tern__calloc(ncap, sizeof(*ns));
     if (ns == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < cap; i++)
-        if (m->slots[i] != NULL)
+        if (m->slots[i].op != NULL)
             place(ns, ncap - 1, m->slots[i]);
     free(m->slots);
     m->slots = ns;
@@ -72,25 +74,24 @@ int tern__idmap_insert(struct tern__idmap *m, struct tern__op *op)
     int rc = tern__idmap_reserve(m, 1);
     if (rc < 0)
         return rc;
-    place(m->slots, m->mask, op);
+    place(m->slots, m->mask, (struct tern__idmap_slot){op->id, op});
     m->count++;
     return 0;
 }
 
 struct tern__op *tern__idmap_find(const struct tern__idmap *m, tern_id id)
 {
-    size_t i = hash(id, m->mask);
-    for (struct tern__op *op; (op = m->slots[i]) != NULL; i = (i + 1) & m->mask)
-        if (op->id == id)
-            return op;
+    for (size_t i = hash(id, m->mask); m->slots[i].op != NULL; i = (i + 1) & m->mask)
+        if (m->slots[i].id == id)
+            return m->slots[i].op;
     return NULL;
 }
 
 void tern__idmap_remove(struct tern__idmap *m, struct tern__op *op)
 {
     size_t i = hash(op->id, m->mask);
-    while (m->slots[i] != op) {
-        TERN_INSIST(m->slots[i] != NULL);
+    while (m->slots[i].op != op) {
+        TERN_INSIST(m->slots[i].op != NULL);
         i = (i + 1) & m->mask;
     }
     /*
@@ -99,14 +100,14 @@ void tern__idmap_remove(struct tern__idmap *m, struct tern__op *op)
      * their position, so lookups never stop early at a false empty slot.
      */
     size_t hole = i;
-    for (size_t j = (i + 1) & m->mask; m->slots[j] != NULL; j = (j + 1) & m->mask) {
-        size_t home = hash(m->slots[j]->id, m->mask);
+    for (size_t j = (i + 1) & m->mask; m->slots[j].op != NULL; j = (j + 1) & m->mask) {
+        size_t home = hash(m->slots[j].id, m->mask);
         bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
         if (movable) {
             m->slots[hole] = m->slots[j];
             hole = j;
         }
     }
-    m->slots[hole] = NULL;
+    m->slots[hole] = (struct tern__idmap_slot){0, NULL};
     m->count--;
 }

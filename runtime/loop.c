@@ -231,6 +231,7 @@ void tern_loop_options_init(tern_loop_options *opts)
     };
 }
 
+extern const size_t tern__timer_size, tern__defer_size;
 int tern__pool_config_check(const tern_pool_config *cfg);
 int tern__pool_config_conflicts(const tern_pool_config *cfg);
 
@@ -293,6 +294,8 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     loop->wake_fd = -1;
     loop->backend.fd = -1;
 
+    tern__slab_init(&loop->timers, tern__timer_size);
+    tern__slab_init(&loop->defers, tern__defer_size);
     if ((rc = tern__idmap_init(&loop->ids)) < 0)
         goto fail;
     if ((rc = open_wake_fd()) < 0)
@@ -425,7 +428,7 @@ static void cancel_all(tern_loop *loop)
     do {
         before = loop->ids.count;
         for (size_t i = 0; i <= loop->ids.mask; i++) {
-            struct tern__op *op = loop->ids.slots[i];
+            struct tern__op *op = loop->ids.slots[i].op;
             if (op != NULL)
                 op->cls->cancel(loop, op);
         }
@@ -477,6 +480,8 @@ void tern_loop_free(tern_loop *loop)
     free(loop->fds);
     tern__heap_destroy(&loop->heap);
     tern__idmap_destroy(&loop->ids);
+    tern__slab_destroy(&loop->timers);
+    tern__slab_destroy(&loop->defers);
     loop->magic = 0;
     free(loop);
 }

@@ -69,11 +69,16 @@ struct tern__op {
 };
 
 /* ------------------------------------------------------------------ */
-/* The id map: id -> op, open addressing over op pointers.            */
+/* The id map: id -> op, open addressing over (id, op) pairs.         */
 /* ------------------------------------------------------------------ */
 
+struct tern__idmap_slot {
+    tern_id id;
+    struct tern__op *op; /* NULL: empty */
+};
+
 struct tern__idmap {
-    struct tern__op **slots;
+    struct tern__idmap_slot *slots;
     size_t mask;  /* capacity - 1; capacity is a power of two */
     size_t count; /* entries in use */
 };
@@ -85,6 +90,23 @@ struct tern__op *tern__idmap_find(const struct tern__idmap *m, tern_id id);
 void tern__idmap_remove(struct tern__idmap *m, struct tern__op *op);
 /* Grow ahead of an insert so the insert itself cannot fail. */
 int tern__idmap_reserve(struct tern__idmap *m, size_t extra);
+
+/* ------------------------------------------------------------------ */
+/* A loop-local allocator for fixed-size records (slab.c).             */
+/* ------------------------------------------------------------------ */
+
+struct tern__slab_chunk;
+struct tern__slab {
+    size_t size;
+    void *free;
+    struct tern__slab_chunk *chunks;
+    size_t next_chunk;
+};
+
+void tern__slab_init(struct tern__slab *s, size_t size);
+void *tern__slab_alloc(struct tern__slab *s); /* NULL: out of memory */
+void tern__slab_free(struct tern__slab *s, void *p);
+void tern__slab_destroy(struct tern__slab *s);
 
 /* ------------------------------------------------------------------ */
 /* The deadline heap, ordered by (deadline, arming sequence).         */
@@ -172,6 +194,7 @@ struct tern_loop {
     unsigned ready_count; /* queued ops that are not dead */
     struct tern__idmap ids;
     struct tern__heap heap;
+    struct tern__slab timers, defers; /* records of timer.c and defer.c */
     struct tern__backend backend;
     int wake_fd;
     struct tern__op **fds; /* fd -> watcher op, grown on demand */

@@ -38,8 +38,10 @@ static int timer_cancel(tern_loop *loop, struct tern__op *op)
 static void timer_free(tern_loop *loop, struct tern__op *op)
 {
     tern__deadline_unclaim(loop);
-    free(op);
+    tern__slab_free(&loop->timers, op);
 }
+
+const size_t tern__timer_size = sizeof(struct timer);
 
 static void timer_expired(tern_loop *loop, struct tern__op *op)
 {
@@ -68,7 +70,7 @@ int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns, ter
     int rc = tern__op_admit(loop);
     if (rc < 0)
         return rc;
-    struct timer *t = tern__malloc(sizeof(*t));
+    struct timer *t = tern__slab_alloc(&loop->timers);
     if (t == NULL) {
         rc = -ENOMEM;
         goto fail;
@@ -88,7 +90,8 @@ int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns, ter
     return 0;
 
 fail:
-    free(t);
+    if (t != NULL)
+        tern__slab_free(&loop->timers, t);
     tern__op_unadmit(loop);
     return rc;
 }

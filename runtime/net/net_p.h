@@ -142,7 +142,7 @@ int tern__socket_nosigpipe(int fd);
 /* write.c */
 void tern__write_flush(struct tern__stream *s);
 void tern__write_fail(struct tern__stream *s, int status);
-void tern__write_deliver(struct tern__stream *s);
+void tern__write_deliver(struct tern__stream *s, unsigned budget);
 void tern__write_free_all(struct tern__stream *s);
 /* The shutdown step once the queue is empty. */
 void tern__write_maybe_shutdown(struct tern__stream *s);

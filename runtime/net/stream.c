@@ -266,32 +266,39 @@ void tern__stream_maybe_finish(struct tern__stream *s)
 }
 
 /*
- * Step 2. Order: connect, a read failure, writes (in queue order),
- * shutdown, drain, the listener's back-off notice, then — once closed and
- * owing nothing else — the close callback, after which the record goes. A
- * callback may close the stream or queue more; the loop picks that up
- * before closing out.
+ * Step 2. Order: connect, a read failure, writes (in queue order), then —
+ * once no write completion is left — shutdown, drain, the listener's
+ * back-off notice, and finally, once closed and owing nothing else, the
+ * close callback, after which the record goes.
+ *
+ * A callback may owe more: a write callback that writes again, when the
+ * kernel takes the bytes at once, completes another request here. So one
+ * dispatch delivers at most DISPATCH_BUDGET write completions; the rest
+ * wait for the next turn (the stream is queued again), and a producer that
+ * writes from its own completions cannot starve the other streams.
  */
+#define DISPATCH_BUDGET 256
+
 static void stream_dispatch(tern_loop *loop, struct tern__op *op)
 {
     struct tern__stream *s = (struct tern__stream *)op;
     tern_id id = op->id;
-    while (owes(s)) {
-        if (s->connect_due) {
-            s->connect_due = false;
-            if (s->connect_status < 0 && !(s->state & TERN__S_CLOSING)) {
-                /* A failed connect closes the stream: its id is stale in
-                 * the callback, and its queued writes are cancelled. */
-                s->state &= ~TERN__S_CONNECTING;
-                tern__stream_close(s);
-            }
-            s->connect_cb(loop, id, s->connect_status, s->connect_arg);
+    if (s->connect_due) {
+        s->connect_due = false;
+        if (s->connect_status < 0 && !(s->state & TERN__S_CLOSING)) {
+            /* A failed connect closes the stream: its id is stale in the
+             * callback, and its queued writes are cancelled. */
+            s->state &= ~TERN__S_CONNECTING;
+            tern__stream_close(s);
         }
-        if (s->read_due) {
-            s->read_due = false;
-            s->read_cb(loop, id, s->read_status, NULL, 0, s->read_arg);
-        }
-        tern__write_deliver(s);
+        s->connect_cb(loop, id, s->connect_status, s->connect_arg);
+    }
+    if (s->read_due) {
+        s->read_due = false;
+        s->read_cb(loop, id, s->read_status, NULL, 0, s->read_arg);
+    }
+    tern__write_deliver(s, DISPATCH_BUDGET);
+    if (s->done == NULL) {
         if (s->shut_due) {
             s->shut_due = false;
             s->shut_cb(loop, id, s->shut_status, s->shut_arg);
@@ -306,6 +313,10 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
             if (!(s->state & TERN__S_CLOSING))
                 s->accept_cb(loop, id, s->backoff_status, 0, s->accept_arg);
         }
+    }
+    if (owes(s)) {
+        tern__stream_owe(s); /* the rest in the next turn (a no-op if queued already) */
+        return;
     }
     if ((s->state & (TERN__S_CLOSING | TERN__S_CLOSE_RAN)) == TERN__S_CLOSING) {
         s->state |= TERN__S_CLOSE_RAN;

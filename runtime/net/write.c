@@ -149,18 +149,21 @@ void tern__write_maybe_shutdown(struct tern__stream *s)
     tern__stream_owe(s);
 }
 
-/* Step 2: run the completed requests' callbacks, in order. */
-void tern__write_deliver(struct tern__stream *s)
+/*
+ * Step 2: run up to `budget` completed requests' callbacks, in order. Each
+ * is unlinked before its callback runs, so requests completed (or
+ * cancelled) by a callback join the end of the same list.
+ */
+void tern__write_deliver(struct tern__stream *s, unsigned budget)
 {
-    struct tern__wreq *w = s->done;
-    s->done = NULL;
-    s->done_tail = &s->done;
     tern_id id = s->op.id;
-    while (w != NULL) {
-        struct tern__wreq *next = w->next;
+    while (s->done != NULL && budget-- > 0) {
+        struct tern__wreq *w = s->done;
+        s->done = w->next;
+        if (s->done == NULL)
+            s->done_tail = &s->done;
         w->cb(s->loop, id, w->status, w->arg);
         tern__free(w);
-        w = next;
     }
 }
 
