@@ -78,6 +78,9 @@ static void wake_one(struct tern__pool *p)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) == 0)
         return;
+    /* A spinning worker will take the job, and wake the next if need be. */
+    if (atomic_load_explicit(&p->spinners, memory_order_relaxed) > 0)
+        return;
     if (atomic_exchange_explicit(&p->waking, true, memory_order_relaxed))
         return; /* a wake is on its way; that worker passes it on */
     pthread_mutex_lock(&p->park_lock);
@@ -125,9 +128,19 @@ static void *worker_main(void *argp)
     free(argp);
     struct tern__pool *p = a.pool;
     atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
+    /*
+     * `busy` counts workers between finding work and running dry, so a
+     * worker that goes from job to job touches the shared counter twice
+     * per busy spell, not twice per job.
+     */
+    bool busy = false;
     for (;;) {
         tern_job *job = dequeue(p);
         if (job != NULL) {
+            if (!busy) {
+                busy = true;
+                atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            }
             if (queue_nonempty(p))
                 wake_one(p); /* pass the wake on: more work than this worker */
             if (job->kind == TERN__JOB_LOOKUP) {
@@ -136,12 +149,14 @@ static void *worker_main(void *argp)
             }
             if (!tern__job_claim(job))
                 continue;
-            atomic_store_explicit(&p->running[a.index], job, memory_order_relaxed);
-            atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            atomic_store_explicit(&p->running[a.index].job, job, memory_order_relaxed);
             tern__job_run(job, a.index);
-            atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
-            atomic_store_explicit(&p->running[a.index], NULL, memory_order_relaxed);
+            atomic_store_explicit(&p->running[a.index].job, NULL, memory_order_relaxed);
             continue;
+        }
+        if (busy) {
+            busy = false;
+            atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
         }
         if (atomic_load_explicit(&p->exiting, memory_order_acquire))
             break;

@@ -31,10 +31,21 @@ static uint64_t value_of(unsigned idx)
     return low + (UINT64_C(1) << (e - SUB_BITS)) / 2;
 }
 
-void tern__hist_record(struct tern__hist *h, uint64_t ns)
+/* A single writer needs no read-modify-write (no lock prefix); readers
+ * may see a count a moment old either way. */
+static uint64_t bump(_Atomic uint64_t *c, bool shared)
 {
-    atomic_fetch_add_explicit(&h->buckets[bucket_of(ns)], 1, memory_order_relaxed);
-    uint64_t n = atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed) + 1;
+    if (shared)
+        return atomic_fetch_add_explicit(c, 1, memory_order_relaxed) + 1;
+    uint64_t v = atomic_load_explicit(c, memory_order_relaxed) + 1;
+    atomic_store_explicit(c, v, memory_order_relaxed);
+    return v;
+}
+
+void tern__hist_record(struct tern__hist *h, uint64_t value, bool shared)
+{
+    bump(&h->buckets[bucket_of(value)], shared);
+    uint64_t n = bump(&h->count, shared);
     if (n % TERN__HIST_DECAY == 0) {
         for (unsigned i = 0; i < TERN__HIST_BUCKETS; i++) {
             uint64_t b = atomic_load_explicit(&h->buckets[i], memory_order_relaxed);

@@ -4,6 +4,7 @@
  * in step 2. Also the small worker-side helpers every class shares.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "pool_p.h"
@@ -39,19 +40,21 @@ void tern__job_complete(tern_job *job)
      * may deliver it and tern_loop_free may run; the free waits for pins
      * to drop to zero before it releases anything we touch here.
      */
-    atomic_fetch_add_explicit(&loop->pins, 1, memory_order_acquire);
-    tern__ring_push(loop->ring, job);
+    struct tern__ring *ring = loop->ring;
+    atomic_fetch_add_explicit(&ring->pins, 1, memory_order_acquire);
+    tern__ring_push(ring, job);
     tern__loop_wake(loop);
-    /* Pairs with the acquire load in tern_loop_free. */
-    atomic_fetch_sub_explicit(&loop->pins, 1, memory_order_release);
+    /* Pairs with the acquire load in tern__loop_pool_destroy(). */
+    atomic_fetch_sub_explicit(&ring->pins, 1, memory_order_release);
 }
 
 void tern__job_run(tern_job *job, unsigned worker)
 {
+    bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
     uint64_t start = tern__ticks();
-    tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit);
+    tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, shared);
     job->result = job->work(job, job->arg);
-    tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start);
+    tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
     atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
     tern__job_complete(job);
 }
@@ -139,6 +142,9 @@ int tern__loop_pool_init(tern_loop *loop)
 void tern__loop_pool_destroy(tern_loop *loop)
 {
     TERN_INSIST(loop->undelivered == 0);
+    /* Pool threads may still be inside a hand-over to us; wait them out. */
+    while (loop->ring != NULL && atomic_load_explicit(&loop->ring->pins, memory_order_acquire) != 0)
+        sched_yield();
     tern__ring_free(loop->ring);
     loop->ring = NULL;
 }

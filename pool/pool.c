@@ -178,7 +178,7 @@ static bool idle(struct tern__pool *p)
 static void cancel_running(struct tern__pool *p)
 {
     for (unsigned i = 0; i < p->nthreads; i++) {
-        tern_job *job = atomic_load_explicit(&p->running[i], memory_order_relaxed);
+        tern_job *job = atomic_load_explicit(&p->running[i].job, memory_order_relaxed);
         if (job != NULL)
             atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     }

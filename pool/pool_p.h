@@ -58,6 +58,7 @@ struct tern__ring_slot {
 struct tern__ring {
     uint64_t mask;
     alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers: pool threads */
+    _Atomic unsigned pins; /* producers inside push + wake (see tern__job_complete) */
     alignas(TERN_CACHELINE) uint64_t head;         /* consumer: the loop */
     alignas(TERN_CACHELINE) struct tern__ring_slot slots[];
 };
@@ -89,7 +90,8 @@ struct tern__hist {
     _Atomic uint64_t buckets[TERN__HIST_BUCKETS];
 };
 
-void tern__hist_record(struct tern__hist *h, uint64_t ns);
+/* shared: several threads record into h (the long class); else one does. */
+void tern__hist_record(struct tern__hist *h, uint64_t value, bool shared);
 /* Percentile q (0..1) over the sum of n histograms, in recorded units. */
 uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q);
 
@@ -113,6 +115,11 @@ struct tern__long_worker {
     tern_job *_Atomic running; /* for shutdown's cancel */
 };
 
+/* What a bounded worker runs now; one cache line each (no false sharing). */
+struct tern__running {
+    alignas(TERN_CACHELINE) tern_job *_Atomic job;
+};
+
 struct tern__pool {
     tern_pool_config cfg;
 
@@ -132,7 +139,7 @@ struct tern__pool {
     pthread_cond_t park_cond;
     pthread_t *threads;
     unsigned nthreads;
-    tern_job *_Atomic *running; /* per bounded worker, for shutdown's cancel */
+    struct tern__running *running; /* per bounded worker, for shutdown's cancel */
 
     /* The long class (long.c). Lock order: long_lock is a leaf. */
     pthread_mutex_t long_lock;

@@ -194,11 +194,9 @@ void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker)
 
     while (job != NULL) {
         if (tern__job_claim(job)) {
-            atomic_store_explicit(&p->running[worker], job, memory_order_relaxed);
-            atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
-            tern__job_run(job, worker);
-            atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
-            atomic_store_explicit(&p->running[worker], NULL, memory_order_relaxed);
+            atomic_store_explicit(&p->running[worker].job, job, memory_order_relaxed);
+            tern__job_run(job, worker); /* the worker counts as busy already */
+            atomic_store_explicit(&p->running[worker].job, NULL, memory_order_relaxed);
         }
         pthread_mutex_lock(&p->lookup_lock);
         job = pop_waiting(p);

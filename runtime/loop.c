@@ -469,12 +469,9 @@ void tern_loop_free(tern_loop *loop)
     /* Every kind's cancel must end its op or arrange its final callback. */
     TERN_INSIST(loop->ids.count == 0 && loop->ready_head == NULL && loop->undelivered == 0);
 
-    /* Pool threads may still be inside a hand-over to us; wait them out. */
-    while (atomic_load_explicit(&loop->pins, memory_order_acquire) != 0)
-        sched_yield();
     release(loop, prev);
 
-    tern__loop_pool_destroy(loop);
+    tern__loop_pool_destroy(loop); /* waits out pool threads still handing over */
     loop->backend.ops->close(&loop->backend);
     close(loop->wake_fd);
     free(loop->fds);

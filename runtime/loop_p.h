@@ -173,7 +173,6 @@ struct tern_loop {
     _Atomic bool closing;        /* tern_loop_free has begun */
     _Atomic uint64_t wake_syscalls;
     _Atomic unsigned live;       /* live operations, posts included */
-    _Atomic unsigned pins;       /* pool threads inside a completion hand-over */
     alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */
 
     /* ---- loop thread only ---- */
