@@ -21,7 +21,7 @@ struct post_run {
     pthread_barrier_t go;
     /* Written only on the loop thread. */
     uint64_t next_seq[MAX_PRODUCERS];
-    uint64_t received;
+    atomic_uint_fast64_t received; /* read by the joiner thread */
     uint64_t out_of_order, wrong_thread, wrong_step, wrong_current;
     /* Written by producers. */
     atomic_uint_fast64_t refused;
@@ -53,7 +53,7 @@ static void on_post(tern_loop *loop, void *arg)
         r->out_of_order++;
     else
         r->next_seq[producer] = seq + 1;
-    if (++r->received == (uint64_t)r->producers * r->per_producer)
+    if (atomic_fetch_add(&r->received, 1) + 1 == (uint64_t)r->producers * r->per_producer)
         cr_assert_eq(tern_timer_stop(loop, r->keepalive), 0);
 }
 
@@ -76,6 +76,32 @@ static void *produce(void *arg)
             sched_yield();
         }
         cr_assert_eq(rc, 0);
+    }
+    return NULL;
+}
+
+/* Joins the producers, then gives the loop a bounded time to receive
+ * everything; a lost post would otherwise leave run() blocked on the
+ * keep-alive timer until criterion's timeout. */
+struct joiner {
+    struct post_run *r;
+    pthread_t *producers;
+    bool gave_up;
+};
+
+static void *join_producers(void *arg)
+{
+    struct joiner *j = arg;
+    struct post_run *r = j->r;
+    for (unsigned i = 0; i < r->producers; i++)
+        pthread_join(j->producers[i], NULL);
+    uint64_t total = (uint64_t)r->producers * r->per_producer;
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (atomic_load(&r->received) < total && mono_ns() < end)
+        sleep_ns(MS);
+    if (atomic_load(&r->received) < total) {
+        j->gave_up = true;
+        tern_loop_stop(r->loop);
     }
     return NULL;
 }
@@ -109,13 +135,19 @@ static void run_producers(unsigned producers, unsigned per_producer, unsigned ma
         p[i] = (struct producer){ &r, i };
         cr_assert_eq(pthread_create(&t[i], NULL, produce, &p[i]), 0);
     }
-    cr_assert_eq(tern_loop_run(r.loop), 0);
-    for (unsigned i = 0; i < producers; i++)
-        pthread_join(t[i], NULL);
+    struct joiner j = { .r = &r, .producers = t };
+    pthread_t jt;
+    cr_assert_eq(pthread_create(&jt, NULL, join_producers, &j), 0);
+    int ran = tern_loop_run(r.loop);
+    pthread_join(jt, NULL);
     pthread_barrier_destroy(&r.go);
 
     uint64_t total = (uint64_t)producers * per_producer;
-    cr_assert_eq(r.received, total, "received %llu of %llu posts", (unsigned long long)r.received,
+    uint64_t received = atomic_load(&r.received);
+    cr_assert_not(j.gave_up, "received %llu of %llu posts: some were lost",
+                  (unsigned long long)received, (unsigned long long)total);
+    cr_assert_eq(ran, 0);
+    cr_assert_eq(received, total, "received %llu of %llu posts", (unsigned long long)received,
                  (unsigned long long)total);
     cr_assert_eq(r.out_of_order, 0, "%llu posts lost, repeated or out of producer order",
                  (unsigned long long)r.out_of_order);

@@ -10,8 +10,11 @@
  * (a refused post must never run).
  *
  * Phase 1 floods a busy loop. Phase 2 posts in small bursts with pauses
- * so the loop keeps going to sleep and being woken: a lost wake-up shows
- * as a stall, which the watchdog reports instead of hanging.
+ * so the loop keeps going to sleep and being woken. Phase 3 is a ping-pong
+ * (one post in flight, the next sent as soon as the previous ran, after a
+ * random spin) that aims each post at the loop's way back to sleep, where
+ * a broken park protocol loses the wake-up. A lost wake-up shows as a
+ * stall, which the watchdog reports instead of hanging.
  *
  * Fixed seed: 0x5eed2024 (pauses in phase 2). Bounded: a fixed count of
  * posts and a 120 s watchdog. Standalone (no criterion) so it also runs
@@ -83,8 +86,11 @@ struct phase {
     tern_id keepalive;
     unsigned per_producer;
     bool bursty;
+    bool pingpong;
     pthread_barrier_t go;
     /* Loop thread only. */
+    unsigned producers;
+    uint64_t loop_rng;
     uint64_t next_seq[PRODUCERS];
     uint64_t out_of_order, wrong_thread, wrong_current;
     /* Shared. */
@@ -112,12 +118,19 @@ static void on_post(tern_loop *loop, void *arg)
         p->wrong_thread++;
     if (tern_loop_current() != loop)
         p->wrong_current++;
-    if (producer >= PRODUCERS || seq != p->next_seq[producer])
+    if (producer >= p->producers || seq != p->next_seq[producer])
         p->out_of_order++;
     else
         p->next_seq[producer] = seq + 1;
     uint64_t n = atomic_fetch_add(&p->received, 1) + 1;
-    if (n == (uint64_t)PRODUCERS * p->per_producer) {
+    if (p->pingpong) {
+        /* The producer posts the next one as soon as it sees this one ran;
+         * a random delay here moves the rest of this turn (and the park)
+         * later or earlier relative to that post. */
+        for (unsigned spin = (unsigned)(rng_next(&p->loop_rng) % 2048); spin > 0; spin--)
+            (void)atomic_load_explicit(&p->refused, memory_order_relaxed);
+    }
+    if (n == (uint64_t)p->producers * p->per_producer) {
         /* The last post ends the run by removing the keep-alive timer. */
         int rc = tern_timer_stop(loop, p->keepalive);
         CHECK(rc == 0, "stopping the keep-alive timer: %s", tern_err_name(rc));
@@ -145,6 +158,22 @@ static void *produce(void *arg)
         if (rc != 0) {
             printf("FAIL tern_post: %s\n", tern_err_name(rc));
             exit(1);
+        }
+        if (p->pingpong) {
+            /* Wait (spinning, so the wait ends within nanoseconds) until
+             * the loop ran this post, then spin a few cycles; with the
+             * loop's own random delay after running it (on_post), the next
+             * post lands at a different point of the loop's way back to
+             * sleep each time, sweeping the window between its last queue
+             * check and its park. */
+            for (unsigned spins = 0; atomic_load(&p->received) <= seq; spins++) {
+                if (atomic_load(&p->finished))
+                    break;
+                if (spins % 256 == 255)
+                    sched_yield();
+            }
+            for (unsigned spin = (unsigned)(rng_next(&rng) % 64); spin > 0; spin--)
+                (void)atomic_load_explicit(&p->refused, memory_order_relaxed);
         }
         if (p->bursty && ++burst >= 1 + rng_next(&rng) % 64) {
             burst = 0;
@@ -182,7 +211,7 @@ static void *watchdog(void *arg)
         }
         if (now - last_change > STALL_NS || now - start > WATCHDOG_NS) {
             printf("FAIL stalled: %" PRIu64 " of %" PRIu64 " posts received, producers done %u\n",
-                   r, (uint64_t)PRODUCERS * p->per_producer, atomic_load(&p->producers_done));
+                   r, (uint64_t)p->producers * p->per_producer, atomic_load(&p->producers_done));
             atomic_store(&p->stalled, true);
             tern_loop_stop(p->loop);
             sleep_ns(5 * 1000000000ull);
@@ -197,13 +226,17 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
-static void run_phase(const char *name, unsigned total, bool bursty, unsigned max_ops)
+static void run_phase(const char *name, unsigned producers, unsigned total, bool bursty,
+                      bool pingpong, unsigned max_ops)
 {
     static struct phase p;
     memset(&p, 0, sizeof p);
     cur = &p;
-    p.per_producer = total / PRODUCERS;
+    p.producers = producers;
+    p.per_producer = total / producers;
     p.bursty = bursty;
+    p.pingpong = pingpong;
+    p.loop_rng = SEED;
     p.loop_thread = pthread_self();
     tern_loop_options o;
     tern_loop_options_init(&o);
@@ -214,24 +247,24 @@ static void run_phase(const char *name, unsigned total, bool bursty, unsigned ma
         return;
     rc = tern_timer_start(p.loop, UINT64_C(3600) * 1000000000u, 0, never, NULL, &p.keepalive);
     CHECK(rc == 0, "keep-alive timer: %s", tern_err_name(rc));
-    pthread_barrier_init(&p.go, NULL, PRODUCERS);
+    pthread_barrier_init(&p.go, NULL, producers);
     pthread_t t[PRODUCERS], dog;
     struct producer pr[PRODUCERS];
     pthread_create(&dog, NULL, watchdog, &p);
     uint64_t start = mono_ns();
-    for (unsigned i = 0; i < PRODUCERS; i++) {
+    for (unsigned i = 0; i < producers; i++) {
         pr[i] = (struct producer){ &p, i };
         pthread_create(&t[i], NULL, produce, &pr[i]);
     }
     int ran = tern_loop_run(p.loop);
     uint64_t elapsed = mono_ns() - start;
     atomic_store(&p.finished, true);
-    for (unsigned i = 0; i < PRODUCERS; i++)
+    for (unsigned i = 0; i < producers; i++)
         pthread_join(t[i], NULL);
     pthread_join(dog, NULL);
     pthread_barrier_destroy(&p.go);
 
-    uint64_t want = (uint64_t)PRODUCERS * p.per_producer;
+    uint64_t want = (uint64_t)producers * p.per_producer;
     CHECK(!atomic_load(&p.stalled), "%s: the loop stalled (lost wake-up?)", name);
     CHECK(ran == 0, "%s: tern_loop_run returned %d", name, ran);
     CHECK(atomic_load(&p.received) == want, "%s: received %" PRIu64 " of %" PRIu64, name,
@@ -242,7 +275,7 @@ static void run_phase(const char *name, unsigned total, bool bursty, unsigned ma
           p.wrong_thread);
     CHECK(p.wrong_current == 0, "%s: tern_loop_current wrong in %" PRIu64 " posts", name,
           p.wrong_current);
-    for (unsigned i = 0; i < PRODUCERS; i++)
+    for (unsigned i = 0; i < producers; i++)
         CHECK(p.next_seq[i] == p.per_producer, "%s: producer %u ended at %" PRIu64, name, i,
               p.next_seq[i]);
     tern_loop_stats s;
@@ -250,10 +283,10 @@ static void run_phase(const char *name, unsigned total, bool bursty, unsigned ma
     CHECK(s.posts == want, "%s: stats.posts %" PRIu64, name, s.posts);
     CHECK(s.live_operations == 0, "%s: %u operations left live", name, s.live_operations);
     CHECK(s.wake_syscalls <= want, "%s: more wake syscalls than posts", name);
-    printf("%s: %" PRIu64 " posts from %d producers in %.3f s (%.0f posts/s), %" PRIu64
+    printf("%s: %" PRIu64 " posts from %u producers in %.3f s (%.0f posts/s), %" PRIu64
            " wake syscalls (1 per %.1f posts), %" PRIu64 " refusals at max_operations %u, %" PRIu64
            " turns\n",
-           name, want, PRODUCERS, (double)elapsed / 1e9, (double)want * 1e9 / (double)elapsed,
+           name, want, producers, (double)elapsed / 1e9, (double)want * 1e9 / (double)elapsed,
            s.wake_syscalls, s.wake_syscalls ? (double)want / (double)s.wake_syscalls : 0.0,
            (uint64_t)atomic_load(&p.refused), max_ops, s.turns);
     tern_loop_free(p.loop);
@@ -266,11 +299,12 @@ int main(int argc, char **argv)
         total = (unsigned)strtoul(argv[1], NULL, 10);
     if (total < PRODUCERS)
         total = PRODUCERS;
-    printf("post_stress: seed %#" PRIx64 ", %u producers, %u posts per phase\n", SEED, PRODUCERS,
+    printf("post_stress: seed %#" PRIx64 ", up to %u producers, %u posts\n", SEED, PRODUCERS,
            total);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    run_phase("flood", total, false, 4096);
-    run_phase("bursts", total / 10, true, 65536);
+    run_phase("flood", PRODUCERS, total, false, false, 4096);
+    run_phase("bursts", PRODUCERS, total / 10, true, false, 65536);
+    run_phase("pingpong", 1, total / 50, false, true, 65536);
     printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed));
     return atomic_load(&failed) == 0 ? 0 : 1;
 }
