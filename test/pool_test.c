@@ -114,7 +114,9 @@ Test(pool, start_twice_same_config_ok_different_einval)
     cr_assert_eq(tern_pool_start(&a), 0);
     cr_assert_eq(tern_pool_start(&a), 0, "an identical configuration is not a conflict");
     cr_assert_eq(tern_pool_start(&b), -EINVAL);
-    cr_assert_eq(ph_stats().threads, 2u, "the conflicting start changed the pool");
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().threads == 2u);
+    cr_assert(ok, "the conflicting start changed the pool (%u threads)", ph_stats().threads);
     shutdown_clean();
 }
 
@@ -147,7 +149,10 @@ Test(pool, loop_with_conflicting_pool_config_gets_einval)
     run_one(adopt, TERN_BOUNDED, &j2);
     cr_assert_eq(j1.status, 0);
     cr_assert_eq(j2.status, 0);
-    cr_assert_eq(ph_stats().threads, 2u, "a NULL preference must adopt the running pool");
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().threads == 2u);
+    cr_assert(ok, "a NULL preference must adopt the running pool (%u threads)",
+              ph_stats().threads);
     tern_loop_free(same);
     tern_loop_free(adopt);
     shutdown_clean();
@@ -168,7 +173,9 @@ Test(pool, null_config_starts_the_defaults_on_first_submission)
     cr_assert_eq(def.queue_capacity, 1024u);
     cr_assert_eq(def.long_threads_max, 512u);
     cr_assert_eq(def.long_idle_timeout_ns, 10 * PH_SEC);
-    cr_assert_eq(ph_stats().threads, def.threads);
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().threads == def.threads);
+    cr_assert(ok, "%u threads, not the default %u", ph_stats().threads, def.threads);
     /* The pool now runs with the defaults, so asking for them is no conflict. */
     cr_assert_eq(tern_pool_start(&def), 0);
     tern_loop_free(loop);
@@ -182,7 +189,9 @@ Test(pool, a_loop_config_starts_the_pool_with_it)
     ph_job j;
     ph_job_init(&j, NULL);
     run_one(loop, TERN_BOUNDED, &j);
-    cr_assert_eq(ph_stats().threads, 3u);
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().threads == 3u);
+    cr_assert(ok, "%u threads, not the loop's 3", ph_stats().threads);
     tern_pool_config other = ph_config(4, 32, 4);
     cr_assert_eq(tern_pool_start(&other), -EINVAL);
     tern_loop_free(loop);
@@ -372,7 +381,8 @@ Test(pool, thread_creation_failure_is_a_returned_error)
         /* And the pool can be started afterwards. */
         cr_assert_eq(tern_pool_start(&cfg), 0);
         cr_assert(tern__pool_running());
-        cr_assert_eq(ph_stats().threads, 3u);
+        PH_WAIT_UNTIL(ok, ph_stats().threads == 3u);
+        cr_assert(ok, "%u threads after a clean start", ph_stats().threads);
         shutdown_clean();
         PH_WAIT_UNTIL(ok, count_tasks() == baseline);
         cr_assert(ok, "shutdown left threads behind");

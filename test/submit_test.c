@@ -166,6 +166,7 @@ Test(submit, long_ceiling_frees_up_when_a_long_job_returns)
          * has parked; give it that moment. */
         PH_WAIT_UNTIL(ok, ph_stats().long_busy == 0);
         cr_assert(ok);
+        ph_sleep_ns(20 * PH_MS);
     }
     tern_loop_free(loop);
     shutdown_clean();

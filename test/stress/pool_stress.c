@@ -22,8 +22,9 @@
  * Usage: pool_stress [JOBS [SEED]]   (defaults: 1000000, 0x7e7a5eed)
  * Pass a smaller JOBS under valgrind. The fixed seed makes the decisions
  * (class, which ids to cancel) repeatable; thread interleaving is not.
- * A run that has not finished after STRESS_LIVENESS_NS is reported as a
- * hang (a liveness bound, not a timing check).
+ * A run that delivers nothing for STRESS_STALL_NS, or has not finished
+ * after STRESS_LIVENESS_NS, is reported as a hang (liveness bounds, not
+ * timing checks).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -54,6 +55,7 @@
 #define ID_SLOTS 256
 #define LONG_EVERY 64
 #define STRESS_LIVENESS_NS (300ull * PH_SEC)
+#define STRESS_STALL_NS (30ull * PH_SEC) /* no delivery at all for this long: a hang */
 
 /* ------------------------------------------------------------------ */
 /* Records                                                             */
@@ -329,7 +331,6 @@ int main(int argc, char **argv)
     uint64_t rng = seed;
     size_t long_jobs = 0;
     for (size_t i = 0; i < jobs; i++) {
-        recs[i].loop_index = (uint8_t)(i * LOOPS / jobs);
         recs[i].long_class = rng_next(&rng) % LONG_EVERY == 0;
         long_jobs += recs[i].long_class;
     }
@@ -342,6 +343,8 @@ int main(int argc, char **argv)
         atomic_init(&lp->delivered, 0);
         for (int s = 0; s < ID_SLOTS; s++)
             atomic_init(&lp->ids[s], 0);
+        for (size_t i = lp->first; i < lp->end; i++)
+            recs[i].loop_index = (uint8_t)k;
     }
 
     uint64_t t0 = ph_now();
@@ -353,6 +356,8 @@ int main(int argc, char **argv)
 
     /* Wait for every loop to deliver everything it was given. */
     bool hung = false;
+    size_t last_delivered = 0;
+    uint64_t last_progress = t0;
     for (;;) {
         size_t delivered = 0, expected = 0;
         for (unsigned k = 0; k < LOOPS; k++) {
@@ -361,9 +366,15 @@ int main(int argc, char **argv)
         }
         if (delivered == expected)
             break;
-        if (ph_now() - t0 > STRESS_LIVENESS_NS) {
+        uint64_t now = ph_now();
+        if (delivered != last_delivered) {
+            last_delivered = delivered;
+            last_progress = now;
+        }
+        if (now - t0 > STRESS_LIVENESS_NS || now - last_progress > STRESS_STALL_NS) {
             hung = true;
-            fprintf(stderr, "pool_stress: hang: %zu of %zu delivered\n", delivered, expected);
+            fprintf(stderr, "pool_stress: hang: %zu of %zu delivered, none for %.1f s\n",
+                    delivered, expected, (double)(now - last_progress) / 1e9);
             break;
         }
         ph_sleep_ns(10 * PH_MS);
