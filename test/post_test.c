@@ -411,7 +411,17 @@ static void *cancel_bogus(void *arg)
 {
     struct canceller *c = arg;
     c->saw_step_4 = wait_for_step(c->loop, 4);
-    c->rc = tern_cancel(c->loop, c->id + 1000);
+    /* Ids on both sides of the live one, and far away: none is live. */
+    const tern_id bogus[] = { c->id + 1, c->id + 2, c->id - 1, c->id + 1000,
+                              c->id ^ (UINT64_C(1) << 40) };
+    c->rc = 0;
+    for (size_t i = 0; i < sizeof bogus / sizeof bogus[0]; i++) {
+        if (bogus[i] == 0)
+            continue;
+        int rc = tern_cancel(c->loop, bogus[i]);
+        if (rc != 0)
+            c->rc = rc;
+    }
     cr_assert_eq(tern_cancel(c->loop, 0), -EINVAL);
     cr_assert_eq(tern_post(c->loop, stop_keepalive, &(struct waker){ 0 }), 0);
     return NULL;
@@ -420,7 +430,13 @@ static void *cancel_bogus(void *arg)
 Test(post, foreign_cancel_of_unknown_id_is_ignored, .timeout = TEST_TIMEOUT)
 {
     struct canceller c = { .loop = loop_new_default(), .rc = 1 };
+    /* A stopped timer first, so the live one's lower neighbour is a stale
+     * id rather than 0. */
+    tern_id stale = 0;
+    cr_assert_eq(tern_timer_start(c.loop, HOUR, 0, never, NULL, &stale), 0);
+    cr_assert_eq(tern_timer_stop(c.loop, stale), 0);
     cr_assert_eq(tern_timer_start(c.loop, HOUR, 0, never, NULL, &c.id), 0);
+    cr_assert_gt(c.id, 1);
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, cancel_bogus, &c), 0);
     cr_assert_eq(tern_loop_run(c.loop), 1, "stopped by the post with the timer live");
