@@ -83,8 +83,17 @@ static void wake_one(struct tern__pool *p)
         return;
     if (atomic_exchange_explicit(&p->waking, true, memory_order_relaxed))
         return; /* a wake is on its way; that worker passes it on */
+    /*
+     * Under the lock, `sleepers` counts exactly the workers inside
+     * pthread_cond_wait, so a signal sent here reaches one of them and that
+     * worker clears `waking`. If they all left meanwhile, clear it here:
+     * left set with nobody to clear it, no submission would wake again.
+     */
     pthread_mutex_lock(&p->park_lock);
-    pthread_cond_signal(&p->park_cond);
+    if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0)
+        pthread_cond_signal(&p->park_cond);
+    else
+        atomic_store_explicit(&p->waking, false, memory_order_relaxed);
     pthread_mutex_unlock(&p->park_lock);
 }
 
