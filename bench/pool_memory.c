@@ -6,7 +6,8 @@
  * Twin: pool_memory_uv.c (the uv_work_t the caller must provide, plus
  * whatever libuv allocates).
  *
- * Parameters: jobs=1000000
+ * Parameters: jobs=1048575 (with the gate job, 2^20 in all, so tern's
+ * power-of-two rings are sized exactly rather than rounded up to twice)
  * Figures: pool_queued_job_bytes (bytes per queued job).
  *
  * tern bounds its queue, so the queue, the undelivered credits and the
@@ -47,7 +48,7 @@ static void on_done(tern_loop *loop, tern_id id, int status, void *result, void 
 
 int main(int argc, char **argv)
 {
-    unsigned long jobs = bench_arg(argc, argv, "jobs", 1000000);
+    unsigned long jobs = bench_arg(argc, argv, "jobs", 1048575);
     BENCH_CHECK(jobs > 0, "jobs=0");
 
     double rss0 = bench_rss_bytes();
@@ -55,12 +56,12 @@ int main(int argc, char **argv)
     tern_pool_config cfg;
     tern_pool_config_init(&cfg);
     cfg.threads = 1;
-    cfg.queue_capacity = (unsigned)(jobs + 16);
+    cfg.queue_capacity = (unsigned)(jobs + 1);
     tern_loop_options opts;
     tern_loop_options_init(&opts);
     opts.pool = &cfg;
-    opts.max_undelivered = (unsigned)(jobs + 16);
-    opts.max_operations = (unsigned)(jobs + 64);
+    opts.max_undelivered = (unsigned)(jobs + 1);
+    opts.max_operations = (unsigned)(jobs + 1);
 
     tern_loop *loop;
     int rc = tern_loop_new(&loop, &opts);
