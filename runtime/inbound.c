@@ -216,9 +216,29 @@ int tern_cancel(tern_loop *loop, tern_id id)
     TERN__REQUIRE_LOOP(loop);
     if (id == 0)
         return -EINVAL;
+    uintptr_t me = tern__thread_token();
     uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
-    if (owner == 0 || owner == tern__thread_token())
+    if (owner == me)
         return cancel_local(loop, id);
+    /*
+     * Nobody runs the loop: mark it for the moment of the cancel, so a
+     * thread that starts running it now waits its turn instead of racing
+     * us through the loop's containers. (Loop-only setup calls made by
+     * another thread at this very moment are not serialised with us; see
+     * docs/decisions.md.) A final callback this queues must still reach a
+     * host that watches the loop's fd: wake it.
+     */
+    uintptr_t expected = 0;
+    if (atomic_compare_exchange_strong_explicit(&loop->owner, &expected, TERN__OWNER_CANCELLING,
+                                                memory_order_acquire, memory_order_relaxed)) {
+        int rc = cancel_local(loop, id);
+        bool ready = loop->ready_count > 0;
+        /* Pairs with the acquire CAS of the next claimer. */
+        atomic_store_explicit(&loop->owner, 0, memory_order_release);
+        if (ready)
+            tern__loop_wake(loop);
+        return rc;
+    }
     /* A foreign thread: hand the request over; step 1 resolves it. */
     struct tern__inbound *in = node_alloc();
     if (in == NULL)

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,13 @@ tern_loop *tern_loop_current(void)
 static tern_loop *claim(tern_loop *loop, const char *fn)
 {
     uintptr_t expected = 0;
-    if (!atomic_compare_exchange_strong_explicit(&loop->owner, &expected, tern__thread_token(),
-                                                 memory_order_acquire, memory_order_relaxed)) {
+    while (!atomic_compare_exchange_strong_explicit(&loop->owner, &expected, tern__thread_token(),
+                                                    memory_order_acquire, memory_order_relaxed)) {
+        if (expected == TERN__OWNER_CANCELLING) {
+            expected = 0; /* a foreign cancel's moment: wait it out */
+            sched_yield();
+            continue;
+        }
         if (expected == tern__thread_token())
             TERN_FATAL(fn, "called from inside the loop's own callback (the loop is running)");
         TERN_FATAL(fn, "the loop is already running on another thread");
@@ -329,16 +335,47 @@ fail:
 /* Running                                                             */
 /* ------------------------------------------------------------------ */
 
+/*
+ * TERN_LOOP_RCU: the running thread is a urcu-qsbr reader. It registers
+ * once (per thread, on its first run of such a loop) and is online only
+ * while it runs the loop, so a host that pumps run_once() does not pay a
+ * registration per pump, and synchronize_rcu() never waits for a thread
+ * that is between runs. The registration ends when the thread exits.
+ */
+static pthread_key_t rcu_key;
+static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool rcu_registered;
+static _Thread_local unsigned rcu_depth; /* RCU loops this thread runs, nested */
+
+static void rcu_thread_exit(void *arg)
+{
+    (void)arg;
+    rcu_unregister_thread();
+}
+
+static void rcu_key_init(void)
+{
+    pthread_key_create(&rcu_key, rcu_thread_exit);
+}
+
 static void rcu_enter(tern_loop *loop)
 {
-    if (loop->flags & TERN_LOOP_RCU)
-        rcu_register_thread();
+    if (!(loop->flags & TERN_LOOP_RCU) || rcu_depth++ > 0)
+        return;
+    if (!rcu_registered) {
+        pthread_once(&rcu_once, rcu_key_init);
+        rcu_register_thread(); /* registers online */
+        pthread_setspecific(rcu_key, loop); /* any non-NULL value arms the destructor */
+        rcu_registered = true;
+    } else {
+        rcu_thread_online();
+    }
 }
 
 static void rcu_leave(tern_loop *loop)
 {
-    if (loop->flags & TERN_LOOP_RCU)
-        rcu_unregister_thread();
+    if ((loop->flags & TERN_LOOP_RCU) && --rcu_depth == 0)
+        rcu_thread_offline();
 }
 
 int tern_loop_run(tern_loop *loop)

@@ -221,13 +221,21 @@ uint64_t tern__ticks(void);
 double tern__ticks_per_ns(void);
 tern_id tern__id_next(tern_loop *loop);
 
+/*
+ * `owner` holds the claiming thread's token, 0 when unclaimed, or this
+ * marker while a foreign tern_cancel works on an unclaimed loop (run,
+ * run_once and free wait it out; it lasts one id lookup and cancel).
+ */
+#define TERN__OWNER_CANCELLING ((uintptr_t)1)
+
 /* Loop-only check: aborts naming fn when a foreign thread runs the loop. */
 void tern__loop_only_failed(const char *fn);
 uintptr_t tern__thread_token(void);
 static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 {
     uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
-    if (TERN_UNLIKELY(owner != 0 && owner != tern__thread_token()))
+    if (TERN_UNLIKELY(owner != 0 && owner != tern__thread_token() &&
+                      owner != TERN__OWNER_CANCELLING))
         tern__loop_only_failed(fn);
 }
 #define TERN__LOOP_ONLY(loop) tern__loop_only((loop), __func__)
