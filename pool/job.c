@@ -81,6 +81,35 @@ static void release_credit(tern_loop *loop)
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
 }
 
+/*
+ * Job records are malloc'd (a worker may be the one to free a tombstone),
+ * and the loop keeps the ones it frees on a small cache of its own, so a
+ * steady stream of jobs costs no malloc or free.
+ */
+#define JOB_CACHE_MAX 1024
+
+static tern_job *job_alloc(tern_loop *loop)
+{
+    tern_job *job = loop->job_cache;
+    if (job != NULL) {
+        loop->job_cache = (tern_job *)job->op.ready_next;
+        loop->job_cache_len--;
+        return job;
+    }
+    return tern__malloc(sizeof(*job));
+}
+
+static void job_release(tern_loop *loop, tern_job *job)
+{
+    if (loop->job_cache_len >= JOB_CACHE_MAX) {
+        free(job);
+        return;
+    }
+    job->op.ready_next = (struct tern__op *)loop->job_cache;
+    loop->job_cache = job;
+    loop->job_cache_len++;
+}
+
 static void job_dispatch(tern_loop *loop, struct tern__op *op)
 {
     tern_job *job = (tern_job *)op;
@@ -96,7 +125,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
         atomic_compare_exchange_strong_explicit(&job->state, &state, TERN__JOB_LOOP_DONE,
                                                 memory_order_acq_rel, memory_order_acquire))
         return; /* the queue still holds it; the pool frees it */
-    free(job);
+    job_release(loop, job);
 }
 
 static int job_cancel(tern_loop *loop, struct tern__op *op)
@@ -145,6 +174,12 @@ void tern__loop_pool_destroy(tern_loop *loop)
     /* Pool threads may still be inside a hand-over to us; wait them out. */
     while (loop->ring != NULL && atomic_load_explicit(&loop->ring->pins, memory_order_acquire) != 0)
         sched_yield();
+    while (loop->job_cache != NULL) {
+        tern_job *job = loop->job_cache;
+        loop->job_cache = (tern_job *)job->op.ready_next;
+        free(job);
+    }
+    loop->job_cache_len = 0;
     tern__ring_free(loop->ring);
     loop->ring = NULL;
 }
@@ -181,10 +216,17 @@ static int ensure_ring(tern_loop *loop)
 int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
 {
-    struct tern__pool *pool;
-    int rc = tern__pool_get(loop->has_pool_config ? &loop->pool_config : NULL, &pool);
-    if (rc < 0)
-        return rc;
+    /*
+     * The pool this loop last used, if it still runs, was already checked
+     * against the loop's configuration: skip the comparison.
+     */
+    struct tern__pool *pool = tern__pool_current();
+    int rc;
+    if (TERN_UNLIKELY(pool == NULL || pool != loop->pool_checked)) {
+        if ((rc = tern__pool_get(loop->has_pool_config ? &loop->pool_config : NULL, &pool)) < 0)
+            return rc;
+        loop->pool_checked = pool;
+    }
     if ((rc = ensure_ring(loop)) < 0)
         return rc;
     if (loop->undelivered >= loop->max_undelivered) {
@@ -197,7 +239,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
                                       memory_order_relaxed);
         return rc;
     }
-    tern_job *job = tern__malloc(sizeof(*job));
+    tern_job *job = job_alloc(loop);
     if (job == NULL) {
         tern__op_unadmit(loop);
         return -ENOMEM;
@@ -205,7 +247,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
     *job = (tern_job){.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .loop = loop,
                       .work = work, .done = done, .arg = arg};
     if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
-        free(job);
+        job_release(loop, job);
         tern__op_unadmit(loop);
         return rc;
     }
@@ -224,7 +266,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
         loop->ops_local--;
         tern__idmap_remove(&loop->ids, &job->op);
         tern__op_unadmit(loop);
-        free(job);
+        job_release(loop, job);
         return rc;
     }
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);

@@ -101,6 +101,12 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
     return 0;
 }
 
+struct tern__pool *tern__pool_current(void)
+{
+    /* Pairs with the release store in start_locked(). */
+    return atomic_load_explicit(&current, memory_order_acquire);
+}
+
 int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
 {
     struct tern__pool *p = atomic_load_explicit(&current, memory_order_acquire);

@@ -171,6 +171,8 @@ extern struct tern__pool_counters tern__pool_stats;
 extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
+/* The running pool or NULL (an acquire load; no start). */
+struct tern__pool *tern__pool_current(void);
 /* The running pool, started on demand with cfg (NULL: defaults). */
 int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp);
 

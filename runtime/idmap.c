@@ -71,9 +71,11 @@ int tern__idmap_reserve(struct tern__idmap *m, size_t extra)
 
 int tern__idmap_insert(struct tern__idmap *m, struct tern__op *op)
 {
-    int rc = tern__idmap_reserve(m, 1);
-    if (rc < 0)
-        return rc;
+    if (TERN_UNLIKELY((m->count + 1) * 8 > (m->mask + 1) * 5)) {
+        int rc = tern__idmap_reserve(m, 1);
+        if (rc < 0)
+            return rc;
+    }
     place(m->slots, m->mask, (struct tern__idmap_slot){op->id, op});
     m->count++;
     return 0;

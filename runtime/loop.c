@@ -19,13 +19,8 @@
 /* Thread identity                                                     */
 /* ------------------------------------------------------------------ */
 
-static _Thread_local char thread_token_anchor;
-static _Thread_local tern_loop *current_loop;
-
-uintptr_t tern__thread_token(void)
-{
-    return (uintptr_t)&thread_token_anchor;
-}
+_Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));
+static _Thread_local tern_loop *current_loop __attribute__((tls_model("initial-exec")));
 
 void tern__loop_only_failed(const char *fn)
 {
@@ -92,23 +87,6 @@ tern_id tern__id_next(tern_loop *loop)
     return loop->id_next++;
 }
 
-int tern__op_admit(tern_loop *loop)
-{
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
-        return -ESHUTDOWN;
-    unsigned prev = atomic_fetch_add_explicit(&loop->live, 1, memory_order_relaxed);
-    if (prev >= loop->max_operations) {
-        atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
-        return -EAGAIN;
-    }
-    return 0;
-}
-
-void tern__op_unadmit(tern_loop *loop)
-{
-    atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
-}
-
 int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls)
 {
     op->id = tern__id_next(loop);
@@ -133,20 +111,6 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
     op->aux = UINT32_MAX;
     loop->ops_local++;
     loop->refs++;
-}
-
-void tern__op_ready(tern_loop *loop, struct tern__op *op)
-{
-    if (op->flags & TERN__OP_QUEUED)
-        return;
-    op->flags |= TERN__OP_QUEUED;
-    op->ready_next = NULL;
-    loop->ready_count++;
-    if (loop->ready_tail)
-        loop->ready_tail->ready_next = op;
-    else
-        loop->ready_head = op;
-    loop->ready_tail = op;
 }
 
 void tern__op_finish(tern_loop *loop, struct tern__op *op)

@@ -20,6 +20,7 @@
 
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -203,6 +204,9 @@ struct tern_loop {
     /* pool side (pool/job.c) */
     struct tern__ring *ring;
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
+    struct tern_job *job_cache; /* freed job records kept for reuse */
+    unsigned job_cache_len;
+    const void *pool_checked; /* the running pool this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
 
@@ -230,7 +234,15 @@ tern_id tern__id_next(tern_loop *loop);
 
 /* Loop-only check: aborts naming fn when a foreign thread runs the loop. */
 void tern__loop_only_failed(const char *fn);
-uintptr_t tern__thread_token(void);
+/*
+ * A thread's identity is the address of a thread-local byte: unique while
+ * the thread lives, free to compute (initial-exec TLS, no call).
+ */
+extern _Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));
+static inline uintptr_t tern__thread_token(void)
+{
+    return (uintptr_t)&tern__thread_anchor;
+}
 static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 {
     uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
@@ -247,13 +259,39 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
  * -EAGAIN at max_operations; 0 means one unit of `live` is now held and
  * must be handed to tern__op_add or returned with tern__op_unadmit.
  */
-int tern__op_admit(tern_loop *loop);
-void tern__op_unadmit(tern_loop *loop);
+static inline int tern__op_admit(tern_loop *loop)
+{
+    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+        return -ESHUTDOWN;
+    unsigned prev = atomic_fetch_add_explicit(&loop->live, 1, memory_order_relaxed);
+    if (TERN_UNLIKELY(prev >= loop->max_operations)) {
+        atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+static inline void tern__op_unadmit(tern_loop *loop)
+{
+    atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+}
 /* Register an admitted op (id assigned, referenced). 0 or -ENOMEM. */
 int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
 /* Register an admitted op that has no id (never in the map). */
 void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
-void tern__op_ready(tern_loop *loop, struct tern__op *op);
+static inline void tern__op_ready(tern_loop *loop, struct tern__op *op)
+{
+    if (op->flags & TERN__OP_QUEUED)
+        return;
+    op->flags |= TERN__OP_QUEUED;
+    op->ready_next = NULL;
+    loop->ready_count++;
+    if (loop->ready_tail)
+        loop->ready_tail->ready_next = op;
+    else
+        loop->ready_head = op;
+    loop->ready_tail = op;
+}
 void tern__op_finish(tern_loop *loop, struct tern__op *op);
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
