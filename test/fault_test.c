@@ -1,0 +1,1386 @@
+/*
+ * The fault walk (SPEC §8): every allocation, thread creation and
+ * descriptor creation in tern can fail, and each failure must come back as
+ * a clear negative errno that loses nothing already accepted and leaves
+ * the loop usable.
+ *
+ * How. runtime/fault.h lets a test make the nth checked call fail. Each
+ * scenario below is a function of n: it arms the seam with every site
+ * (TERN__FAULT_ALL) at n, runs its calls, disarms, and checks:
+ *   - the call during which the failure was injected returned -ENOMEM,
+ *     -EMFILE or -EAGAIN, and every other call succeeded;
+ *   - what was accepted before or after the failure completes exactly once
+ *     (jobs, timers, posts, lookups, connections), and what was refused
+ *     never calls back;
+ *   - nothing is left behind: live_operations returns to 0, the pool's
+ *     submitted == completed + cancelled, no descriptor stays open (and
+ *     ASan/valgrind see every allocation freed, in CI);
+ *   - the loop still works: after disarming, one more operation succeeds.
+ * The walk runs n = 1, 2, 3, ... until a whole run passes without the
+ * failure being injected (tern__fault_fired() false), so every checked
+ * call a scenario makes is made to fail once. Each walk must inject at
+ * least one failure, which proves the scenario reaches the seam at all.
+ *
+ * Checked calls are counted process-wide, so a scenario makes them from
+ * one thread at a time: pool workers make none (they neither allocate nor
+ * create descriptors), and the cross-thread scenario keeps its loop
+ * thread's callbacks free of tern calls while armed.
+ *
+ * No timing is asserted. Waits are bounded by LIVENESS_NS, a liveness
+ * backstop that a correct runtime meets in milliseconds.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tern.h"
+#include "testing.h"
+
+#define MS (UINT64_C(1000000))
+#define SEC (UINT64_C(1000000000))
+#define LIVENESS_NS (UINT64_C(20) * SEC)
+/* A walk that needs more steps than this has lost its way (a scenario that
+ * never stops making checked calls). */
+#define WALK_MAX 5000
+#define TEST_TIMEOUT 300.0
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_us(unsigned us)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int count_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory stream's own descriptor */
+}
+
+static void disarm(void)
+{
+    tern__fault_arm(0, 0);
+}
+
+/* The errors an injected failure may surface as (fault.h: allocation ->
+ * -ENOMEM, descriptor -> -EMFILE, thread -> -EAGAIN). */
+static bool injected_errno(int rc)
+{
+    return rc == -ENOMEM || rc == -EMFILE || rc == -EAGAIN;
+}
+
+/*
+ * One call made while armed. If the failure was injected during this very
+ * call, it must have failed with an injected errno (false: refused);
+ * otherwise it must have succeeded (true: accepted). ARMED() samples the
+ * flag before the call, sequenced by the comma operator.
+ */
+static bool fired_mark;
+static unsigned refusals; /* armed calls that returned the injected failure */
+static bool armed_outcome(const char *what, bool fired_before, int rc)
+{
+    if (!fired_before && tern__fault_fired()) {
+        cr_assert(injected_errno(rc),
+                  "%s: the injected failure must return -ENOMEM, -EMFILE or -EAGAIN, got %d (%s)",
+                  what, rc, tern_err_name(rc));
+        refusals++;
+        return false;
+    }
+    cr_assert_eq(rc, 0, "%s failed with %s although no failure was injected", what,
+                 tern_err_name(rc));
+    return true;
+}
+#define ARMED(what, expr) (fired_mark = tern__fault_fired(), armed_outcome((what), fired_mark, (expr)))
+
+/* Make the nth checked call from now on fail. */
+static void arm(uint64_t n)
+{
+    refusals = 0;
+    tern__fault_arm(TERN__FAULT_ALL, n);
+}
+
+/*
+ * Disarm and say whether the failure was injected. An injected failure
+ * must have been told to the caller: returned by an armed call, or passed
+ * to a callback as its status (`notices`, counted by the scenario). One
+ * that nobody heard of was swallowed, and whatever it broke would be lost
+ * in silence.
+ */
+static bool end_armed(unsigned notices)
+{
+    bool fired = tern__fault_fired();
+    disarm();
+    if (fired)
+        cr_assert_gt(refusals + notices, 0,
+                     "the injected failure was swallowed: no call returned it and no callback "
+                     "was told");
+    else
+        cr_assert_eq(refusals + notices, 0, "a failure was reported but none was injected");
+    return fired;
+}
+
+static tern_loop_stats loop_stats(const tern_loop *loop)
+{
+    tern_loop_stats s;
+    tern_loop_stats_get(loop, &s);
+    return s;
+}
+
+static tern_loop *new_loop(const char *backend)
+{
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.backend = backend;
+    tern_loop *loop = NULL;
+    int rc = tern_loop_new(&loop, &o);
+    cr_assert_eq(rc, 0, "tern_loop_new(%s): %s", backend, tern_err_name(rc));
+    return loop;
+}
+
+/* Turn until *done(arg) or the liveness deadline. */
+static bool run_until(tern_loop *loop, bool (*done)(void *), void *arg)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!done(arg)) {
+        if (mono_ns() > end)
+            return false;
+        tern_loop_run_once(loop, 5 * (int64_t)MS);
+    }
+    return true;
+}
+
+static bool nothing_live(void *arg)
+{
+    return loop_stats(arg).live_operations == 0;
+}
+
+/* Free a loop that must have nothing left: the common ending. */
+static void free_clean(tern_loop *loop)
+{
+    cr_assert(run_until(loop, nothing_live, loop), "operations left live: %u",
+              loop_stats(loop).live_operations);
+    cr_assert_eq(loop_stats(loop).undelivered, 0);
+    tern_loop_free(loop);
+}
+
+static tern_pool_stats pool_stats(void)
+{
+    tern_pool_stats s;
+    tern_pool_stats_get(&s);
+    return s;
+}
+
+/* The pool's own books: every accepted job has been delivered. */
+static void assert_pool_settled(const tern_pool_stats *before, uint64_t accepted)
+{
+    tern_pool_stats now = pool_stats();
+    cr_assert_eq(now.submitted - before->submitted, accepted, "submitted %llu, accepted %llu",
+                 (unsigned long long)(now.submitted - before->submitted),
+                 (unsigned long long)accepted);
+    cr_assert_eq(now.submitted, now.completed + now.cancelled,
+                 "submitted %llu != completed %llu + cancelled %llu",
+                 (unsigned long long)now.submitted, (unsigned long long)now.completed,
+                 (unsigned long long)now.cancelled);
+    cr_assert_eq(now.queued, 0);
+}
+
+/* End the process-wide pool so the next step starts it again (armed). */
+static void pool_end(void)
+{
+    int rc = tern_pool_shutdown(TERN_POOL_DRAIN, 30 * SEC);
+    cr_assert_eq(rc, 0, "tern_pool_shutdown: %s", tern_err_name(rc));
+    cr_assert(!tern__pool_running());
+    tern_pool_stats s = pool_stats();
+    cr_assert_eq(s.threads, 0, "bounded workers left after shutdown: %u", s.threads);
+    cr_assert_eq(s.long_threads, 0, "long workers left after shutdown: %u", s.long_threads);
+}
+
+/*
+ * The walk: n = 1, 2, ... until the scenario passes with nothing left to
+ * inject. Returns how many checked calls the clean run made.
+ */
+static uint64_t walk(const char *name, bool (*scenario)(uint64_t n, void *ctx), void *ctx)
+{
+    uint64_t n = 1;
+    while (scenario(n, ctx)) {
+        n++;
+        cr_assert_lt(n, WALK_MAX, "%s: the walk did not end", name);
+    }
+    cr_assert_gt(n, 1, "%s: no failure was ever injected (the scenario never reached the seam)",
+                 name);
+    cr_log_info("%s: %llu checked calls, each made to fail once", name,
+                (unsigned long long)(n - 1));
+    return n - 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Jobs that wait for a gate (or a cancel)                             */
+/* ------------------------------------------------------------------ */
+
+static atomic_bool gate;
+
+struct jobrec {
+    tern_id id;
+    bool accepted;
+    bool cancel_asked;
+    atomic_uint ran;  /* work calls */
+    atomic_uint done; /* done calls */
+    int status;
+};
+
+static void *gated_work(tern_job *job, void *arg)
+{
+    struct jobrec *r = arg;
+    atomic_fetch_add(&r->ran, 1);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!atomic_load(&gate) && !tern_job_cancelled(job) && mono_ns() < end)
+        sleep_us(100);
+    return r;
+}
+
+static void job_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop;
+    struct jobrec *r = arg;
+    cr_assert(r->accepted, "done for a refused submission");
+    cr_assert_eq(id, r->id);
+    cr_assert(status == 0 || status == -ECANCELED, "done status %s", tern_err_name(status));
+    /* A job's result is its own record, or NULL if it never ran. */
+    cr_assert(result == r || (result == NULL && status == -ECANCELED));
+    r->status = status;
+    atomic_fetch_add(&r->done, 1);
+}
+
+struct jobset {
+    struct jobrec *r;
+    unsigned n;
+};
+
+static bool all_jobs_done(void *arg)
+{
+    struct jobset *js = arg;
+    for (unsigned i = 0; i < js->n; i++)
+        if (js->r[i].accepted && atomic_load(&js->r[i].done) == 0)
+            return false;
+    return true;
+}
+
+/* Exactly one done per accepted job, none for a refused one; work at most once. */
+static uint64_t assert_jobs_exact(const struct jobset *js)
+{
+    uint64_t accepted = 0;
+    for (unsigned i = 0; i < js->n; i++) {
+        const struct jobrec *r = &js->r[i];
+        cr_assert_leq(atomic_load(&r->ran), 1, "job %u ran twice", i);
+        if (r->accepted) {
+            accepted++;
+            cr_assert_eq(atomic_load(&r->done), 1, "job %u: %u completions", i,
+                         atomic_load(&r->done));
+        } else {
+            cr_assert_eq(atomic_load(&r->done), 0, "refused job %u completed", i);
+            cr_assert_eq(atomic_load(&r->ran), 0, "refused job %u ran", i);
+        }
+    }
+    return accepted;
+}
+
+/* One job after the walk step, proving the loop and the pool still work. */
+static void one_more_job(tern_loop *loop)
+{
+    struct jobrec r = {.accepted = true};
+    atomic_store(&gate, true);
+    int rc = tern_submit(loop, TERN_BOUNDED, gated_work, job_done, &r, &r.id);
+    cr_assert_eq(rc, 0, "submit after the fault: %s", tern_err_name(rc));
+    struct jobset js = {&r, 1};
+    cr_assert(run_until(loop, all_jobs_done, &js));
+    cr_assert_eq(r.status, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Loop creation                                                       */
+/* ------------------------------------------------------------------ */
+
+static void timer_count(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add((atomic_uint *)arg, 1);
+}
+
+static bool flag_set(void *arg)
+{
+    return atomic_load((atomic_uint *)arg) != 0;
+}
+
+/* A timer round trip: the loop works. */
+static void one_more_timer(tern_loop *loop)
+{
+    atomic_uint fired = 0;
+    int rc = tern_timer_start(loop, 0, 0, timer_count, &fired, NULL);
+    cr_assert_eq(rc, 0, "timer after the fault: %s", tern_err_name(rc));
+    cr_assert(run_until(loop, flag_set, &fired));
+    cr_assert_eq(atomic_load(&fired), 1);
+}
+
+static bool step_loop_new(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.backend = backend;
+    o.flags = TERN_LOOP_RCU;
+    int fds = count_open_fds();
+    tern_loop *sentinel = (tern_loop *)&fds, *loop = sentinel;
+
+    arm(n);
+    bool ok = ARMED("tern_loop_new", tern_loop_new(&loop, &o));
+    bool fired = end_armed(0);
+
+    if (!ok) {
+        cr_assert_eq(loop, sentinel, "a failed tern_loop_new wrote *loopp");
+        cr_assert_eq(count_open_fds(), fds, "a failed tern_loop_new left a descriptor open");
+        cr_assert_eq(tern_loop_new(&loop, &o), 0);
+    }
+    one_more_timer(loop);
+    tern_loop_free(loop);
+    cr_assert_eq(count_open_fds(), fds);
+    return fired;
+}
+
+Test(fault, loop_new, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++)
+        walk(tern__backend_names[i], step_loop_new, (void *)tern__backend_names[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pool start: explicit, and lazily from a first submission or lookup  */
+/* ------------------------------------------------------------------ */
+
+static const tern_pool_config *small_pool(void)
+{
+    static tern_pool_config cfg;
+    tern_pool_config_init(&cfg);
+    cfg.threads = 3;
+    cfg.queue_capacity = 64;
+    cfg.long_threads_max = 8;
+    return &cfg;
+}
+
+static bool step_pool_start(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    tern_pool_stats before = pool_stats();
+    arm(n);
+    bool ok = ARMED("tern_pool_start", tern_pool_start(small_pool()));
+    bool fired = end_armed(0);
+
+    if (!ok) {
+        /* No worker left behind: the pool is not started. */
+        cr_assert(!tern__pool_running(), "a failed start left the pool running");
+        tern_pool_stats s = pool_stats();
+        cr_assert_eq(s.threads, 0, "a failed start left %u workers", s.threads);
+        cr_assert_eq(tern_pool_start(small_pool()), 0);
+    }
+    tern_loop *loop = new_loop(NULL);
+    one_more_job(loop);
+    free_clean(loop);
+    assert_pool_settled(&before, 1);
+    pool_end();
+    return fired;
+}
+
+Test(fault, pool_start, .timeout = TEST_TIMEOUT)
+{
+    walk("tern_pool_start", step_pool_start, NULL);
+}
+
+/* The first submission starts the pool and allocates the loop's ring. */
+static bool step_lazy_submit(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    tern_pool_stats before = pool_stats();
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.pool = small_pool();
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, &o), 0);
+    atomic_store(&gate, true);
+    struct jobrec r[2] = {0};
+    struct jobset js = {r, 2};
+
+    arm(n);
+    r[0].accepted = ARMED("tern_submit (bounded, starts the pool)",
+                          tern_submit(loop, TERN_BOUNDED, gated_work, job_done, &r[0], &r[0].id));
+    r[1].accepted = ARMED("tern_submit (long)",
+                          tern_submit(loop, TERN_LONG, gated_work, job_done, &r[1], &r[1].id));
+    cr_assert(run_until(loop, all_jobs_done, &js));
+    bool fired = end_armed(0);
+
+    uint64_t accepted = assert_jobs_exact(&js);
+    if (!r[0].accepted && !r[1].accepted)
+        cr_assert_eq(loop_stats(loop).live_operations, 0, "a refused job left a trace");
+    one_more_job(loop);
+    free_clean(loop);
+    assert_pool_settled(&before, accepted + 1);
+    pool_end();
+    return fired;
+}
+
+Test(fault, lazy_pool_start, .timeout = TEST_TIMEOUT)
+{
+    walk("first tern_submit", step_lazy_submit, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Submit with jobs already in flight                                  */
+/* ------------------------------------------------------------------ */
+
+#define PRE_JOBS 3
+#define ARMED_JOBS 8
+
+static bool step_submit(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    cr_assert_eq(tern_pool_start(small_pool()), 0);
+    tern_pool_stats before = pool_stats();
+    tern_loop *loop = new_loop(NULL);
+    atomic_store(&gate, false);
+    struct jobrec r[PRE_JOBS + ARMED_JOBS] = {0};
+    struct jobset js = {r, PRE_JOBS + ARMED_JOBS};
+
+    /* Accepted before the failure: two bounded jobs and one long, waiting. */
+    for (unsigned i = 0; i < PRE_JOBS; i++) {
+        r[i].accepted = true;
+        tern_occupancy occ = i == 2 ? TERN_LONG : TERN_BOUNDED;
+        cr_assert_eq(tern_submit(loop, occ, gated_work, job_done, &r[i], &r[i].id), 0);
+    }
+
+    arm(n);
+    for (unsigned i = PRE_JOBS; i < PRE_JOBS + ARMED_JOBS; i++) {
+        /* Long jobs start threads: every other one is long. */
+        tern_occupancy occ = i % 2 ? TERN_LONG : TERN_BOUNDED;
+        r[i].accepted = ARMED("tern_submit",
+                              tern_submit(loop, occ, gated_work, job_done, &r[i], &r[i].id));
+    }
+    /* A cancel of an accepted job allocates nothing on the loop's thread. */
+    r[0].cancel_asked = true;
+    cr_assert_eq(tern_cancel(loop, r[0].id), 0);
+    atomic_store(&gate, true);
+    cr_assert(run_until(loop, all_jobs_done, &js), "accepted jobs never completed");
+    bool fired = end_armed(0);
+
+    uint64_t accepted = assert_jobs_exact(&js);
+    cr_assert_eq(r[0].status, -ECANCELED);
+    cr_assert_eq(loop_stats(loop).live_operations, 0);
+    one_more_job(loop);
+    free_clean(loop);
+    assert_pool_settled(&before, accepted + 1);
+    pool_end(); /* so long workers are created afresh, under the arm, next time */
+    return fired;
+}
+
+Test(fault, submit, .timeout = TEST_TIMEOUT)
+{
+    walk("tern_submit with jobs in flight", step_submit, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Timers, defers, posts and fd watchers                               */
+/* ------------------------------------------------------------------ */
+
+#define TIMERS 72 /* past the heap's and the id map's first growth (64, 40) */
+#define DEFERS 6
+#define POSTS 6
+
+struct opsrec {
+    tern_loop *loop;
+    bool t_ok[TIMERS];
+    atomic_uint t_fired[TIMERS];
+    tern_id repeat_id;
+    bool repeat_ok;
+    unsigned repeat_fired;
+    bool d_ok[DEFERS], p_ok[POSTS];
+    atomic_uint d_ran[DEFERS], p_ran[POSTS];
+    int sp[2][2];
+    tern_id io_id[2];
+    bool io_ok[2];
+    unsigned io_seen[2];
+};
+
+static struct opsrec *ops_cur;
+
+static void ops_timer(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_uint *slot = arg;
+    size_t i = (size_t)(slot - ops_cur->t_fired);
+    cr_assert(i < TIMERS && ops_cur->t_ok[i], "a refused timer fired");
+    atomic_fetch_add(slot, 1);
+}
+
+static void ops_repeat(tern_loop *loop, tern_id id, void *arg)
+{
+    struct opsrec *o = arg;
+    cr_assert(o->repeat_ok);
+    if (++o->repeat_fired == 3)
+        cr_assert_eq(tern_timer_stop(loop, id), 0);
+}
+
+static void ops_defer(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    atomic_uint *slot = arg;
+    size_t i = (size_t)(slot - ops_cur->d_ran);
+    cr_assert(i < DEFERS && ops_cur->d_ok[i], "a refused defer ran");
+    atomic_fetch_add(slot, 1);
+}
+
+static void ops_post(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    atomic_uint *slot = arg;
+    size_t i = (size_t)(slot - ops_cur->p_ran);
+    cr_assert(i < POSTS && ops_cur->p_ok[i], "a refused post ran");
+    atomic_fetch_add(slot, 1);
+}
+
+static void ops_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+{
+    (void)fd;
+    struct opsrec *o = arg;
+    unsigned i = id == o->io_id[0] ? 0 : 1;
+    cr_assert(o->io_ok[i] && id == o->io_id[i]);
+    cr_assert(events & TERN_READABLE);
+    o->io_seen[i]++;
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+}
+
+static bool ops_all_done(void *arg)
+{
+    struct opsrec *o = arg;
+    for (unsigned i = 0; i < TIMERS; i++)
+        if (o->t_ok[i] && atomic_load(&o->t_fired[i]) == 0)
+            return false;
+    for (unsigned i = 0; i < DEFERS; i++)
+        if (o->d_ok[i] && atomic_load(&o->d_ran[i]) == 0)
+            return false;
+    for (unsigned i = 0; i < POSTS; i++)
+        if (o->p_ok[i] && atomic_load(&o->p_ran[i]) == 0)
+            return false;
+    for (unsigned i = 0; i < 2; i++)
+        if (o->io_ok[i] && o->io_seen[i] == 0)
+            return false;
+    return !o->repeat_ok || o->repeat_fired >= 3;
+}
+
+/* A socketpair whose watched end has a high number, so the loop's fd table grows. */
+static void high_socketpair(int sp[2], int at_least)
+{
+    int raw[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, raw), 0);
+    sp[0] = fcntl(raw[0], F_DUPFD_CLOEXEC, at_least);
+    cr_assert_geq(sp[0], at_least);
+    close(raw[0]);
+    sp[1] = raw[1];
+}
+
+static bool step_ops(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    struct opsrec *o = calloc(1, sizeof(*o));
+    cr_assert_not_null(o);
+    ops_cur = o;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    o->loop = loop;
+    for (unsigned i = 0; i < 2; i++) {
+        high_socketpair(o->sp[i], 100 + 50 * (int)i);
+        cr_assert_eq(write(o->sp[i][1], "x", 1), 1);
+    }
+
+    arm(n);
+    for (unsigned i = 0; i < TIMERS; i++)
+        o->t_ok[i] = ARMED("tern_timer_start", tern_timer_start(loop, (i % 8) * 100000ull, 0,
+                                                                  ops_timer, &o->t_fired[i], NULL));
+    o->repeat_ok = ARMED("tern_timer_start (repeating)",
+                         tern_timer_start(loop, 0, MS, ops_repeat, o, &o->repeat_id));
+    for (unsigned i = 0; i < DEFERS; i++)
+        o->d_ok[i] = ARMED("tern_defer", tern_defer(loop, ops_defer, &o->d_ran[i]));
+    for (unsigned i = 0; i < POSTS; i++)
+        o->p_ok[i] = ARMED("tern_post", tern_post(loop, ops_post, &o->p_ran[i]));
+    for (unsigned i = 0; i < 2; i++)
+        o->io_ok[i] = ARMED("tern_io_start", tern_io_start(loop, o->sp[i][0], TERN_READABLE,
+                                                           ops_io, o, &o->io_id[i]));
+    /* Nothing in these turns allocates, so nothing there can be told. */
+    cr_assert(run_until(loop, ops_all_done, o), "accepted operations never completed");
+    bool fired = end_armed(0);
+
+    for (unsigned i = 0; i < TIMERS; i++)
+        cr_assert_eq(atomic_load(&o->t_fired[i]), o->t_ok[i] ? 1 : 0, "timer %u", i);
+    for (unsigned i = 0; i < DEFERS; i++)
+        cr_assert_eq(atomic_load(&o->d_ran[i]), o->d_ok[i] ? 1 : 0, "defer %u", i);
+    for (unsigned i = 0; i < POSTS; i++)
+        cr_assert_eq(atomic_load(&o->p_ran[i]), o->p_ok[i] ? 1 : 0, "post %u", i);
+    for (unsigned i = 0; i < 2; i++)
+        cr_assert_eq(o->io_seen[i], o->io_ok[i] ? 1 : 0, "watcher %u", i);
+    cr_assert_eq(o->repeat_fired, o->repeat_ok ? 3 : 0);
+    cr_assert_eq(loop_stats(loop).live_operations, 0);
+
+    /* A refused watcher left its fd free: it can be watched now. */
+    for (unsigned i = 0; i < 2; i++) {
+        if (o->io_ok[i])
+            continue;
+        o->io_ok[i] = true;
+        cr_assert_eq(tern_io_start(loop, o->sp[i][0], TERN_READABLE, ops_io, o, &o->io_id[i]), 0);
+        cr_assert(run_until(loop, ops_all_done, o));
+    }
+    one_more_timer(loop);
+    free_clean(loop);
+    for (unsigned i = 0; i < 2; i++) {
+        close(o->sp[i][0]);
+        close(o->sp[i][1]);
+    }
+    cr_assert_eq(count_open_fds(), fds);
+    ops_cur = NULL;
+    free(o);
+    return fired;
+}
+
+Test(fault, timers_posts_watchers, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++)
+        walk(tern__backend_names[i], step_ops, (void *)tern__backend_names[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Posts and cancels from a foreign thread while the loop runs         */
+/* ------------------------------------------------------------------ */
+
+/* Past one producer block of inbound nodes (4 KiB, ~126 nodes), so a
+ * producer allocates twice. */
+#define XPOSTS 300
+
+/* What the poster thread saw around one call (checked on the test thread,
+ * where criterion's assertions belong). */
+struct xcall {
+    bool fired_before, fired_after;
+    int rc;
+};
+
+struct xrec {
+    tern_loop *loop;
+    struct xcall post[XPOSTS], cancel[2];
+    atomic_uint p_ran[XPOSTS];
+    bool p_ok[XPOSTS], cancel_ok[2];
+    struct jobrec job[2];
+    tern_id keepalive;
+    atomic_bool loop_returned;
+};
+
+static void x_post(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    atomic_fetch_add((atomic_uint *)arg, 1);
+}
+
+static void x_never(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+    cr_assert_fail("the keep-alive timer fired");
+}
+
+static void x_finish(tern_loop *loop, void *arg)
+{
+    struct xrec *x = arg;
+    cr_assert_eq(tern_timer_stop(loop, x->keepalive), 0);
+}
+
+static void *x_run(void *arg)
+{
+    struct xrec *x = arg;
+    tern_loop_run(x->loop);
+    atomic_store(&x->loop_returned, true);
+    return NULL;
+}
+
+static void x_record(struct xcall *c, int (*call)(struct xrec *, unsigned), struct xrec *x,
+                     unsigned i)
+{
+    c->fired_before = tern__fault_fired();
+    c->rc = call(x, i);
+    c->fired_after = tern__fault_fired();
+}
+
+static int x_do_post(struct xrec *x, unsigned i)
+{
+    return tern_post(x->loop, x_post, &x->p_ran[i]);
+}
+
+static int x_do_cancel(struct xrec *x, unsigned i)
+{
+    return tern_cancel(x->loop, x->job[i].id);
+}
+
+/*
+ * A fresh producer thread each step: inbound nodes come from per-thread
+ * blocks, so only a thread with no block yet allocates on its first post.
+ */
+static void *x_poster(void *arg)
+{
+    struct xrec *x = arg;
+    for (unsigned i = 0; i < XPOSTS; i++) {
+        x_record(&x->post[i], x_do_post, x, i);
+        if (i == XPOSTS / 2)
+            x_record(&x->cancel[0], x_do_cancel, x, 0);
+    }
+    x_record(&x->cancel[1], x_do_cancel, x, 1);
+    return NULL;
+}
+
+static bool x_outcome(const char *what, const struct xcall *c)
+{
+    if (!c->fired_before && c->fired_after)
+        return armed_outcome(what, false, c->rc); /* asserts an injected errno */
+    cr_assert_eq(c->rc, 0, "%s failed with %s although no failure was injected", what,
+                 tern_err_name(c->rc));
+    return true;
+}
+
+static bool step_cross_thread(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    struct xrec *x = calloc(1, sizeof(*x));
+    cr_assert_not_null(x);
+    tern_pool_stats before = pool_stats();
+    tern_loop *loop = new_loop(NULL);
+    x->loop = loop;
+    atomic_store(&gate, false);
+    cr_assert_eq(tern_timer_start(loop, 3600 * SEC, 0, x_never, NULL, &x->keepalive), 0);
+    for (unsigned i = 0; i < 2; i++) {
+        x->job[i].accepted = true;
+        cr_assert_eq(tern_submit(loop, TERN_LONG, gated_work, job_done, &x->job[i], &x->job[i].id),
+                     0);
+    }
+    pthread_t t, poster;
+    cr_assert_eq(pthread_create(&t, NULL, x_run, x), 0);
+    /*
+     * Arm only once the loop thread runs the loop: a cancel made while the
+     * loop is unclaimed is resolved on the calling thread instead of being
+     * handed over, and that is not the path under test here.
+     */
+    atomic_uint running = 0;
+    cr_assert_eq(tern_post(loop, x_post, &running), 0);
+    uint64_t until = mono_ns() + LIVENESS_NS;
+    while (atomic_load(&running) == 0 && mono_ns() < until)
+        sleep_us(100);
+    cr_assert_eq(atomic_load(&running), 1, "the loop thread never ran");
+
+    /* While armed, only the poster makes checked calls: the loop thread
+     * runs posts and resolves cancels, neither of which allocates. */
+    arm(n);
+    cr_assert_eq(pthread_create(&poster, NULL, x_poster, x), 0);
+    pthread_join(poster, NULL);
+    for (unsigned i = 0; i < XPOSTS; i++)
+        x->p_ok[i] = x_outcome("tern_post (foreign thread)", &x->post[i]);
+    for (unsigned i = 0; i < 2; i++)
+        x->cancel_ok[i] = x_outcome("tern_cancel (foreign thread)", &x->cancel[i]);
+    bool fired = end_armed(0);
+
+    /* An accepted cancel takes effect while the gate is still shut. */
+    until = mono_ns() + LIVENESS_NS;
+    bool cancels_seen = false;
+    while (!cancels_seen && mono_ns() < until) {
+        cancels_seen = true;
+        for (unsigned i = 0; i < 2; i++)
+            if (x->cancel_ok[i] && atomic_load(&x->job[i].done) == 0)
+                cancels_seen = false;
+        if (!cancels_seen)
+            sleep_us(200);
+    }
+    cr_assert(cancels_seen, "an accepted foreign cancel never took effect");
+    atomic_store(&gate, true);
+    cr_assert_eq(tern_post(loop, x_finish, x), 0, "the loop must still take posts");
+    until = mono_ns() + LIVENESS_NS;
+    while (!atomic_load(&x->loop_returned) && mono_ns() < until)
+        sleep_us(200);
+    cr_assert(atomic_load(&x->loop_returned),
+              "tern_loop_run never returned: something stayed live (a refused post?)");
+    pthread_join(t, NULL);
+
+    for (unsigned i = 0; i < XPOSTS; i++)
+        cr_assert_eq(atomic_load(&x->p_ran[i]), x->p_ok[i] ? 1 : 0, "post %u", i);
+    struct jobset js = {x->job, 2};
+    uint64_t accepted = assert_jobs_exact(&js);
+    /* A refused cancel changed nothing: that job finished normally. */
+    for (unsigned i = 0; i < 2; i++)
+        cr_assert_eq(x->job[i].status, x->cancel_ok[i] ? -ECANCELED : 0, "job %u status %s", i,
+                     tern_err_name(x->job[i].status));
+    one_more_job(loop);
+    free_clean(loop);
+    assert_pool_settled(&before, accepted + 1);
+    pool_end();
+    free(x);
+    return fired;
+}
+
+Test(fault, cross_thread, .timeout = TEST_TIMEOUT)
+{
+    walk("posts and cancels from a foreign thread", step_cross_thread, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Name lookups                                                        */
+/* ------------------------------------------------------------------ */
+
+#define LOOKUPS 3
+
+struct lookrec {
+    tern_id id;
+    bool accepted, cancelled;
+    atomic_uint calls;
+    int status;
+};
+
+static void look_cb(tern_loop *loop, tern_id id, int status, struct addrinfo *res, void *arg)
+{
+    (void)loop;
+    struct lookrec *l = arg;
+    cr_assert(l->accepted, "a refused lookup called back");
+    cr_assert_eq(id, l->id);
+    if (status == 0) {
+        cr_assert_not_null(res);
+        tern_freeaddrinfo(res);
+    } else {
+        cr_assert_null(res);
+        cr_assert(l->cancelled && status == -ECANCELED, "lookup of localhost: %s",
+                  tern_err_name(status));
+    }
+    l->status = status;
+    atomic_fetch_add(&l->calls, 1);
+}
+
+struct lookset {
+    struct lookrec *l;
+    unsigned n;
+};
+
+static bool lookups_done(void *arg)
+{
+    struct lookset *s = arg;
+    for (unsigned i = 0; i < s->n; i++)
+        if (s->l[i].accepted && atomic_load(&s->l[i].calls) == 0)
+            return false;
+    return true;
+}
+
+static bool step_resolve(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    tern_pool_stats before = pool_stats();
+    tern_loop *loop = new_loop(NULL);
+    struct lookrec l[LOOKUPS] = {0};
+    struct lookset ls = {l, LOOKUPS};
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+
+    /* The first lookup also starts the pool and allocates the ring. */
+    arm(n);
+    for (unsigned i = 0; i < LOOKUPS; i++)
+        l[i].accepted = ARMED("tern_resolve",
+                              tern_resolve(loop, "localhost", i == 1 ? NULL : "80", &hints,
+                                           look_cb, &l[i], &l[i].id));
+    if (l[2].accepted) {
+        l[2].cancelled = true;
+        cr_assert_eq(tern_cancel(loop, l[2].id), 0);
+    }
+    cr_assert(run_until(loop, lookups_done, &ls), "accepted lookups never called back");
+    bool fired = end_armed(0);
+
+    uint64_t accepted = 0;
+    for (unsigned i = 0; i < LOOKUPS; i++) {
+        cr_assert_eq(atomic_load(&l[i].calls), l[i].accepted ? 1 : 0, "lookup %u", i);
+        accepted += l[i].accepted;
+    }
+    /* Usable afterwards: one more lookup succeeds. */
+    struct lookrec again = {.accepted = true};
+    struct lookset as = {&again, 1};
+    cr_assert_eq(tern_resolve(loop, "localhost", "80", &hints, look_cb, &again, &again.id), 0);
+    cr_assert(run_until(loop, lookups_done, &as));
+    cr_assert_eq(again.status, 0);
+    free_clean(loop);
+    assert_pool_settled(&before, accepted + 1);
+    pool_end();
+    return fired;
+}
+
+Test(fault, resolve, .timeout = TEST_TIMEOUT)
+{
+    walk("tern_resolve", step_resolve, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Listen and accept, connect by name, echo                            */
+/* ------------------------------------------------------------------ */
+
+#define RAW_CLIENTS 2
+static const char hello[] = "hello";
+static const char ping[] = "ping";
+
+struct tcprec {
+    tern_loop *loop;
+    tern_id listener;
+    unsigned port;
+    unsigned backoffs; /* accept notices: the listener paused */
+    unsigned notices;  /* injected failures told to a callback or returned inside one */
+    /* the tern client */
+    tern_id cli;
+    bool cli_accepted;
+    int cli_status; /* 1 while pending, 0 echoed, < 0 failed */
+    char cli_got[16];
+    size_t cli_got_len;
+    /* the raw clients: 1 echoed, -1 dropped, 0 pending */
+    int raw[RAW_CLIENTS];
+    int raw_state[RAW_CLIENTS];
+    char raw_got[RAW_CLIENTS][16];
+    size_t raw_got_len[RAW_CLIENTS];
+};
+
+/* A status some callback saw: fine, an injected failure (counted), or a
+ * consequence of one on the other side of the connection. */
+static void tcp_status(struct tcprec *t, int status, const char *what)
+{
+    if (injected_errno(status)) {
+        t->notices++;
+        return;
+    }
+    cr_assert(status == 0 || status == -ECANCELED || status == -EPIPE || status == -ECONNRESET,
+              "%s: %s", what, tern_err_name(status));
+}
+
+static void srv_written(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct tcprec **tp = arg;
+    tcp_status(*tp, status, "echo write");
+    free(tp);
+}
+
+/* The echo: a copy of what was read (the loop does not copy written bytes),
+ * behind a pointer back to the scenario's record. */
+static void srv_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                     void *arg)
+{
+    struct tcprec *t = arg;
+    if (status < 0 || len == 0) {
+        tcp_status(t, status, "echo read");
+        tern_stream_close(loop, id);
+        return;
+    }
+    struct tcprec **copy = malloc(sizeof(*copy) + len);
+    cr_assert_not_null(copy);
+    *copy = t;
+    memcpy(copy + 1, data, len);
+    tern_buf b = {copy + 1, len};
+    int rc = tern_stream_write(loop, id, &b, 1, srv_written, copy);
+    if (rc < 0) {
+        cr_assert(injected_errno(rc), "echo write: %s", tern_err_name(rc));
+        t->notices++;
+        free(copy);
+        tern_stream_close(loop, id);
+    }
+}
+
+static void srv_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, void *arg)
+{
+    struct tcprec *t = arg;
+    cr_assert_eq(listener, t->listener);
+    if (status < 0) {
+        /* The listener paused; the connection waits in the kernel or was dropped. */
+        cr_assert(injected_errno(status), "accept: %s", tern_err_name(status));
+        cr_assert_eq(stream, 0);
+        t->backoffs++;
+        t->notices++;
+        return;
+    }
+    int rc = tern_stream_read_start(loop, stream, srv_read, t);
+    if (rc < 0) {
+        cr_assert(injected_errno(rc), "read_start: %s", tern_err_name(rc));
+        t->notices++;
+        cr_assert_eq(tern_stream_close(loop, stream), 0);
+    }
+}
+
+static void cli_written(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop;
+    (void)id;
+    tcp_status(arg, status, "client write");
+}
+
+static void cli_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                     void *arg)
+{
+    struct tcprec *t = arg;
+    if (status < 0 || len == 0) {
+        /* Told an injected failure, or the server side was dropped by one. */
+        tcp_status(t, status, "client read");
+        t->cli_status = status < 0 ? status : -EPIPE;
+        tern_stream_close(loop, id);
+        return;
+    }
+    cr_assert_leq(t->cli_got_len + len, sizeof(t->cli_got));
+    memcpy(t->cli_got + t->cli_got_len, data, len);
+    t->cli_got_len += len;
+    if (t->cli_got_len == sizeof(ping)) {
+        cr_assert_eq(memcmp(t->cli_got, ping, sizeof(ping)), 0);
+        t->cli_status = 0;
+        tern_stream_close(loop, id);
+    }
+}
+
+static void cli_connected(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    struct tcprec *t = arg;
+    cr_assert(t->cli_accepted, "a refused connect called back");
+    cr_assert_eq(id, t->cli);
+    if (status < 0) {
+        cr_assert(injected_errno(status), "connect: %s", tern_err_name(status));
+        t->notices++;
+        t->cli_status = status;
+        return;
+    }
+    static const tern_buf b = {ping, sizeof(ping)};
+    int rc = tern_stream_write(loop, id, &b, 1, cli_written, t);
+    if (rc >= 0)
+        rc = tern_stream_read_start(loop, id, cli_read, t);
+    if (rc < 0) {
+        cr_assert(injected_errno(rc), "client write/read_start: %s", tern_err_name(rc));
+        t->notices++;
+        t->cli_status = rc;
+        tern_stream_close(loop, id);
+    }
+}
+
+static int raw_connect(unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "raw connect: %s",
+                 strerror(errno));
+    cr_assert_eq(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), (ssize_t)sizeof(hello));
+    cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+    return fd;
+}
+
+/* Read what the echo sent back: 1 when all of it came, -1 when dropped. */
+static void raw_poll(struct tcprec *t, unsigned i)
+{
+    if (t->raw_state[i] != 0)
+        return;
+    char buf[16];
+    ssize_t r = recv(t->raw[i], buf, sizeof(buf), 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (r <= 0) {
+        cr_assert(r == 0 || errno == ECONNRESET, "raw client: %s", strerror(errno));
+        t->raw_state[i] = -1;
+        return;
+    }
+    cr_assert_leq(t->raw_got_len[i] + (size_t)r, sizeof(t->raw_got[i]));
+    memcpy(t->raw_got[i] + t->raw_got_len[i], buf, (size_t)r);
+    t->raw_got_len[i] += (size_t)r;
+    if (t->raw_got_len[i] == sizeof(hello)) {
+        cr_assert_eq(memcmp(t->raw_got[i], hello, sizeof(hello)), 0);
+        t->raw_state[i] = 1;
+    }
+}
+
+static bool tcp_settled(void *arg)
+{
+    struct tcprec *t = arg;
+    bool settled = !t->cli_accepted || t->cli_status != 1;
+    for (unsigned i = 0; i < RAW_CLIENTS; i++) {
+        raw_poll(t, i);
+        settled = settled && t->raw_state[i] != 0;
+    }
+    return settled;
+}
+
+/* One raw echo round trip through the listener: it still serves. */
+static void one_more_echo(tern_loop *loop, struct tcprec *t)
+{
+    t->raw_state[0] = 0;
+    t->raw_got_len[0] = 0;
+    t->raw[0] = raw_connect(t->port);
+    t->cli_accepted = false;
+    for (unsigned i = 1; i < RAW_CLIENTS; i++)
+        t->raw_state[i] = 1;
+    cr_assert(run_until(loop, tcp_settled, t));
+    cr_assert_eq(t->raw_state[0], 1, "the listener no longer echoes after the fault");
+    close(t->raw[0]);
+}
+
+static bool step_tcp(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    struct tcprec *t = calloc(1, sizeof(*t));
+    cr_assert_not_null(t);
+    int fds = count_open_fds();
+    tern_pool_stats before = pool_stats();
+    tern_loop *loop = new_loop(backend);
+    int loop_fds = count_open_fds();
+    t->loop = loop;
+    t->cli_status = 1;
+
+    arm(n);
+    bool listening = ARMED("tern_tcp_listen", tern_tcp_listen(loop, "127.0.0.1", 0, 16, 0,
+                                                               srv_accept, t, &t->listener));
+    if (listening) {
+        cr_assert_eq(tern_tcp_port(loop, t->listener, &t->port), 0);
+        for (unsigned i = 0; i < RAW_CLIENTS; i++)
+            t->raw[i] = raw_connect(t->port);
+        /* By name: a lookup on the pool (started here, under the arm). */
+        t->cli_accepted = ARMED("tern_tcp_connect", tern_tcp_connect(loop, "localhost", t->port,
+                                                                     30 * SEC, cli_connected, t,
+                                                                     &t->cli));
+        cr_assert(run_until(loop, tcp_settled, t), "connections never settled");
+    } else {
+        cr_assert_eq(loop_stats(loop).live_operations, 0, "a refused listen left an operation");
+        cr_assert_eq(count_open_fds(), loop_fds, "a refused listen left a descriptor open");
+    }
+    bool fired = end_armed(t->notices);
+
+    if (listening) {
+        unsigned dropped = 0;
+        for (unsigned i = 0; i < RAW_CLIENTS; i++) {
+            dropped += t->raw_state[i] < 0;
+            close(t->raw[i]);
+        }
+        unsigned cli_failed = t->cli_accepted && t->cli_status != 0;
+        /* One injected failure costs at most one connection, and only one
+         * that some callback was told about; none without it. */
+        cr_assert_leq(dropped + cli_failed, 1, "one failure lost %u connections",
+                      dropped + cli_failed);
+        cr_assert_leq(dropped + cli_failed, t->notices,
+                      "a connection was lost but no callback was told why");
+        cr_assert_leq(t->backoffs, 1);
+    } else {
+        cr_assert_eq(tern_tcp_listen(loop, "127.0.0.1", 0, 16, 0, srv_accept, t, &t->listener), 0);
+        cr_assert_eq(tern_tcp_port(loop, t->listener, &t->port), 0);
+    }
+    one_more_echo(loop, t);
+    cr_assert_eq(tern_stream_close(loop, t->listener), 0);
+    free_clean(loop);
+    cr_assert_eq(count_open_fds(), fds, "descriptors left open");
+    if (tern__pool_running()) {
+        tern_pool_stats now = pool_stats();
+        cr_assert_eq(now.submitted - before.submitted, now.completed + now.cancelled -
+                                                           before.completed - before.cancelled);
+        pool_end();
+    }
+    free(t);
+    return fired;
+}
+
+Test(fault, listen_accept_connect, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++)
+        walk(tern__backend_names[i], step_tcp, (void *)tern__backend_names[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Signal watchers                                                     */
+/* ------------------------------------------------------------------ */
+
+static void sig_cb(tern_loop *loop, tern_id id, int signo, void *arg)
+{
+    (void)loop;
+    (void)id;
+    cr_assert_eq(signo, SIGUSR1);
+    atomic_fetch_add((atomic_uint *)arg, 1);
+}
+
+static bool sigusr1_blocked(void)
+{
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    return sigismember(&cur, SIGUSR1);
+}
+
+static void signal_round_trip(tern_loop *loop, tern_id id, atomic_uint *seen)
+{
+    cr_assert_eq(raise(SIGUSR1), 0);
+    cr_assert(run_until(loop, flag_set, seen));
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    cr_assert(!sigusr1_blocked(), "stop left SIGUSR1 blocked");
+}
+
+static bool step_signal(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(NULL);
+    atomic_uint seen = 0;
+    tern_id id = 0;
+
+    arm(n);
+    bool ok = ARMED("tern_signal_start", tern_signal_start(loop, SIGUSR1, sig_cb, &seen, &id));
+    bool fired = end_armed(0);
+
+    if (!ok) {
+        /* Refused: the signal is neither blocked nor claimed. */
+        cr_assert(!sigusr1_blocked(), "a refused tern_signal_start left SIGUSR1 blocked");
+        cr_assert_eq(loop_stats(loop).live_operations, 0);
+        cr_assert_eq(tern_signal_start(loop, SIGUSR1, sig_cb, &seen, &id), 0,
+                     "a refused start must not keep the signal claimed");
+    }
+    signal_round_trip(loop, id, &seen);
+    cr_assert_eq(atomic_load(&seen), 1);
+    free_clean(loop);
+    cr_assert_eq(count_open_fds(), fds);
+    return fired;
+}
+
+Test(fault, signal_start, .timeout = TEST_TIMEOUT)
+{
+    walk("tern_signal_start", step_signal, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams adopted from a socketpair                                   */
+/* ------------------------------------------------------------------ */
+
+struct pairrec {
+    bool write_ok;
+    atomic_uint written;
+    char got[16];
+    size_t got_len;
+    atomic_uint closed;
+};
+
+static void pair_written(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct pairrec *p = arg;
+    cr_assert(p->write_ok, "a refused write completed");
+    cr_assert_eq(status, 0, "write: %s", tern_err_name(status));
+    atomic_fetch_add(&p->written, 1);
+}
+
+static void pair_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                      void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct pairrec *p = arg;
+    cr_assert_eq(status, 0);
+    cr_assert_leq(p->got_len + len, sizeof(p->got));
+    memcpy(p->got + p->got_len, data, len);
+    p->got_len += len;
+}
+
+static void pair_closed(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add(&((struct pairrec *)arg)->closed, 1);
+}
+
+static bool pair_done(void *arg)
+{
+    struct pairrec *p = arg;
+    return p->got_len == sizeof(hello) && (!p->write_ok || atomic_load(&p->written) == 1);
+}
+
+static bool step_stream(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    int sp[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    struct pairrec p = {0};
+    tern_id a = 0, b = 0;
+    static const tern_buf buf = {hello, sizeof(hello)};
+
+    arm(n);
+    bool a_ok = ARMED("tern_stream_open", tern_stream_open(loop, sp[0], &a));
+    bool b_ok = ARMED("tern_stream_open", tern_stream_open(loop, sp[1], &b));
+    bool reading = false;
+    if (a_ok && b_ok) {
+        p.write_ok = ARMED("tern_stream_write", tern_stream_write(loop, a, &buf, 1, pair_written, &p));
+        reading = ARMED("tern_stream_read_start", tern_stream_read_start(loop, b, pair_read, &p));
+        if (p.write_ok && reading)
+            cr_assert(run_until(loop, pair_done, &p));
+    }
+    bool fired = end_armed(0);
+
+    /* A refused open left the fd with the caller; adopt it now. */
+    if (!a_ok)
+        cr_assert_eq(tern_stream_open(loop, sp[0], &a), 0);
+    if (!b_ok)
+        cr_assert_eq(tern_stream_open(loop, sp[1], &b), 0);
+    cr_assert_eq(tern_stream_on_close(loop, a, pair_closed, &p), 0);
+    cr_assert_eq(tern_stream_on_close(loop, b, pair_closed, &p), 0);
+    if (!p.write_ok) {
+        p.write_ok = true;
+        cr_assert_geq(tern_stream_write(loop, a, &buf, 1, pair_written, &p), 0);
+    }
+    if (!reading)
+        cr_assert_eq(tern_stream_read_start(loop, b, pair_read, &p), 0);
+    cr_assert(run_until(loop, pair_done, &p), "the stream no longer carries data after the fault");
+    cr_assert_eq(memcmp(p.got, hello, sizeof(hello)), 0);
+    cr_assert_eq(atomic_load(&p.written), 1);
+    cr_assert_eq(tern_stream_close(loop, a), 0);
+    cr_assert_eq(tern_stream_close(loop, b), 0);
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&p.closed), 2);
+    cr_assert_eq(count_open_fds(), fds, "the streams did not close their descriptors");
+    return fired;
+}
+
+Test(fault, stream_open_write_read, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++)
+        walk(tern__backend_names[i], step_stream, (void *)tern__backend_names[i]);
+}
