@@ -33,20 +33,7 @@
 
 #include "../pool_helpers.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define STRESS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define STRESS_TSAN 1
-#endif
-#endif
-
-#ifdef STRESS_TSAN
-/* ThreadSanitizer runs this 5-15 times slower; keep it inside CI's budget. */
-#define DEFAULT_JOBS 200000u
-#else
 #define DEFAULT_JOBS 1000000u
-#endif
 #define DEFAULT_SEED 0x7e7a5eedull
 #define LOOPS 3
 #define CANCELLERS 2
