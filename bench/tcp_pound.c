@@ -7,10 +7,9 @@
  * Parameters: conns=100 requests=20000 size=64
  * Figures: tcp_pound_c<conns> (completed connections/s).
  *
- * tern_tcp_connect takes a host name and resolves it through tern_resolve
- * on the pool, even for a numeric address; libuv's uv_tcp_connect takes a
- * sockaddr. Each API is used as its users would use it, so that lookup is
- * part of tern's figure.
+ * tern_tcp_connect takes a host name; for a numeric address such as
+ * 127.0.0.1 it parses it in place (AI_NUMERICHOST) and never involves the
+ * pool, so both twins connect straight to a sockaddr.
  */
 #include "tcp_echo.h"
 
