@@ -163,9 +163,12 @@ TERN_EXTERN int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts);
  * tern_loop_free: tear a loop down.
  * Requests stop, cancels everything live, runs bounded drain passes so
  * cancelled operations deliver their final callbacks (job and resolve
- * completions with -ECANCELED, pending posts run), waits for this loop's
- * running pool jobs to return, then frees everything and closes the wake
- * and backend descriptors. Afterwards no callback of this loop runs.
+ * completions with -ECANCELED — or 0 and the result for a job that had
+ * already finished —, pending posts and defers run, streams close), waits
+ * for this loop's running pool jobs to return, then frees everything and
+ * closes the wake and backend descriptors. Afterwards no callback of this
+ * loop runs. Thread-safety: with TERN_LOOP_RCU the freeing thread is a
+ * reader during the drain, as a running thread is.
  * Requires: loop != NULL; no thread runs the loop (in particular, not
  *           called from one of its own callbacks) — aborts otherwise.
  * Ownership: loop is invalid on return.
@@ -249,7 +252,8 @@ typedef void (*tern_fn)(tern_loop *loop, void *arg);
  * keeps the loop alive and counts against max_operations.
  * Requires: loop != NULL and not being freed.
  * Returns: 0; -EINVAL if fn is NULL; -EAGAIN when max_operations is
- *          reached; -ENOMEM. On error fn never runs.
+ *          reached; -ESHUTDOWN while the loop is being freed; -ENOMEM.
+ *          On error fn never runs.
  * Ownership: arg stays the caller's; tern only passes it on.
  * Threads: any thread (the only cross-thread way to give a loop work).
  */
@@ -270,15 +274,20 @@ TERN_EXTERN int tern_defer(tern_loop *loop, tern_fn fn, void *arg);
  * Timers and watchers stop without a callback. A queued pool job never
  * runs and its done gets -ECANCELED (NULL result) in step 2 of the next
  * turn; a running one sees tern_job_cancelled() turn true and its done gets
- * -ECANCELED with its result; a finished one is unaffected. A resolve
- * completes with -ECANCELED.
+ * -ECANCELED with its result; a finished one is unaffected (while its done
+ * is still pending the call returns 0 and changes nothing). A resolve
+ * completes with -ECANCELED; a stream closes.
  * Requires: loop != NULL.
  * Returns: from the loop's thread (or while unclaimed): 0, or -ENOENT for
  *          an unknown, finished or stale id (0 is -EINVAL). From another
  *          thread while the loop runs: 0 once the request is queued (it is
  *          resolved by live id in the loop's next step 1; an id that is no
  *          longer live is then ignored), -ENOMEM, -EINVAL for id 0.
- * Threads: any thread.
+ *          On an unclaimed loop the cancel is resolved at once (the loop is
+ *          marked for that moment, so a thread starting to run it waits).
+ * Threads: any thread. While no thread runs the loop, a foreign cancel is
+ *          not serialised with loop-only calls another thread makes at
+ *          the same moment: set a loop up before handing its ids around.
  */
 TERN_EXTERN int tern_cancel(tern_loop *loop, tern_id id);
 
@@ -302,8 +311,9 @@ typedef void (*tern_timer_cb)(tern_loop *loop, tern_id id, void *arg);
 
 /*
  * tern_timer_start: call cb(loop, id, arg) once delay_ns has passed, then
- * every repeat_ns if repeat_ns > 0 (rearmed from the time the callback
- * runs, so a slow callback does not cause a burst). Deadlines that fall in
+ * every repeat_ns if repeat_ns > 0 (rearmed in step 5 when it fires, from
+ * that moment, so a slow callback does not cause a burst: firings that come
+ * due before the callback ran merge into one call). Deadlines that fall in
  * the same step 5 fire soonest first, FIFO on a tie by arming order.
  * A one-shot timer is finished (its id stale) once its callback starts.
  * Requires: loop != NULL.
@@ -353,8 +363,8 @@ TERN_EXTERN int tern_io_start(tern_loop *loop, int fd, unsigned events,
 /*
  * tern_io_modify: change the events a watcher waits for.
  * Requires: loop != NULL.
- * Returns: 0; -EINVAL for bad or empty events; -ENOENT for an unknown or
- *          stale id, or one that is not an fd watcher.
+ * Returns: 0; -EINVAL for bad or empty events or id 0; -ENOENT for an
+ *          unknown or stale id, or one that is not an fd watcher.
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_io_modify(tern_loop *loop, tern_id id, unsigned events);
@@ -362,7 +372,8 @@ TERN_EXTERN int tern_io_modify(tern_loop *loop, tern_id id, unsigned events);
 /*
  * tern_io_stop: stop watching; a readiness already queued is dropped.
  * Requires: loop != NULL.
- * Returns: 0; -ENOENT for an unknown or stale id, or not an fd watcher.
+ * Returns: 0; -EINVAL for id 0; -ENOENT for an unknown or stale id, or
+ *          not an fd watcher.
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_io_stop(tern_loop *loop, tern_id id);
@@ -418,7 +429,8 @@ typedef void (*tern_resolve_cb)(tern_loop *loop, tern_id id, int status,
  * Requires: loop != NULL; host or service non-NULL.
  * Returns: 0 and *idp; -EINVAL for NULL cb or both names NULL; -EAGAIN as
  *          tern_submit; -ENOMEM. The callback's status is 0, -ECANCELED,
- *          or a TERN_EAI_* code.
+ *          a TERN_EAI_* code, or a negative errno (-ENOMEM, or the system
+ *          error behind EAI_SYSTEM).
  * Ownership: host, service and hints are copied. On status 0 the callback
  *          owns res and frees it with tern_freeaddrinfo(); otherwise res is
  *          NULL.

@@ -8,8 +8,10 @@
  * Idle workers retire after long_idle_timeout: the pool has no loop of
  * its own, so the deadline is the parked worker's timed wait.
  *
- * Lock order: long_lock is a leaf (nothing else is taken while it is held,
- * thread creation included).
+ * Lock order: long_lock is a leaf among tern's locks. A new worker is
+ * created while it is held, so that it is on `long_all` before it can run
+ * and shutdown always finds it; pthread_create takes only glibc's own
+ * locks.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -126,7 +128,7 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
         atomic_fetch_add_explicit(&tern__pool_stats.refused_long_ceiling, 1, memory_order_relaxed);
         return -EAGAIN;
     }
-    p->long_count++; /* hold the place under the lock; create outside it */
+    p->long_count++; /* hold the place under the lock (the ceiling holds) */
     pthread_mutex_unlock(&p->long_lock);
 
     int rc = -ENOMEM;

@@ -29,6 +29,7 @@ struct watcher {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static tern_loop **registry; /* fd -> owning loop; guarded by registry_lock */
 static unsigned registry_len;
+static unsigned registry_used; /* freed when it drops to 0, so exits are valgrind-clean */
 
 int tern__fd_claim(int fd, tern_loop *loop)
 {
@@ -48,10 +49,12 @@ int tern__fd_claim(int fd, tern_loop *loop)
         registry = r;
         registry_len = n;
     }
-    if (registry[fd] != NULL)
+    if (registry[fd] != NULL) {
         rc = -EEXIST;
-    else
+    } else {
         registry[fd] = loop;
+        registry_used++;
+    }
 out:
     pthread_mutex_unlock(&registry_lock);
     return rc;
@@ -62,6 +65,11 @@ void tern__fd_release(int fd)
     pthread_mutex_lock(&registry_lock);
     TERN_INSIST((unsigned)fd < registry_len && registry[fd] != NULL);
     registry[fd] = NULL;
+    if (--registry_used == 0) {
+        free(registry);
+        registry = NULL;
+        registry_len = 0;
+    }
     pthread_mutex_unlock(&registry_lock);
 }
 

@@ -11,8 +11,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <urcu-qsbr.h>
-
 #include "loop_p.h"
 
 /* ------------------------------------------------------------------ */
@@ -299,54 +297,11 @@ fail:
 /* Running                                                             */
 /* ------------------------------------------------------------------ */
 
-/*
- * TERN_LOOP_RCU: the running thread is a urcu-qsbr reader. It registers
- * once (per thread, on its first run of such a loop) and is online only
- * while it runs the loop, so a host that pumps run_once() does not pay a
- * registration per pump, and synchronize_rcu() never waits for a thread
- * that is between runs. The registration ends when the thread exits.
- */
-static pthread_key_t rcu_key;
-static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
-static _Thread_local bool rcu_registered;
-static _Thread_local unsigned rcu_depth; /* RCU loops this thread runs, nested */
-
-static void rcu_thread_exit(void *arg)
-{
-    (void)arg;
-    rcu_unregister_thread();
-}
-
-static void rcu_key_init(void)
-{
-    pthread_key_create(&rcu_key, rcu_thread_exit);
-}
-
-static void rcu_enter(tern_loop *loop)
-{
-    if (!(loop->flags & TERN_LOOP_RCU) || rcu_depth++ > 0)
-        return;
-    if (!rcu_registered) {
-        pthread_once(&rcu_once, rcu_key_init);
-        rcu_register_thread(); /* registers online */
-        pthread_setspecific(rcu_key, loop); /* any non-NULL value arms the destructor */
-        rcu_registered = true;
-    } else {
-        rcu_thread_online();
-    }
-}
-
-static void rcu_leave(tern_loop *loop)
-{
-    if ((loop->flags & TERN_LOOP_RCU) && --rcu_depth == 0)
-        rcu_thread_offline();
-}
-
 int tern_loop_run(tern_loop *loop)
 {
     TERN__REQUIRE_LOOP(loop);
     tern_loop *prev = claim(loop, "tern_loop_run");
-    rcu_enter(loop);
+    tern__rcu_enter(loop);
     int result = 0;
     while (tern__loop_alive(loop)) {
         tern__loop_turn(loop, -1);
@@ -356,7 +311,7 @@ int tern_loop_run(tern_loop *loop)
         }
     }
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
-    rcu_leave(loop);
+    tern__rcu_leave(loop);
     release(loop, prev);
     return result;
 }
@@ -365,7 +320,7 @@ int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
 {
     TERN__REQUIRE_LOOP(loop);
     tern_loop *prev = claim(loop, "tern_loop_run_once");
-    rcu_enter(loop);
+    tern__rcu_enter(loop);
     /*
      * With nothing live the turn must not block, but it still runs (with
      * a zero wait) so a host pumping us fires unreferenced timers too.
@@ -373,7 +328,7 @@ int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
     tern__loop_turn(loop, tern__loop_alive(loop) ? max_wait_ns : 0);
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
     int alive = tern__loop_alive(loop) ? 1 : 0;
-    rcu_leave(loop);
+    tern__rcu_leave(loop);
     release(loop, prev);
     return alive;
 }
@@ -464,9 +419,11 @@ void tern_loop_free(tern_loop *loop)
                                      "dispatch (not from its own callback, not while another "
                                      "thread runs it)");
     tern_loop *prev = claim(loop, "tern_loop_free");
+    tern__rcu_enter(loop); /* drain passes run callbacks: readers, as in run */
     atomic_store_explicit(&loop->stop_requested, true, memory_order_relaxed);
     atomic_store_explicit(&loop->closing, true, memory_order_relaxed);
     drain(loop);
+    tern__rcu_leave(loop);
     /* Every kind's cancel must end its op or arrange its final callback. */
     TERN_INSIST(loop->ids.count == 0 && loop->ready_head == NULL && loop->undelivered == 0);
 

@@ -324,6 +324,10 @@ bool tern__inbound_pending(tern_loop *loop);
 /* Step 1's first half: run posts, then resolve cancels. */
 void tern__inbound_drain(tern_loop *loop);
 
+/* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
+void tern__rcu_enter(tern_loop *loop);
+void tern__rcu_leave(tern_loop *loop);
+
 /* Whether anything keeps tern_loop_run() going. */
 bool tern__loop_alive(tern_loop *loop);
 /* One turn; max_wait_ns < 0 waits as needed. */

@@ -95,7 +95,13 @@ static bool park(tern_loop *loop)
     atomic_thread_fence(memory_order_seq_cst);
     if (tern__inbound_pending(loop) || tern__loop_pool_pending(loop) ||
         atomic_load_explicit(&loop->stop_requested, memory_order_relaxed)) {
-        atomic_store_explicit(&loop->wake_state, TERN__WAKE_RUNNING, memory_order_relaxed);
+        /*
+         * Not sleeping after all. A producer may have notified us in the
+         * meantime and owes the eventfd one write: tern__loop_awake takes
+         * the word back and consumes that write, or the fd would stay
+         * readable and every later park would return at once.
+         */
+        tern__loop_awake(loop);
         return false;
     }
     return true;

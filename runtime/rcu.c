@@ -1,0 +1,64 @@
+/*
+ * TERN_LOOP_RCU: the thread that runs such a loop is a urcu-qsbr reader.
+ *
+ * It registers once (on its first run of an RCU loop) and is online only
+ * while it runs one, so a host that pumps run_once() does not pay a
+ * registration per pump, and synchronize_rcu() never waits for a thread
+ * between runs; turn.c also takes it offline while it blocks in the
+ * backend and reports a quiescent state after every turn. Our own
+ * registration ends when the thread exits.
+ *
+ * A thread the application registered itself stays the application's:
+ * tern neither registers it again (liburcu asserts on that) nor leaves it
+ * offline afterwards — it finds it online and leaves it online.
+ */
+#define _LGPL_SOURCE /* for the reader's `registered` flag */
+#include <pthread.h>
+
+#include <urcu-qsbr.h>
+
+#include "loop_p.h"
+
+static pthread_key_t rcu_key;
+static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool ours;          /* tern registered this thread */
+static _Thread_local unsigned depth;     /* RCU loops this thread runs, nested */
+static _Thread_local bool app_online;    /* registered by the application */
+
+static void thread_exit(void *arg)
+{
+    (void)arg;
+    urcu_qsbr_unregister_thread();
+}
+
+static void key_init(void)
+{
+    pthread_key_create(&rcu_key, thread_exit);
+}
+
+void tern__rcu_enter(tern_loop *loop)
+{
+    if (!(loop->flags & TERN_LOOP_RCU) || depth++ > 0)
+        return;
+    if (URCU_TLS(urcu_qsbr_reader).registered && !ours) {
+        app_online = true; /* the application's reader: leave it be */
+        return;
+    }
+    app_online = false;
+    if (!ours) {
+        pthread_once(&rcu_once, key_init);
+        urcu_qsbr_register_thread(); /* registers online */
+        pthread_setspecific(rcu_key, loop); /* any non-NULL value arms the destructor */
+        ours = true;
+    } else {
+        urcu_qsbr_thread_online();
+    }
+}
+
+void tern__rcu_leave(tern_loop *loop)
+{
+    if (!(loop->flags & TERN_LOOP_RCU) || --depth > 0)
+        return;
+    if (!app_online)
+        urcu_qsbr_thread_offline();
+}
