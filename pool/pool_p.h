@@ -135,7 +135,9 @@ struct tern__pool {
     _Atomic unsigned spinners; /* workers spinning before they park */
     unsigned max_spinners;
     _Atomic bool exiting;
-    pthread_mutex_t park_lock;
+    /* Off the line above: workers write the lock as they park, and every
+     * submission reads `sleepers` and `spinners`. */
+    alignas(TERN_CACHELINE) pthread_mutex_t park_lock;
     pthread_cond_t park_cond;
     pthread_t *threads;
     unsigned nthreads;

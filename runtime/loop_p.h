@@ -206,6 +206,7 @@ struct tern_loop {
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
     struct tern_job *job_cache; /* freed job records kept for reuse */
     unsigned job_cache_len;
+    unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
     const void *pool_checked; /* the running pool this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
