@@ -267,7 +267,6 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
         loop->undelivered--;
         /* Never enqueued: unregister without a trace (no done, no stats). */
         loop->refs--;
-        loop->ops_local--;
         tern__idmap_remove(&loop->ids, &job->op);
         tern__op_unadmit(loop);
         job_release(loop, job);

@@ -72,15 +72,52 @@ struct node_block {
 };
 _Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its alignment");
 
-static _Thread_local struct node_block *carving;
-static _Thread_local unsigned carved;
+static _Thread_local struct node_block *carving __attribute__((tls_model("initial-exec")));
+static _Thread_local unsigned carved __attribute__((tls_model("initial-exec")));
 static pthread_key_t carving_key;
 static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Spent blocks wait on a small process-wide stack for the next producer
+ * that needs one, instead of going back to malloc: freed by the loop into
+ * the producer's arena, they cost an arena lock each way and, once glibc
+ * trimmed them, fresh page faults. One lock per block, not per post.
+ */
+#define SPARE_MAX 64
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct node_block *spare[SPARE_MAX];
+static unsigned spare_len;
+
 static void block_release(struct node_block *b, unsigned n)
 {
-    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) == n)
-        free(b);
+    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
+        return;
+    pthread_mutex_lock(&spare_lock);
+    if (spare_len < SPARE_MAX) {
+        spare[spare_len++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&spare_lock);
+    free(b);
+}
+
+static struct node_block *block_get(void)
+{
+    struct node_block *b = NULL;
+    pthread_mutex_lock(&spare_lock);
+    if (spare_len > 0)
+        b = spare[--spare_len];
+    pthread_mutex_unlock(&spare_lock);
+    return b != NULL ? b : aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
+}
+
+/* Give the spares back to malloc at exit, so the process ends valgrind-clean. */
+__attribute__((destructor)) static void spare_free(void)
+{
+    pthread_mutex_lock(&spare_lock);
+    while (spare_len > 0)
+        free(spare[--spare_len]);
+    pthread_mutex_unlock(&spare_lock);
 }
 
 /* Thread exit: give back the producer's hold and the nodes never carved. */
@@ -102,7 +139,7 @@ static struct tern__inbound *node_alloc(void)
     if (TERN_UNLIKELY(carving == NULL || carved == BLOCK_NODES)) {
         if (tern__fault_hit(TERN__FAULT_ALLOC))
             return NULL;
-        struct node_block *b = aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
+        struct node_block *b = block_get();
         if (b == NULL)
             return NULL;
         atomic_init(&b->refs, (unsigned)BLOCK_NODES + 1);
@@ -189,12 +226,19 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     TERN__REQUIRE_LOOP(loop);
     if (fn == NULL)
         return -EINVAL;
-    int rc = tern__op_admit(loop);
-    if (rc < 0)
-        return rc;
+    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+        return -ESHUTDOWN;
+    /* Admission: exact among posts (one counter), read against the loop's ops. */
+    uint64_t pending = atomic_fetch_add_explicit(&loop->posted, 1, memory_order_relaxed) + 1 -
+                       atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
+    if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
+                      loop->max_operations)) {
+        atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_relaxed);
+        return -EAGAIN;
+    }
     struct tern__inbound *in = node_alloc();
     if (in == NULL) {
-        tern__op_unadmit(loop);
+        atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_relaxed);
         return -ENOMEM;
     }
     in->kind = TERN__IN_POST;
@@ -267,16 +311,17 @@ void tern__inbound_drain(tern_loop *loop)
     struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
 
     /*
-     * Posts stop counting as live before they run, as a timer does; settle
-     * the whole batch with one decrement rather than one per post, since
-     * producers hammer the same counter.
+     * Posts stop counting as live before they run, as a timer does; the
+     * whole batch is settled with one store of the loop's own counter.
      */
     __cds_wfcq_for_each_blocking(&head, &tail, node) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         TSAN_ACQUIRE(in);
         posts += in->kind == TERN__IN_POST;
     }
-    atomic_fetch_sub_explicit(&loop->live, posts, memory_order_relaxed);
+    atomic_store_explicit(&loop->posts_done,
+                          atomic_load_explicit(&loop->posts_done, memory_order_relaxed) + posts,
+                          memory_order_relaxed);
     __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         if (in->kind == TERN__IN_CANCEL) {

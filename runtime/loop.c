@@ -95,8 +95,7 @@ int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_cla
     int rc = tern__idmap_insert(&loop->ids, op);
     if (rc < 0)
         return rc;
-    loop->ops_local++;
-    loop->refs++;
+    loop->refs++; /* ops_local counted it at admission */
     return 0;
 }
 
@@ -107,8 +106,7 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
     op->ready_next = NULL;
     op->flags = TERN__OP_ANON;
     op->aux = UINT32_MAX;
-    loop->ops_local++;
-    loop->refs++;
+    loop->refs++; /* ops_local counted it at admission */
 }
 
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
@@ -120,8 +118,7 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op)
         tern__deadline_disarm(loop, op);
     if (!(op->flags & TERN__OP_UNREF))
         loop->refs--;
-    loop->ops_local--;
-    atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+    tern__ops_set(loop, loop->ops_local - 1);
     if (op->flags & TERN__OP_QUEUED) {
         op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
         loop->ready_count--;
@@ -177,9 +174,7 @@ int tern_unref(tern_loop *loop, tern_id id)
 
 bool tern__loop_alive(tern_loop *loop)
 {
-    /* Posts are the part of `live` that is not the loop's own ops. */
-    unsigned live = atomic_load_explicit(&loop->live, memory_order_relaxed);
-    return loop->refs > 0 || live > loop->ops_local;
+    return loop->refs > 0 || tern__posts_pending(loop) != 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -456,7 +451,8 @@ void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out)
         .wake_syscalls = atomic_load_explicit(&l->wake_syscalls, memory_order_relaxed),
         .events = atomic_load_explicit(&l->st_events, memory_order_relaxed),
         .idle_ns = atomic_load_explicit(&l->st_idle_ns, memory_order_relaxed),
-        .live_operations = atomic_load_explicit(&l->live, memory_order_relaxed),
+        .live_operations = (unsigned)(atomic_load_explicit(&l->ops_count, memory_order_relaxed) +
+                                      tern__posts_pending(l)),
         .undelivered = atomic_load_explicit(&l->st_undelivered, memory_order_relaxed),
         .undelivered_peak = atomic_load_explicit(&l->st_undelivered_peak, memory_order_relaxed),
     };

@@ -169,11 +169,15 @@ struct tern_loop {
     /* ---- written by other threads (each group on its own line) ---- */
     alignas(TERN_CACHELINE) struct __cds_wfcq_head in_head;
     alignas(TERN_CACHELINE) struct cds_wfcq_tail in_tail;
+    /*
+     * Posts admitted, ever (less refused ones). On the tail's line, which a
+     * producer holds anyway for its exchange: admission adds no miss.
+     */
+    _Atomic uint64_t posted;
     alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
     _Atomic bool stop_requested;
     _Atomic bool closing;        /* tern_loop_free has begun */
     _Atomic uint64_t wake_syscalls;
-    _Atomic unsigned live;       /* live operations, posts included */
     alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */
 
     /* ---- loop thread only ---- */
@@ -183,7 +187,9 @@ struct tern_loop {
     unsigned max_operations;
     unsigned max_undelivered;
     unsigned flags;
-    unsigned ops_local;  /* ops counted in `live` that are not posts */
+    unsigned ops_local;  /* the loop's own live ops (all but pending posts) */
+    _Atomic unsigned ops_count;    /* ops_local, published for producers */
+    _Atomic uint64_t posts_done;   /* posts taken off the inbound queue, ever */
     unsigned refs;       /* referenced ops (keep run() going) */
     unsigned io_count;   /* fds registered besides the wake fd */
     uint64_t arm_seq;    /* arming sequence for the heap */
@@ -260,22 +266,40 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
  * -EAGAIN at max_operations; 0 means one unit of `live` is now held and
  * must be handed to tern__op_add or returned with tern__op_unadmit.
  */
+/* Posts admitted and not yet run (any thread; a snapshot). */
+static inline uint64_t tern__posts_pending(const tern_loop *loop)
+{
+    return atomic_load_explicit(&((tern_loop *)loop)->posted, memory_order_relaxed) -
+           atomic_load_explicit(&((tern_loop *)loop)->posts_done, memory_order_relaxed);
+}
+
+static inline void tern__ops_set(tern_loop *loop, unsigned n)
+{
+    loop->ops_local = n;
+    atomic_store_explicit(&loop->ops_count, n, memory_order_relaxed);
+}
+
+/*
+ * Admission of a loop-thread op. Counted against max_operations with the
+ * pending posts; the loop's own count is a plain store, so an op costs no
+ * atomic read-modify-write. (Posts are exact among themselves; a start on
+ * the loop racing a post can exceed the bound by that one op.)
+ */
 static inline int tern__op_admit(tern_loop *loop)
 {
     if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
         return -ESHUTDOWN;
-    unsigned prev = atomic_fetch_add_explicit(&loop->live, 1, memory_order_relaxed);
-    if (TERN_UNLIKELY(prev >= loop->max_operations)) {
-        atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+    if (TERN_UNLIKELY(loop->ops_local + tern__posts_pending(loop) >= loop->max_operations))
         return -EAGAIN;
-    }
+    tern__ops_set(loop, loop->ops_local + 1);
     return 0;
 }
 
 static inline void tern__op_unadmit(tern_loop *loop)
 {
-    atomic_fetch_sub_explicit(&loop->live, 1, memory_order_relaxed);
+    tern__ops_set(loop, loop->ops_local - 1);
 }
+
 /* Register an admitted op (id assigned, referenced). 0 or -ENOMEM. */
 int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
 /* Register an admitted op that has no id (never in the map). */
