@@ -1,0 +1,1201 @@
+/*
+ * The API fuzzer (SPEC §8: "no API may crash, leak or deliver twice under
+ * any sequence of calls").
+ *
+ * Each input is decoded into at most MAX_STEPS public calls across two
+ * loop slots: loops made with good and bad options, timers, posts, defers,
+ * fd watchers on socketpairs, bounded and long jobs, lookups, TCP listen
+ * and connect over loopback, streams, cancels and stops from a foreign
+ * thread, pool start and shutdown, injected allocation/thread/descriptor
+ * failures (runtime/fault.h), and loops freed with all of that in flight.
+ * Ids passed around include live ones, finished ones, the other loop's,
+ * 0 and random values; arguments include NULL callbacks, bad fds, bad
+ * events and out-of-range sizes.
+ *
+ * Checked on every call and after every input:
+ *   - every return is 0 (or 1 for a write over high water) or a negative
+ *     errno; a bad argument the harness chose on purpose gets the errno the
+ *     header promises (-EINVAL, -EBADF, -ENOENT, -EEXIST);
+ *   - exactly one completion per accepted job, lookup, connect, write and
+ *     shutdown, and exactly one close callback per stream, all on the loop
+ *     that accepted them; exactly one run per accepted post and defer;
+ *     none at all for a refused call;
+ *   - no timer or watcher callback after a successful stop or cancel, no
+ *     read callback after a close;
+ *   - once tern_loop_free returns, everything that loop owed has been
+ *     delivered and nothing of it runs again (ASan and LeakSanitizer see
+ *     the rest: a use after free, a leak).
+ * A broken invariant prints what broke and aborts, so libFuzzer keeps the
+ * input as a crash.
+ *
+ * Bounded work per input: MAX_STEPS calls, timers of at most 1 ms, jobs
+ * that return at once or within 2 ms (polling tern_job_cancelled), turns
+ * of at most 1 ms. Network: loopback only; name lookups go through a
+ * stub (tern__set_getaddrinfo) that answers "localhost" and numeric hosts
+ * and refuses every other name without asking a resolver.
+ *
+ * The same file builds two ways: with libFuzzer (test/fuzz/meson.build,
+ * clang, -Dfuzz=true), and with FUZZ_REPLAY_MAIN defined as a replay of
+ * the committed corpus that runs in the ordinary suite under every
+ * sanitizer (test/stress/fuzz_replay.c).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tern.h"
+#include "testing.h"
+
+#define MAX_STEPS 96
+/*
+ * Made-up ids start here, far beyond what tern's id counter reaches, so
+ * they never name a live operation (not even an internal one, such as a
+ * connect's timeout timer, whose id the harness does not know).
+ */
+#define STRANGER_BASE (UINT64_C(1) << 62)
+#define MAX_RECS 256
+#define PAIRS 2
+#define US UINT64_C(1000)
+#define MS UINT64_C(1000000)
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "fuzz_api: invariant broken at %s:%d: ", __FILE__, __LINE__);              \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        abort();                                                                                   \
+    } while (0)
+#define ENSURE(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            FAIL(__VA_ARGS__);                                                                     \
+    } while (0)
+
+/* ------------------------------------------------------------------ */
+/* Input decoding                                                      */
+/* ------------------------------------------------------------------ */
+
+struct input {
+    const uint8_t *p;
+    size_t left;
+};
+
+static unsigned u8(struct input *in)
+{
+    if (in->left == 0)
+        return 0;
+    in->left--;
+    return *in->p++;
+}
+
+static unsigned u16(struct input *in)
+{
+    return u8(in) | u8(in) << 8;
+}
+
+/* ------------------------------------------------------------------ */
+/* Records: what the harness expects of every accepted operation       */
+/* ------------------------------------------------------------------ */
+
+enum kind { K_TIMER = 1, K_JOB, K_LOOKUP, K_POST, K_DEFER, K_WATCH, K_STREAM, K_WRITE, K_SHUT };
+
+struct rec {
+    enum kind kind;
+    int slot;          /* which loop slot */
+    tern_loop *loop;   /* the loop that accepted it */
+    tern_id id;
+    bool accepted;
+    bool stopped;      /* a stop or cancel succeeded: no more callbacks */
+    bool closing;      /* stream: closed by us: no more reads */
+    bool dead;         /* its loop was freed: nothing may arrive */
+    bool repeat;       /* timer */
+    bool listener;     /* stream */
+    bool connecting;   /* stream made by tern_tcp_connect */
+    unsigned calls;    /* completions / runs / fires */
+    unsigned connects; /* stream: connect callbacks */
+    unsigned closes;   /* stream: close callbacks */
+    unsigned work;     /* job: what the work does */
+    struct rec *stream; /* write/shutdown: its stream */
+};
+
+static struct rec recs[MAX_RECS];
+static unsigned nrecs;
+
+struct slot {
+    tern_loop *loop;
+    unsigned port; /* its listener's port, 0 if none */
+};
+
+static struct slot slots[2];
+static int pairs[PAIRS][2];   /* watched by fd watchers: [0] watched, [1] written */
+static int stream_fds[8];     /* adopted by streams that failed to open: ours to close */
+static unsigned nstream_fds;
+
+static struct rec *rec_new(enum kind k, int slot)
+{
+    if (nrecs == MAX_RECS)
+        return NULL;
+    struct rec *r = &recs[nrecs++];
+    *r = (struct rec){.kind = k, .slot = slot, .loop = slots[slot].loop};
+    return r;
+}
+
+static struct rec *rec_find(tern_id id)
+{
+    for (unsigned i = 0; i < nrecs; i++)
+        if (recs[i].accepted && recs[i].id == id && recs[i].kind != K_WRITE &&
+            recs[i].kind != K_SHUT && recs[i].kind != K_POST && recs[i].kind != K_DEFER)
+            return &recs[i];
+    return NULL;
+}
+
+/* A callback arrived for r on loop: it must be r's loop, and r alive. */
+static void arrived(const struct rec *r, tern_loop *loop, const char *what)
+{
+    ENSURE(r->accepted, "%s: a callback for a refused call", what);
+    ENSURE(!r->dead, "%s: a callback after its loop was freed", what);
+    ENSURE(loop == r->loop, "%s: a callback on the wrong loop", what);
+    ENSURE(tern_loop_current() == loop, "%s: a callback off its loop's thread", what);
+}
+
+/* A return value: 0, or a negative errno tern can produce; never positive. */
+static void sane_rc(int rc, const char *what)
+{
+    ENSURE(rc <= 0 && (rc >= -4095 || (rc < TERN_EAI_BASE && rc >= TERN_EAI_OTHER)),
+           "%s returned %d", what, rc);
+}
+
+static bool fault_armed;
+
+/* An errno an injected failure may surface as. */
+static bool injected(int rc)
+{
+    return rc == -ENOMEM || rc == -EMFILE || rc == -EAGAIN;
+}
+
+/* ------------------------------------------------------------------ */
+/* Callbacks                                                           */
+/* ------------------------------------------------------------------ */
+
+static void timer_cb(tern_loop *loop, tern_id id, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "timer");
+    ENSURE(id == r->id, "timer: wrong id");
+    ENSURE(!r->stopped, "timer: fired after a successful stop or cancel");
+    ENSURE(r->repeat || r->calls == 0, "timer: a one-shot fired twice");
+    r->calls++;
+    if (!r->repeat)
+        r->stopped = true; /* finished: its id is stale now */
+    else if (r->calls >= 3 && tern_timer_stop(loop, id) == 0)
+        r->stopped = true;
+}
+
+static void *job_work(tern_job *job, void *arg)
+{
+    struct rec *r = arg;
+    ENSURE(tern_loop_current() == NULL, "work: tern_loop_current() is not NULL on a worker");
+    if (r->work == 1) {
+        for (unsigned i = 0; i < 40 && !tern_job_cancelled(job); i++) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return r;
+}
+
+static void job_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "job");
+    ENSURE(id == r->id, "job: wrong id");
+    ENSURE(r->calls == 0, "job: a second completion");
+    ENSURE(status == 0 || status == -ECANCELED, "job: status %s", tern_err_name(status));
+    ENSURE(result == r || (result == NULL && status == -ECANCELED), "job: wrong result");
+    r->calls++;
+}
+
+static void lookup_cb(tern_loop *loop, tern_id id, int status, struct addrinfo *res, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "lookup");
+    ENSURE(id == r->id, "lookup: wrong id");
+    ENSURE(r->calls == 0, "lookup: a second callback");
+    ENSURE((status == 0) == (res != NULL), "lookup: status %s with res %p", tern_err_name(status),
+           (void *)res);
+    sane_rc(status, "lookup status");
+    tern_freeaddrinfo(res);
+    r->calls++;
+}
+
+static void post_cb(tern_loop *loop, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "post/defer");
+    ENSURE(r->calls == 0, "post/defer: ran twice");
+    r->calls++;
+}
+
+static void watch_cb(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "watcher");
+    ENSURE(id == r->id, "watcher: wrong id");
+    ENSURE(!r->stopped, "watcher: a callback after a successful stop");
+    ENSURE(events != 0 && (events & ~15u) == 0, "watcher: events %u", events);
+    char buf[256];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    r->calls++;
+}
+
+static void stream_closed(tern_loop *loop, tern_id id, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "close");
+    ENSURE(id == r->id, "close: wrong id");
+    ENSURE(r->closes == 0, "close: a second close callback");
+    ENSURE(!r->connecting || r->connects == 1, "close: before the connect callback");
+    r->closes++;
+    r->stopped = true;
+}
+
+static void stream_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                        void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "read");
+    ENSURE(id == r->id, "read: wrong id");
+    ENSURE(!r->closing && r->closes == 0, "read: a callback after the stream was closed");
+    ENSURE((len > 0) == (data != NULL), "read: data %p with len %zu", data, len);
+    ENSURE(status <= 0 && (status == 0 || len == 0), "read: status %d len %zu", status, len);
+}
+
+static void stream_connected(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "connect");
+    ENSURE(id == r->id, "connect: wrong id");
+    ENSURE(r->connects == 0, "connect: a second callback");
+    ENSURE(r->closes == 0, "connect: after the close callback");
+    sane_rc(status, "connect status");
+    r->connects++;
+    if (status < 0)
+        r->closing = true; /* a failed connect closes the stream */
+}
+
+static void op_done(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, r->kind == K_WRITE ? "write" : "shutdown");
+    ENSURE(id == r->stream->id, "write/shutdown: wrong stream id");
+    ENSURE(r->calls == 0, "write/shutdown: a second completion");
+    ENSURE(r->stream->closes == 0, "write/shutdown: after the close callback");
+    sane_rc(status, "write/shutdown status");
+    r->calls++;
+}
+
+static void drained(tern_loop *loop, tern_id id, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "drain");
+    ENSURE(id == r->id && r->closes == 0, "drain: wrong stream or after close");
+}
+
+/* A new stream id was accepted: every stream must end with one close
+ * callback. r may be NULL (no room): the stream is closed at once. */
+static void stream_init(struct rec *r, tern_loop *loop, tern_id id, bool listener)
+{
+    if (r == NULL) {
+        ENSURE(tern_stream_close(loop, id) == 0, "closing a fresh stream");
+        return;
+    }
+    r->id = id;
+    r->accepted = true;
+    r->listener = listener;
+    int rc = tern_stream_on_close(loop, id, stream_closed, r);
+    ENSURE(rc == 0, "tern_stream_on_close on a fresh stream: %s", tern_err_name(rc));
+}
+
+static void accepted_cb(tern_loop *loop, tern_id listener, int status, tern_id stream, void *arg)
+{
+    struct rec *l = arg;
+    arrived(l, loop, "accept");
+    ENSURE(listener == l->id, "accept: wrong listener");
+    ENSURE(l->closes == 0 && !l->closing, "accept: after the listener was closed");
+    if (status < 0) {
+        ENSURE(stream == 0, "accept: a stream with a failure");
+        ENSURE(injected(status) || status == -ENFILE || status == -ENOBUFS,
+               "accept: status %s", tern_err_name(status));
+        return;
+    }
+    struct rec *r = rec_new(K_STREAM, l->slot);
+    stream_init(r, loop, stream, false);
+    if (r != NULL) {
+        int rc = tern_stream_read_start(loop, stream, stream_read, r);
+        ENSURE(rc == 0 || injected(rc), "read_start on an accepted stream: %s", tern_err_name(rc));
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The foreign thread: posts, cancels and stops while the loops turn    */
+/* ------------------------------------------------------------------ */
+
+enum { F_POST, F_CANCEL, F_STOP };
+
+struct foreign_act {
+    int what, slot;
+    tern_id id;
+    struct rec *post;
+    int rc;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct foreign_act acts[8];
+    unsigned n;
+    bool pending, quit;
+    atomic_bool done;
+    pthread_t thread;
+} foreign = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static void *foreign_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&foreign.lock);
+    for (;;) {
+        while (!foreign.pending && !foreign.quit)
+            pthread_cond_wait(&foreign.cond, &foreign.lock);
+        if (foreign.quit)
+            break;
+        foreign.pending = false;
+        pthread_mutex_unlock(&foreign.lock);
+        for (unsigned i = 0; i < foreign.n; i++) {
+            struct foreign_act *a = &foreign.acts[i];
+            tern_loop *loop = slots[a->slot].loop;
+            if (a->what == F_POST)
+                a->rc = tern_post(loop, post_cb, a->post);
+            else if (a->what == F_CANCEL)
+                a->rc = tern_cancel(loop, a->id);
+            else
+                a->rc = tern_loop_stop(loop);
+        }
+        atomic_store(&foreign.done, true);
+        pthread_mutex_lock(&foreign.lock);
+    }
+    pthread_mutex_unlock(&foreign.lock);
+    return NULL;
+}
+
+#ifdef FUZZ_REPLAY_MAIN
+/* End the foreign thread (the replay does, so valgrind sees it joined). */
+static void foreign_quit(void)
+{
+    pthread_mutex_lock(&foreign.lock);
+    foreign.quit = true;
+    pthread_cond_signal(&foreign.cond);
+    pthread_mutex_unlock(&foreign.lock);
+    pthread_join(foreign.thread, NULL);
+}
+#endif
+
+/* ------------------------------------------------------------------ */
+/* A name resolver that never leaves the machine                       */
+/* ------------------------------------------------------------------ */
+
+static int local_getaddrinfo(const char *host, const char *service, const struct addrinfo *hints,
+                             struct addrinfo **res)
+{
+    struct addrinfo h = {0};
+    if (hints != NULL)
+        h = *hints;
+    if (host != NULL && strcmp(host, "localhost") == 0)
+        host = "127.0.0.1";
+    /* Numeric only: no name ever reaches a resolver or the network. */
+    h.ai_flags |= AI_NUMERICHOST;
+    return getaddrinfo(host, service, &h, res);
+}
+
+/* ------------------------------------------------------------------ */
+/* Picking values                                                      */
+/* ------------------------------------------------------------------ */
+
+static tern_id pick_id(struct input *in, enum kind want, int slot)
+{
+    unsigned c = u8(in);
+    switch (c % 8) {
+    case 0:
+        return 0;
+    case 1:
+        return STRANGER_BASE | ((tern_id)u16(in) << 32) | u16(in);
+    case 2:
+        return UINT64_MAX;
+    default:
+        break;
+    }
+    /* A known id: of the wanted kind on this slot, or any (another loop's, a finished one). */
+    unsigned start = u8(in);
+    for (unsigned k = 0; k < nrecs; k++) {
+        struct rec *r = &recs[(start + k) % (nrecs ? nrecs : 1)];
+        if (!r->accepted || r->id == 0)
+            continue;
+        if (c % 8 == 7 || (r->kind == want && r->slot == slot))
+            return r->id;
+    }
+    return STRANGER_BASE + u16(in);
+}
+
+static int slot_of(struct input *in)
+{
+    return (int)(u8(in) & 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Steps                                                               */
+/* ------------------------------------------------------------------ */
+
+static void expect_free_settled(int slot);
+
+static void step_loop_new(struct input *in)
+{
+    int s = slot_of(in);
+    if (slots[s].loop != NULL)
+        return;
+    static const unsigned batch[] = {0, 1, 64, (1u << 20) + 1};
+    static const unsigned maxops[] = {0, 1, 4, 65536};
+    static const unsigned undeliv[] = {0, 1, 2, 4096};
+    static const char *const backends[] = {NULL, "epoll", "poll", "bogus"};
+    static tern_pool_config cfg;
+    unsigned b = u8(in);
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.dispatch_batch = batch[b & 3];
+    o.max_operations = maxops[(b >> 2) & 3];
+    o.max_undelivered = undeliv[(b >> 4) & 3];
+    o.backend = backends[(b >> 6) & 3];
+    unsigned f = u8(in);
+    o.flags = (f & 1) ? TERN_LOOP_RCU : 0;
+    if (f & 2)
+        o.flags |= 0x80; /* unknown */
+    if (f & 4) {
+        tern_pool_config_init(&cfg);
+        cfg.threads = 1 + (f >> 3) % 4;
+        o.pool = &cfg;
+    }
+    bool bad = o.dispatch_batch == 0 || o.dispatch_batch > (1u << 20) || o.max_operations == 0 ||
+               o.max_undelivered == 0 || (o.flags & 0x80) ||
+               (o.backend != NULL && strcmp(o.backend, "bogus") == 0);
+    tern_loop *loop = NULL;
+    int rc = tern_loop_new(&loop, &o);
+    sane_rc(rc, "tern_loop_new");
+    if (bad)
+        ENSURE(rc == -EINVAL, "tern_loop_new with a bad option: %s", tern_err_name(rc));
+    if (rc != 0) {
+        ENSURE(loop == NULL, "a failed tern_loop_new wrote *loopp");
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "tern_loop_new: %s",
+               tern_err_name(rc));
+        return;
+    }
+    slots[s].loop = loop;
+    slots[s].port = 0;
+}
+
+static void step_loop_free(struct input *in)
+{
+    int s = slot_of(in);
+    if (slots[s].loop == NULL)
+        return;
+    expect_free_settled(s);
+}
+
+static void step_timer(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    uint64_t delay = (c & 0x40) ? (UINT64_C(1) << 62) + 1 : (uint64_t)u8(in) * 4 * US;
+    uint64_t repeat = (c & 1) ? (uint64_t)(1 + u8(in)) * 4 * US : 0;
+    bool null_cb = (c & 0x80) != 0;
+    struct rec *r = rec_new(K_TIMER, s);
+    if (r == NULL)
+        return;
+    r->repeat = repeat != 0;
+    int rc = tern_timer_start(loop, delay, repeat, null_cb ? NULL : timer_cb, r, &r->id);
+    sane_rc(rc, "tern_timer_start");
+    if (null_cb || delay > (UINT64_C(1) << 62))
+        ENSURE(rc == -EINVAL, "tern_timer_start with a bad argument: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+}
+
+/* Mark what a successful stop or cancel of id ends. */
+static void stopped_by_id(tern_id id, int slot, bool cancel)
+{
+    struct rec *r = rec_find(id);
+    if (r == NULL || r->slot != slot)
+        return;
+    if (r->kind == K_TIMER || r->kind == K_WATCH)
+        r->stopped = true;
+    if (r->kind == K_STREAM && cancel)
+        r->closing = true;
+}
+
+static void step_timer_stop(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    tern_id id = pick_id(in, K_TIMER, s);
+    int rc = tern_timer_stop(loop, id);
+    sane_rc(rc, "tern_timer_stop");
+    if (id == 0)
+        ENSURE(rc == -EINVAL, "tern_timer_stop(0): %s", tern_err_name(rc));
+    struct rec *r = rec_find(id);
+    if (r == NULL || r->slot != s || r->kind != K_TIMER)
+        ENSURE(rc == -ENOENT || id == 0, "tern_timer_stop of a non-timer or foreign id: %s",
+               tern_err_name(rc));
+    if (rc == 0) {
+        ENSURE(r != NULL && r->kind == K_TIMER && r->slot == s, "stopped an id that is no timer here");
+        ENSURE(!r->stopped, "tern_timer_stop succeeded on a finished timer");
+        r->stopped = true;
+    }
+}
+
+static void step_cancel(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    tern_id id = pick_id(in, (enum kind)(1 + u8(in) % 7), s);
+    int rc = tern_cancel(loop, id);
+    sane_rc(rc, "tern_cancel");
+    if (id == 0)
+        ENSURE(rc == -EINVAL, "tern_cancel(0): %s", tern_err_name(rc));
+    struct rec *r = rec_find(id);
+    if (r == NULL || r->slot != s)
+        ENSURE(rc == -ENOENT || id == 0, "tern_cancel of an id this loop never gave: %s",
+               tern_err_name(rc));
+    if (rc == 0)
+        stopped_by_id(id, s, true);
+}
+
+static void step_submit(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    int occ = (c & 3) == 3 ? 7 : (int)(c & 1);
+    bool null_work = (c & 0x40) != 0, null_done = (c & 0x80) != 0;
+    struct rec *r = rec_new(K_JOB, s);
+    if (r == NULL)
+        return;
+    r->work = (c >> 2) & 1;
+    int rc = tern_submit(loop, (tern_occupancy)occ, null_work ? NULL : job_work,
+                         null_done ? NULL : job_done, r, &r->id);
+    sane_rc(rc, "tern_submit");
+    if (occ == 7 || null_work || null_done)
+        ENSURE(rc == -EINVAL, "tern_submit with a bad argument: %s", tern_err_name(rc));
+    else
+        ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
+               "tern_submit: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+}
+
+static void step_resolve(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    static const char *const hosts[] = {"localhost", "127.0.0.1", "::1", NULL,
+                                        "no-such-host.invalid", ""};
+    static const char *const services[] = {"80", NULL, "http", "99999999"};
+    static const int families[] = {AF_UNSPEC, AF_INET, AF_INET6, 12345};
+    unsigned c = u8(in);
+    const char *host = hosts[c % 6];
+    const char *service = services[(c >> 3) & 3];
+    struct addrinfo hints = {.ai_family = families[(c >> 5) & 3], .ai_socktype = SOCK_STREAM};
+    bool null_cb = u8(in) == 0xff;
+    struct rec *r = rec_new(K_LOOKUP, s);
+    if (r == NULL)
+        return;
+    int rc = tern_resolve(loop, host, service, (c & 0x80) ? NULL : &hints,
+                          null_cb ? NULL : lookup_cb, r, &r->id);
+    sane_rc(rc, "tern_resolve");
+    if (null_cb || (host == NULL && service == NULL))
+        ENSURE(rc == -EINVAL, "tern_resolve with a bad argument: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+}
+
+static void step_post(struct input *in, bool defer)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    bool null_fn = u8(in) == 0xff;
+    struct rec *r = rec_new(defer ? K_DEFER : K_POST, s);
+    if (r == NULL)
+        return;
+    int rc = defer ? tern_defer(loop, null_fn ? NULL : post_cb, r)
+                   : tern_post(loop, null_fn ? NULL : post_cb, r);
+    sane_rc(rc, defer ? "tern_defer" : "tern_post");
+    if (null_fn)
+        ENSURE(rc == -EINVAL, "post/defer of NULL: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+}
+
+static int pair_fd(unsigned c)
+{
+    if (pairs[0][0] < 0) {
+        for (int i = 0; i < PAIRS; i++)
+            ENSURE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pairs[i]) == 0,
+                   "socketpair");
+    }
+    return pairs[c % PAIRS][0];
+}
+
+static void step_watch(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    int fd;
+    switch (c % 6) {
+    case 4:
+        fd = -1;
+        break;
+    case 5:
+        fd = 1000000; /* never open */
+        break;
+    default:
+        fd = c % 6 == 3 ? tern_loop_backend_fd(loop) : pair_fd(c);
+    }
+    unsigned events = (c >> 3) & 7; /* 4 is not a valid interest bit */
+    bool null_cb = (c & 0x80) != 0;
+    struct rec *r = rec_new(K_WATCH, s);
+    if (r == NULL)
+        return;
+    int rc = tern_io_start(loop, fd, events, null_cb ? NULL : watch_cb, r, &r->id);
+    sane_rc(rc, "tern_io_start");
+    if (fd < 0 || fd == 1000000)
+        ENSURE(rc == -EBADF, "tern_io_start(fd %d): %s", fd, tern_err_name(rc));
+    else if (null_cb || events == 0 || (events & 4))
+        ENSURE(rc == -EINVAL, "tern_io_start with bad events or cb: %s", tern_err_name(rc));
+    else if (fd == tern_loop_backend_fd(loop))
+        ENSURE(rc == -EEXIST, "tern_io_start on the loop's own fd: %s", tern_err_name(rc));
+    else
+        ENSURE(rc == 0 || rc == -EEXIST || (fault_armed && injected(rc)) || rc == -EAGAIN,
+               "tern_io_start: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+}
+
+static void step_watch_change(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    tern_id id = pick_id(in, K_WATCH, s);
+    struct rec *r = rec_find(id);
+    bool mine = r != NULL && r->slot == s && r->kind == K_WATCH && !r->stopped;
+    int rc;
+    if (c & 1) {
+        rc = tern_io_stop(loop, id);
+        sane_rc(rc, "tern_io_stop");
+        if (rc == 0) {
+            ENSURE(mine, "tern_io_stop succeeded on an id that is no live watcher here");
+            r->stopped = true;
+        }
+    } else {
+        unsigned events = (c >> 1) & 7;
+        rc = tern_io_modify(loop, id, events);
+        sane_rc(rc, "tern_io_modify");
+        if (rc == 0)
+            ENSURE(mine && events != 0 && !(events & 4), "tern_io_modify accepted %u on %s",
+                   events, mine ? "a live watcher" : "no live watcher");
+    }
+    if (!mine && id != 0)
+        ENSURE(rc == -ENOENT || rc == -EINVAL, "a watcher call on a stranger id: %s",
+               tern_err_name(rc));
+}
+
+static void step_kick(struct input *in)
+{
+    int fd = pairs[u8(in) % PAIRS][1];
+    if (fd >= 0) {
+        ssize_t w = write(fd, "k", 1);
+        (void)w;
+    }
+}
+
+static void step_run(struct input *in)
+{
+    unsigned c = u8(in);
+    unsigned turns = 1 + c % 8;
+    int64_t wait = (c & 0x80) ? (int64_t)((c >> 3) & 7) * 125 * (int64_t)US : 0;
+    for (unsigned t = 0; t < turns; t++)
+        for (int s = 0; s < 2; s++)
+            if (slots[s].loop != NULL) {
+                int alive = tern_loop_run_once(slots[s].loop, wait);
+                ENSURE(alive == 0 || alive == 1, "tern_loop_run_once returned %d", alive);
+            }
+}
+
+static void stop_loop_timer(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    ENSURE(tern_loop_stop(loop) == 0, "tern_loop_stop");
+}
+
+/* tern_loop_run, bounded by a timer that stops it after at most 1 ms. */
+static void step_run_full(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    if (tern_timer_start(loop, (u8(in) % 4) * 250 * US, 0, stop_loop_timer, NULL, NULL) != 0)
+        return;
+    int rc = tern_loop_run(loop);
+    ENSURE(rc == 0 || rc == 1, "tern_loop_run returned %d", rc);
+    /* The stop timer may be the one thing still live; let it fire. */
+    for (int i = 0; i < 8 && tern_loop_run_once(loop, 0) != 0; i++) {
+    }
+}
+
+static void step_foreign(struct input *in)
+{
+    unsigned n = 1 + u8(in) % 8;
+    unsigned k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned c = u8(in);
+        int s = (int)(c & 1);
+        if (slots[s].loop == NULL)
+            continue;
+        struct foreign_act *a = &foreign.acts[k];
+        *a = (struct foreign_act){.slot = s};
+        switch ((c >> 1) % 4) {
+        case 0:
+        case 1:
+            a->what = F_POST;
+            if ((a->post = rec_new(K_POST, s)) == NULL)
+                continue;
+            /* It may run before this thread hears back; a refusal is settled below. */
+            a->post->accepted = true;
+            break;
+        case 2:
+            a->what = F_CANCEL;
+            a->id = pick_id(in, (enum kind)(1 + (c >> 3) % 7), s);
+            break;
+        default:
+            a->what = F_STOP;
+        }
+        k++;
+    }
+    if (k == 0)
+        return;
+    atomic_store(&foreign.done, false);
+    pthread_mutex_lock(&foreign.lock);
+    foreign.n = k;
+    foreign.pending = true;
+    pthread_cond_signal(&foreign.cond);
+    pthread_mutex_unlock(&foreign.lock);
+    /* Pump both loops while the foreign thread acts (no other loop-only call meanwhile). */
+    while (!atomic_load(&foreign.done))
+        for (int s = 0; s < 2; s++)
+            if (slots[s].loop != NULL)
+                tern_loop_run_once(slots[s].loop, 0);
+    /* One more turn each: cancels queued late are resolved in its step 1. */
+    for (int s = 0; s < 2; s++)
+        if (slots[s].loop != NULL)
+            tern_loop_run_once(slots[s].loop, 0);
+    for (unsigned i = 0; i < k; i++) {
+        struct foreign_act *a = &foreign.acts[i];
+        sane_rc(a->rc, "a foreign call");
+        if (a->what == F_POST) {
+            a->post->accepted = a->rc == 0;
+            ENSURE(a->rc == 0 || a->post->calls == 0, "a refused foreign post ran");
+        }
+        else if (a->what == F_STOP)
+            ENSURE(a->rc == 0, "tern_loop_stop: %s", tern_err_name(a->rc));
+        else if (a->id == 0)
+            ENSURE(a->rc == -EINVAL, "foreign tern_cancel(0): %s", tern_err_name(a->rc));
+        /* A queued foreign cancel returns 0 and its effect is the op's own
+         * final callback; a timer it stopped then simply never fires. */
+        if (a->what == F_CANCEL && a->rc == 0) {
+            struct rec *r = rec_find(a->id);
+            if (r != NULL && r->slot == a->slot && r->kind == K_STREAM)
+                r->closing = true;
+        }
+    }
+}
+
+static void step_ref(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    tern_id id = pick_id(in, (enum kind)(1 + c % 7), s);
+    int rc = (c & 0x80) ? tern_ref(loop, id) : tern_unref(loop, id);
+    sane_rc(rc, "tern_ref/unref");
+    if (id == 0)
+        ENSURE(rc == -EINVAL, "tern_ref(0): %s", tern_err_name(rc));
+}
+
+static void step_listen(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    static const char *const hosts[] = {"127.0.0.1", "localhost", "::1", "not-an-address"};
+    const char *host = hosts[c & 3];
+    unsigned port = (c & 4) ? 70000 : 0;
+    int backlog = (c & 8) ? -5 : TERN_TCP_BACKLOG_DEFAULT;
+    struct rec *r = rec_new(K_STREAM, s);
+    if (r == NULL)
+        return;
+    tern_id id;
+    int rc = tern_tcp_listen(loop, host, port, backlog, (c & 16) ? 0x40 : 0, accepted_cb, r, &id);
+    sane_rc(rc, "tern_tcp_listen");
+    if ((c & 3) == 3 || port > 65535 || backlog == -5 || (c & 16))
+        ENSURE(rc == -EINVAL, "tern_tcp_listen with a bad argument: %s", tern_err_name(rc));
+    if (rc != 0)
+        return;
+    stream_init(r, loop, id, true);
+    unsigned p = 0;
+    ENSURE(tern_tcp_port(loop, id, &p) == 0 && p != 0, "tern_tcp_port of a listener");
+    slots[s].port = p;
+}
+
+static void step_connect(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    static const char *const hosts[] = {"127.0.0.1", "localhost", "::1", "nowhere"};
+    const char *host = hosts[c & 3];
+    unsigned port = slots[(c >> 2) & 1].port;
+    if ((c & 8) || port == 0)
+        port = 1; /* nobody listens: refused */
+    uint64_t timeout = (c & 16) ? 0 : (c & 32) ? MS : 1000 * MS;
+    if (c & 64)
+        port = 0; /* bad */
+    struct rec *r = rec_new(K_STREAM, s);
+    if (r == NULL)
+        return;
+    int rc = tern_tcp_connect(loop, host, port, timeout, stream_connected, r, &r->id);
+    sane_rc(rc, "tern_tcp_connect");
+    if (port == 0)
+        ENSURE(rc == -EINVAL, "tern_tcp_connect to port 0: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+    r->connecting = true;
+    if (rc == 0) {
+        rc = tern_stream_on_close(loop, r->id, stream_closed, r);
+        ENSURE(rc == 0, "tern_stream_on_close on a fresh connect: %s", tern_err_name(rc));
+    }
+}
+
+static struct rec *pick_stream(struct input *in, int s)
+{
+    unsigned start = u8(in);
+    if (nrecs == 0)
+        return NULL;
+    for (unsigned k = 0; k < nrecs; k++) {
+        struct rec *r = &recs[(start + k) % nrecs];
+        if (r->kind == K_STREAM && r->accepted && r->slot == s)
+            return r;
+    }
+    return NULL;
+}
+
+static void step_stream_open(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL || nstream_fds + 2 > sizeof(stream_fds) / sizeof(stream_fds[0]))
+        return;
+    (void)u8(in);
+    int sp[2];
+    ENSURE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0, "socketpair");
+    for (int i = 0; i < 2; i++) {
+        tern_id id;
+        int rc = tern_stream_open(loop, sp[i], &id);
+        sane_rc(rc, "tern_stream_open");
+        if (rc != 0) {
+            stream_fds[nstream_fds++] = sp[i]; /* still ours */
+            continue;
+        }
+        struct rec *r = rec_new(K_STREAM, s);
+        stream_init(r, loop, id, false);
+        if (r != NULL && (u8(in) & 1)) {
+            rc = tern_stream_read_start(loop, id, stream_read, r);
+            ENSURE(rc == 0 || injected(rc), "read_start: %s", tern_err_name(rc));
+        }
+    }
+    int rc = tern_stream_open(loop, -1, NULL);
+    ENSURE(rc == -EBADF, "tern_stream_open(-1): %s", tern_err_name(rc));
+}
+
+static const char payload[4096] = "tern";
+
+static void step_stream_call(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    struct rec *st = (c & 0x80) ? NULL : pick_stream(in, s);
+    tern_id id = st != NULL ? st->id : pick_id(in, K_STREAM, s);
+    if (st == NULL)
+        st = rec_find(id);
+    bool live = st != NULL && st->kind == K_STREAM && st->slot == s && !st->closing &&
+                st->closes == 0;
+    int rc = 0;
+    switch (c % 8) {
+    case 0:
+    case 1: { /* write */
+        tern_buf bufs[3];
+        unsigned nb = u8(in) % 4; /* 0 is bad */
+        for (unsigned i = 0; i < nb; i++)
+            bufs[i] = (tern_buf){payload, (size_t)u16(in) % sizeof(payload)};
+        struct rec *w = rec_new(K_WRITE, s);
+        if (w == NULL)
+            return;
+        w->stream = st;
+        rc = tern_stream_write(loop, id, bufs, nb, op_done, w);
+        ENSURE(rc <= 1, "tern_stream_write returned %d", rc);
+        if (rc < 0)
+            sane_rc(rc, "tern_stream_write");
+        if (nb == 0)
+            ENSURE(rc == -EINVAL, "a write of 0 buffers: %s", tern_err_name(rc));
+        w->accepted = rc == 0 || rc == 1;
+        ENSURE(live || !w->accepted, "a write accepted on an id that is no open stream here");
+        break;
+    }
+    case 2:
+        rc = tern_stream_read_start(loop, id, stream_read, st);
+        sane_rc(rc, "tern_stream_read_start");
+        break;
+    case 3:
+        rc = tern_stream_read_stop(loop, id);
+        sane_rc(rc, "tern_stream_read_stop");
+        break;
+    case 4: {
+        struct rec *sh = rec_new(K_SHUT, s);
+        if (sh == NULL)
+            return;
+        sh->stream = st;
+        rc = tern_stream_shutdown(loop, id, op_done, sh);
+        sane_rc(rc, "tern_stream_shutdown");
+        sh->accepted = rc == 0;
+        ENSURE(live || !sh->accepted, "a shutdown accepted on an id that is no open stream here");
+        break;
+    }
+    case 5:
+        rc = tern_stream_close(loop, id);
+        sane_rc(rc, "tern_stream_close");
+        if (rc == 0) {
+            ENSURE(live, "tern_stream_close succeeded on an id that is no open stream here");
+            st->closing = true;
+        }
+        break;
+    case 6:
+        rc = tern_stream_set_high_water(loop, id, u8(in) % 64, drained, st);
+        sane_rc(rc, "tern_stream_set_high_water");
+        break;
+    default: {
+        size_t q;
+        rc = tern_stream_write_queue_size(loop, id, &q);
+        sane_rc(rc, "tern_stream_write_queue_size");
+        int fd = tern_stream_fd(loop, id);
+        ENSURE(fd >= 0 || fd == -ENOENT || fd == -ENOTCONN, "tern_stream_fd: %d", fd);
+        break;
+    }
+    }
+    if (!live && rc != 0 && id != 0 && (c % 8) != 6)
+        ENSURE(rc == -ENOENT || rc == -EINVAL || rc == -ENOTCONN || rc == -EPIPE,
+               "a stream call on a dead or stranger id: %s", tern_err_name(rc));
+    if (!live && (c % 8) != 0 && (c % 8) != 1 && (c % 8) != 4 && rc == 0 && (c % 8) != 7)
+        FAIL("a stream call succeeded on an id that is no open stream here (op %u)", c % 8);
+}
+
+static void step_fault(struct input *in)
+{
+    unsigned c = u8(in);
+    unsigned mask = 1 + c % 7;
+    unsigned nth = 1 + (c >> 3);
+    tern__fault_arm(mask, nth);
+    fault_armed = true;
+}
+
+static void step_pool(struct input *in)
+{
+    unsigned c = u8(in);
+    if (c & 1) {
+        tern_pool_config cfg;
+        tern_pool_config_init(&cfg);
+        cfg.threads = (c >> 1) % 5; /* 0 is bad */
+        cfg.queue_capacity = 1 + (c >> 4);
+        cfg.long_threads_max = (c >> 5);
+        int rc = tern_pool_start(&cfg);
+        sane_rc(rc, "tern_pool_start");
+        if (cfg.threads == 0)
+            ENSURE(rc == -EINVAL, "tern_pool_start with 0 threads: %s", tern_err_name(rc));
+        return;
+    }
+    int mode = (c & 2) ? TERN_POOL_CANCEL : (c & 4) ? 9 : TERN_POOL_DRAIN;
+    int rc = tern_pool_shutdown(mode, 10000 * MS);
+    if (mode == 9)
+        ENSURE(rc == -EINVAL, "tern_pool_shutdown(9): %s", tern_err_name(rc));
+    else
+        ENSURE(rc == 0, "tern_pool_shutdown: %s (jobs here end within 2 ms)", tern_err_name(rc));
+}
+
+/* ------------------------------------------------------------------ */
+/* The books                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Free a slot's loop with whatever is in flight; then it owes nothing. */
+static void expect_free_settled(int s)
+{
+    tern_loop *loop = slots[s].loop;
+    tern_loop_free(loop);
+    slots[s].loop = NULL;
+    slots[s].port = 0;
+    for (unsigned i = 0; i < nrecs; i++) {
+        struct rec *r = &recs[i];
+        if (r->slot != s || r->loop != loop || r->dead)
+            continue;
+        r->dead = true;
+        if (!r->accepted) {
+            ENSURE(r->calls == 0 && r->connects == 0 && r->closes == 0,
+                   "a refused call (kind %d) called back", r->kind);
+            continue;
+        }
+        switch (r->kind) {
+        case K_JOB:
+        case K_LOOKUP:
+        case K_POST:
+        case K_DEFER:
+        case K_WRITE:
+        case K_SHUT:
+            ENSURE(r->calls == 1, "kind %d id %" PRIu64 ": %u completions by the end of "
+                   "tern_loop_free (want exactly 1)", r->kind, r->id, r->calls);
+            break;
+        case K_STREAM:
+            ENSURE(r->closes == 1, "stream %" PRIu64 ": %u close callbacks by the end of "
+                   "tern_loop_free", r->id, r->closes);
+            if (r->connecting)
+                ENSURE(r->connects == 1, "connect %" PRIu64 ": %u callbacks", r->id, r->connects);
+            break;
+        case K_TIMER:
+            ENSURE(r->repeat || r->calls <= 1, "a one-shot timer fired %u times", r->calls);
+            break;
+        case K_WATCH:
+            break;
+        }
+    }
+}
+
+/* Every input starts with one loop of the defaults in slot 0. */
+static void reset(void)
+{
+    nrecs = 0;
+    nstream_fds = 0;
+    fault_armed = false;
+    for (int i = 0; i < PAIRS; i++)
+        pairs[i][0] = pairs[i][1] = -1;
+    int rc = tern_loop_new(&slots[0].loop, NULL);
+    ENSURE(rc == 0, "tern_loop_new(NULL): %s", tern_err_name(rc));
+    slots[0].port = 0;
+}
+
+static void finish(void)
+{
+    tern__fault_arm(0, 0);
+    fault_armed = false;
+    for (int s = 0; s < 2; s++)
+        if (slots[s].loop != NULL)
+            expect_free_settled(s);
+    for (int i = 0; i < PAIRS; i++)
+        if (pairs[i][0] >= 0) {
+            close(pairs[i][0]);
+            close(pairs[i][1]);
+        }
+    for (unsigned i = 0; i < nstream_fds; i++)
+        close(stream_fds[i]);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    tern__set_getaddrinfo(local_getaddrinfo);
+    if (pthread_create(&foreign.thread, NULL, foreign_main, NULL) != 0)
+        abort();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct input in = {data, size};
+    reset();
+    for (unsigned step = 0; step < MAX_STEPS && in.left > 0; step++) {
+        switch (u8(&in) % 25) {
+        case 0: step_loop_new(&in); break;
+        case 1: step_loop_free(&in); break;
+        case 2: case 3: step_timer(&in); break;
+        case 4: step_timer_stop(&in); break;
+        case 5: step_cancel(&in); break;
+        case 6: case 7: step_submit(&in); break;
+        case 8: step_resolve(&in); break;
+        case 9: step_post(&in, false); break;
+        case 10: step_post(&in, true); break;
+        case 11: step_watch(&in); break;
+        case 12: step_watch_change(&in); break;
+        case 13: step_kick(&in); break;
+        case 14: case 15: step_run(&in); break;
+        case 16: step_foreign(&in); break;
+        case 17: step_ref(&in); break;
+        case 18: step_listen(&in); break;
+        case 19: step_connect(&in); break;
+        case 20: step_stream_call(&in); break;
+        case 21: step_stream_open(&in); break;
+        case 22: step_fault(&in); break;
+        case 23: step_run_full(&in); break;
+        default: step_pool(&in); break;
+        }
+    }
+    finish();
+    return 0;
+}
