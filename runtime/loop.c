@@ -95,6 +95,8 @@ int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_cla
     int rc = tern__idmap_insert(&loop->ids, op);
     if (rc < 0)
         return rc;
+    if (loop->internal > 0)
+        op->flags |= TERN__OP_INTERNAL;
     loop->refs++; /* ops_local counted it at admission */
     return 0;
 }
@@ -142,7 +144,10 @@ void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
 
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
 {
-    return id == 0 ? NULL : tern__idmap_find(&loop->ids, id);
+    struct tern__op *op = id == 0 ? NULL : tern__idmap_find(&loop->ids, id);
+    if (op != NULL && (op->flags & TERN__OP_INTERNAL) && loop->internal == 0)
+        return NULL;
+    return op;
 }
 
 static int ref_common(tern_loop *loop, tern_id id, bool ref)

@@ -59,6 +59,7 @@ enum {
     TERN__OP_DEAD = 1u << 1,   /* finished while queued: free when popped */
     TERN__OP_UNREF = 1u << 2,  /* does not keep tern_loop_run() alive */
     TERN__OP_ANON = 1u << 3,   /* has no id (a defer): not in the id map */
+    TERN__OP_INTERNAL = 1u << 4, /* the runtime's own (a stream's watcher): no public call reaches it */
 };
 
 struct tern__op {
@@ -191,6 +192,7 @@ struct tern_loop {
     _Atomic unsigned ops_count;    /* ops_local, published for producers */
     _Atomic uint64_t posts_done;   /* posts taken off the inbound queue, ever */
     unsigned refs;       /* referenced ops (keep run() going) */
+    unsigned internal;   /* >0: the runtime is calling the public API for itself */
     unsigned io_count;   /* fds registered besides the wake fd */
     uint64_t arm_seq;    /* arming sequence for the heap */
     uint32_t heap_claims; /* ops holding a heap slot (see tern__deadline_claim) */
@@ -319,7 +321,26 @@ static inline void tern__op_ready(tern_loop *loop, struct tern__op *op)
 }
 void tern__op_finish(tern_loop *loop, struct tern__op *op);
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
+/* The op behind a public id; NULL for the runtime's own unless inside
+ * tern__internal_begin/end. */
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
+
+/*
+ * The runtime using the public API for itself (a stream's fd watcher, a
+ * connect's timeout timer and lookup): ops started between begin and end
+ * are internal, and only calls made between begin and end can reach them
+ * by id. A caller's stray or off-by-one id then gets -ENOENT, never the
+ * runtime's own operation.
+ */
+static inline void tern__internal_begin(tern_loop *loop)
+{
+    loop->internal++;
+}
+
+static inline void tern__internal_end(tern_loop *loop)
+{
+    loop->internal--;
+}
 
 /*
  * Deadlines on the one heap (timers and internal deadlines alike). An op

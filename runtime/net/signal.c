@@ -113,7 +113,9 @@ static void consume_pending(int signo)
 
 static void stop_watcher(tern_loop *loop, struct tern__signal *w)
 {
+    tern__internal_begin(loop); /* the watcher is the runtime's own */
     (void)tern_io_stop(loop, w->io); /* -ENOENT if teardown stopped it first */
+    tern__internal_end(loop);
     close(w->fd);
     consume_pending(w->signo);
     /* Only the thread that blocked the signal can unblock it for itself;
@@ -192,12 +194,17 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
     rcu_helper_with_signals_blocked(loop);
     if ((rc = open_signalfd(w)) < 0)
         goto free;
-    if ((rc = tern_io_start(loop, w->fd, TERN_READABLE, signal_io, w, &w->io)) < 0)
+    tern__internal_begin(loop); /* the fd watcher is the runtime's own */
+    rc = tern_io_start(loop, w->fd, TERN_READABLE, signal_io, w, &w->io);
+    if (rc == 0)
+        (void)tern_unref(loop, w->io); /* only the signal op keeps the loop alive */
+    tern__internal_end(loop);
+    if (rc < 0)
         goto close;
-    /* Only the watcher op decides whether it keeps the loop alive. */
-    (void)tern_unref(loop, w->io);
     if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
+        tern__internal_begin(loop);
         (void)tern_io_stop(loop, w->io);
+        tern__internal_end(loop);
         goto close;
     }
     if (idp != NULL)

@@ -126,7 +126,18 @@ void tern__stream_owe(struct tern__stream *s)
 
 static void stream_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg);
 
+static int watch(struct tern__stream *s, unsigned events);
+
+/* The watcher is the runtime's own: only the stream can reach it by id. */
 int tern__stream_watch(struct tern__stream *s, unsigned events)
+{
+    tern__internal_begin(s->loop);
+    int rc = watch(s, events);
+    tern__internal_end(s->loop);
+    return rc;
+}
+
+static int watch(struct tern__stream *s, unsigned events)
 {
     tern_loop *loop = s->loop;
     if (events == s->io_events)

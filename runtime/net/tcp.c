@@ -30,6 +30,8 @@
 
 void tern__tcp_stop_aux(struct tern__stream *s)
 {
+    /* The timer and the lookup are the runtime's own (see tern__internal_begin). */
+    tern__internal_begin(s->loop);
     if (s->timer != 0) {
         (void)tern_timer_stop(s->loop, s->timer); /* -ENOENT if teardown stopped it */
         s->timer = 0;
@@ -38,6 +40,7 @@ void tern__tcp_stop_aux(struct tern__stream *s)
      * set until it does, which keeps the record alive for it. */
     if (s->resolve != 0)
         (void)tern_cancel(s->loop, s->resolve);
+    tern__internal_end(s->loop);
 }
 
 void tern__tcp_free_addrs(struct tern__stream *s)
@@ -167,8 +170,12 @@ static void backoff(struct tern__stream *s, int status)
                 TERN_TCP_ACCEPT_BACKOFF_NS / 1000000ull);
     }
     tern_id timer;
-    if (tern_timer_start(s->loop, TERN_TCP_ACCEPT_BACKOFF_NS, 0, backoff_end, s, &timer) == 0) {
+    tern__internal_begin(s->loop);
+    int rc = tern_timer_start(s->loop, TERN_TCP_ACCEPT_BACKOFF_NS, 0, backoff_end, s, &timer);
+    if (rc == 0)
         (void)tern_unref(s->loop, timer);
+    tern__internal_end(s->loop);
+    if (rc == 0) {
         s->timer = timer;
         s->state |= TERN__S_BACKOFF;
         tern__stream_rewatch(s);
@@ -393,9 +400,12 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
     s->state |= TERN__S_CONNECTING;
     s->connect_cb = cb;
     s->connect_arg = arg;
+    tern__internal_begin(loop); /* the timeout and the lookup are the runtime's own */
     if (timeout_ns > 0) {
-        if ((rc = tern_timer_start(loop, timeout_ns, 0, connect_timeout, s, &s->timer)) < 0)
+        if ((rc = tern_timer_start(loop, timeout_ns, 0, connect_timeout, s, &s->timer)) < 0) {
+            tern__internal_end(loop);
             goto fail;
+        }
         (void)tern_unref(loop, s->timer);
     }
     if (numeric_addr(s, host, port)) {
@@ -404,9 +414,11 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
         struct addrinfo hints = {.ai_family = AF_UNSPEC,
                                  .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_NUMERICSERV};
-        if ((rc = tern_resolve(loop, host, service, &hints, connect_resolved, s, &s->resolve)) < 0)
-            goto fail;
+        rc = tern_resolve(loop, host, service, &hints, connect_resolved, s, &s->resolve);
     }
+    tern__internal_end(loop);
+    if (rc < 0)
+        goto fail;
     if (idp != NULL)
         *idp = s->op.id;
     return 0;
