@@ -152,7 +152,9 @@ Test(stats, submitted_is_completed_plus_cancelled)
  */
 Test(stats, percentiles_are_non_zero_ordered_and_cover_the_run_time)
 {
-    enum { N = 24 };
+    /* Enough jobs that a pool timing only a sample of queue waits (one
+     * in four, say) still has a handful to rank. */
+    enum { N = 40 };
     const uint64_t sleep_ns = 2 * PH_MS;
     tern_pool_config cfg = ph_config(1, 64, 4);
     cr_assert_eq(tern_pool_start(&cfg), 0);
@@ -186,6 +188,41 @@ Test(stats, percentiles_are_non_zero_ordered_and_cover_the_run_time)
     cr_assert_geq(s.wait_p50_ns, median_wait - median_wait / 8,
                   "wait p50 %llu ns is below the %llu ns the middle job must have waited",
                   (unsigned long long)s.wait_p50_ns, (unsigned long long)median_wait);
+    tern_loop_free(loop);
+    shutdown_clean();
+}
+
+/*
+ * p50 and p99 are different ranks: nine jobs in ten sleep 1 ms and one in
+ * ten sleeps 20 ms, so p50 reports a short job and p99 a long one. (A short
+ * sleep would have to overrun twentyfold on most jobs for this to blur.)
+ */
+Test(stats, p50_and_p99_are_different_ranks)
+{
+    enum { N = 100 };
+    const uint64_t short_ns = 1 * PH_MS, long_ns = 20 * PH_MS;
+    tern_pool_config cfg = ph_config(4, 256, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        ph_job_init(&jobs[i], NULL);
+        jobs[i].sleep_ns = i % 10 == 9 ? long_ns : short_ns;
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
+    }
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, N) == N);
+    cr_assert(ok);
+    tern_pool_stats s;
+    PH_WAIT_UNTIL(ok, (s = ph_stats(), s.completed == N && s.run_p99_ns != 0));
+    cr_assert(ok);
+    cr_log_info("run p50 %llu p99 %llu ns", (unsigned long long)s.run_p50_ns,
+                (unsigned long long)s.run_p99_ns);
+    cr_assert_geq(s.run_p50_ns, short_ns - short_ns / 8);
+    cr_assert_geq(s.run_p99_ns, long_ns - long_ns / 8, "run p99 %llu ns misses the 20 ms jobs",
+                  (unsigned long long)s.run_p99_ns);
+    cr_assert_lt(s.run_p50_ns, s.run_p99_ns, "p50 and p99 report the same rank (%llu ns)",
+                 (unsigned long long)s.run_p50_ns);
     tern_loop_free(loop);
     shutdown_clean();
 }
