@@ -100,7 +100,7 @@ static bool fake_has_entered(const char *host)
 /* ------------------------------------------------------------------ */
 
 struct lookup {
-    char host[16];
+    char host[32];
     tern_id id;
     atomic_int calls;
     int status;
