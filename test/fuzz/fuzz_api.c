@@ -1152,6 +1152,16 @@ static void finish(void)
         }
     for (unsigned i = 0; i < nstream_fds; i++)
         close(stream_fds[i]);
+    /*
+     * With every loop freed, the pool owes no completion: each job it ever
+     * accepted has been counted completed or cancelled. (All three counters
+     * move on this thread: submission and delivery both happen here.)
+     */
+    tern_pool_stats ps;
+    tern_pool_stats_get(&ps);
+    ENSURE(ps.submitted == ps.completed + ps.cancelled,
+           "pool: submitted %" PRIu64 " != completed %" PRIu64 " + cancelled %" PRIu64
+           " with every loop freed", ps.submitted, ps.completed, ps.cancelled);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
