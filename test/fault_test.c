@@ -255,7 +255,6 @@ static atomic_bool gate;
 struct jobrec {
     tern_id id;
     bool accepted;
-    bool cancel_asked;
     atomic_uint ran;  /* work calls */
     atomic_uint done; /* done calls */
     int status;
@@ -497,7 +496,6 @@ static bool step_submit(uint64_t n, void *ctx)
                               tern_submit(loop, occ, gated_work, job_done, &r[i], &r[i].id));
     }
     /* A cancel of an accepted job allocates nothing on the loop's thread. */
-    r[0].cancel_asked = true;
     cr_assert_eq(tern_cancel(loop, r[0].id), 0);
     atomic_store(&gate, true);
     cr_assert(run_until(loop, all_jobs_done, &js), "accepted jobs never completed");
@@ -527,7 +525,6 @@ Test(fault, submit, .timeout = TEST_TIMEOUT)
 #define POSTS 6
 
 struct opsrec {
-    tern_loop *loop;
     bool t_ok[TIMERS];
     atomic_uint t_fired[TIMERS];
     tern_id repeat_id;
@@ -627,7 +624,6 @@ static bool step_ops(uint64_t n, void *ctx)
     ops_cur = o;
     int fds = count_open_fds();
     tern_loop *loop = new_loop(backend);
-    o->loop = loop;
     for (unsigned i = 0; i < 2; i++) {
         high_socketpair(o->sp[i], 100 + 50 * (int)i);
         cr_assert_eq(write(o->sp[i][1], "x", 1), 1);
@@ -963,7 +959,6 @@ static const char hello[] = "hello";
 static const char ping[] = "ping";
 
 struct tcprec {
-    tern_loop *loop;
     tern_id listener;
     unsigned port;
     unsigned backoffs; /* accept notices: the listener paused */
@@ -1168,7 +1163,6 @@ static bool step_tcp(uint64_t n, void *ctx)
     tern_pool_stats before = pool_stats();
     tern_loop *loop = new_loop(backend);
     int loop_fds = count_open_fds();
-    t->loop = loop;
     t->cli_status = 1;
 
     arm(n);
