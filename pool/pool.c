@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "pool_p.h"
+#include "testing.h"
 
 struct tern__pool_counters tern__pool_stats;
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];

@@ -71,6 +71,10 @@ void tern__ring_push(struct tern__ring *ring, tern_job *job);
 tern_job *tern__ring_pop(struct tern__ring *ring);
 bool tern__ring_ready(const struct tern__ring *ring);
 
+/* Admit and hand over a job of either kind (tern_submit, tern_resolve). */
+int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
+
 /* Hand a finished job back to its loop: ring push + wake (any thread). */
 void tern__job_complete(tern_job *job);
 /* A worker found this job; true if it now runs, false if it was a tombstone. */

@@ -103,9 +103,6 @@ static char *dup_or_null(const char *s, bool *failed)
     return d;
 }
 
-int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
-                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
-
 int tern_resolve(tern_loop *loop, const char *host, const char *service,
                  const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_id *idp)
 {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "loop_p.h"
+#include "testing.h"
 
 /* ------------------------------------------------------------------ */
 /* Thread identity                                                     */
@@ -199,9 +200,6 @@ void tern_loop_options_init(tern_loop_options *opts)
     };
 }
 
-extern const size_t tern__timer_size, tern__defer_size;
-int tern__pool_config_check(const tern_pool_config *cfg);
-int tern__pool_config_conflicts(const tern_pool_config *cfg);
 
 static int check_options(const tern_loop_options *o)
 {

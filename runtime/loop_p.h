@@ -385,6 +385,13 @@ void tern__io_fired(tern_loop *loop, int fd, unsigned events);
 int tern__fd_claim(int fd, tern_loop *loop);
 void tern__fd_release(int fd);
 
+/* Record sizes of the slab-allocated kinds (timer.c, defer.c). */
+extern const size_t tern__timer_size, tern__defer_size;
+
+/* Pool configuration checks the loop calls (pool/pool.c). */
+int tern__pool_config_check(const tern_pool_config *cfg);     /* 0 or -EINVAL */
+bool tern__pool_config_conflicts(const tern_pool_config *cfg); /* differs from the running pool's */
+
 /* Pool hooks the loop calls (pool/job.c). */
 void tern__loop_pool_collect(tern_loop *loop); /* step 1: ring -> ready */
 bool tern__loop_pool_pending(tern_loop *loop); /* anything on the ring now */
