@@ -5,7 +5,7 @@
  * growth of the resident set divided by `jobs` is the cost of one.
  *
  * Parameters: jobs=1048575 (with the gate job, 2^20 in all, so tern's
- * power-of-two rings are sized exactly rather than rounded up to twice)
+ * power-of-two rings are sized exactly and no unused slot is charged)
  * Figures: pool_queued_job_bytes (bytes per queued job).
  */
 #include "bench.h"
