@@ -226,11 +226,8 @@ int tern__bounded_start(struct tern__pool *p)
     p->cells = tern__calloc(size, sizeof(*p->cells));
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
     /* A line each (alignas in the type): calloc only promises 16 bytes. */
-    p->running = tern__fault_hit(TERN__FAULT_ALLOC)
-                     ? NULL
-                     : aligned_alloc(TERN_CACHELINE, p->cfg.threads * sizeof(*p->running));
-    if (p->running != NULL)
-        memset(p->running, 0, p->cfg.threads * sizeof(*p->running));
+    p->running = tern__calloc_aligned(alignof(struct tern__running),
+                                      p->cfg.threads * sizeof(*p->running));
     if (p->cells == NULL || p->threads == NULL || p->running == NULL) {
         free(p->cells);
         free(p->threads);

@@ -78,7 +78,7 @@ static void reset_stats(void)
 /* Called with start_lock held. */
 static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
 {
-    struct tern__pool *p = tern__calloc(1, sizeof(*p));
+    struct tern__pool *p = tern__calloc_aligned(alignof(struct tern__pool), sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
     p->cfg = *cfg;

@@ -25,7 +25,8 @@ int tern__ring_new(struct tern__ring **ringp, uint64_t capacity)
     uint64_t size = 1;
     while (size < capacity)
         size <<= 1;
-    struct tern__ring *r = tern__calloc(1, sizeof(*r) + size * sizeof(r->slots[0]));
+    struct tern__ring *r =
+        tern__calloc_aligned(alignof(struct tern__ring), sizeof(*r) + size * sizeof(r->slots[0]));
     if (r == NULL)
         return -ENOMEM;
     r->mask = size - 1;

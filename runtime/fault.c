@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fault.h"
 
@@ -59,6 +60,17 @@ void *tern__calloc(size_t n, size_t size)
 void *tern__realloc(void *p, size_t size)
 {
     return tern__fault_hit(TERN__FAULT_ALLOC) ? NULL : realloc(p, size);
+}
+
+void *tern__calloc_aligned(size_t align, size_t size)
+{
+    if (tern__fault_hit(TERN__FAULT_ALLOC))
+        return NULL;
+    size = (size + align - 1) & ~(align - 1); /* aligned_alloc wants a multiple */
+    void *p = aligned_alloc(align, size);
+    if (p != NULL)
+        memset(p, 0, size);
+    return p;
 }
 
 void tern__free(void *p)

@@ -40,6 +40,8 @@ void *tern__malloc(size_t size);
 void *tern__calloc(size_t n, size_t size);
 void *tern__realloc(void *p, size_t size);
 void tern__free(void *p);
+/* Zeroed memory aligned to `align` (a power of two; types with alignas). */
+void *tern__calloc_aligned(size_t align, size_t size);
 
 /*
  * Create a thread with every signal blocked (so signalfd and liburcu's

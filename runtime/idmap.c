@@ -5,7 +5,9 @@
  * pointer so that probing, growing and deleting never touch the ops
  * themselves: with a million timers, a dereference per probe was a cache
  * miss per probe. Ids are mostly consecutive, so a multiplicative hash
- * spreads them well.
+ * spreads them well. (An identity-like hash would keep consecutive ids in
+ * consecutive slots, but then a million timers form one run a million long
+ * and every backward-shift deletion scans it: tried, and it hung.)
  *
  * Why not a slot+generation id? Ids must never repeat in the process and
  * must not name another loop's operation; a 64-bit counter gives that

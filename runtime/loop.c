@@ -243,7 +243,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     if (rc < 0)
         return rc;
 
-    tern_loop *loop = tern__calloc(1, sizeof(*loop));
+    tern_loop *loop = tern__calloc_aligned(alignof(tern_loop), sizeof(*loop));
     if (loop == NULL)
         return -ENOMEM;
     __cds_wfcq_init(&loop->in_head, &loop->in_tail);

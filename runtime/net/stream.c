@@ -401,15 +401,20 @@ int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
         return -errno;
     if (type != SOCK_STREAM)
         return -EINVAL;
+    /* A refused open must leave the caller's fd as it was: note its flags. */
+    int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
+    if (fl < 0 || fdfl < 0)
+        return -errno;
     int rc = socket_prepare(fd);
-    if (rc < 0)
-        return rc;
     struct tern__stream *s;
-    if ((rc = tern__stream_new(loop, TERN__STREAM, fd, &s)) < 0)
-        return rc;
-    if (idp != NULL)
-        *idp = s->op.id;
-    return 0;
+    if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &s)) == 0) {
+        if (idp != NULL)
+            *idp = s->op.id;
+        return 0;
+    }
+    (void)fcntl(fd, F_SETFL, fl);
+    (void)fcntl(fd, F_SETFD, fdfl);
+    return rc;
 }
 
 int tern_stream_read_start(tern_loop *loop, tern_id id, tern_read_cb cb, void *arg)
