@@ -31,6 +31,7 @@
  * pool shares the cores, and every extra spinner takes its time.
  */
 #define SPIN_ROUNDS 4000
+#define YIELD_EVERY 256
 
 struct worker_arg {
     struct tern__pool *pool;
@@ -124,9 +125,17 @@ static bool spin(struct tern__pool *p)
         return false;
     }
     bool found = false;
-    for (unsigned i = 0; i < SPIN_ROUNDS && !found; i++) {
+    for (unsigned i = 1; i <= SPIN_ROUNDS && !found; i++) {
         found = queue_nonempty(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed);
-        caa_cpu_relax();
+        /*
+         * Yield now and then: if the thread that will feed us shares our
+         * core (a busy or small machine, or valgrind, which runs one
+         * thread at a time), a pure spin would only delay it.
+         */
+        if (i % YIELD_EVERY == 0)
+            sched_yield();
+        else
+            caa_cpu_relax();
     }
     atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
     return found;

@@ -75,10 +75,16 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
  * a few µs is cheaper to catch spinning than sleeping.
  */
 #define SPIN_ROUNDS 2000
+#define SPIN_MAX_INFLIGHT 4
 
 static bool spin_for_work(tern_loop *loop)
 {
-    if (loop->undelivered == 0)
+    /*
+     * Only with a few jobs in flight: that is where a round trip's latency
+     * is won. With many, completions come in batches anyway, and a spin
+     * would take the core from the very workers that produce them.
+     */
+    if (loop->undelivered == 0 || loop->undelivered > SPIN_MAX_INFLIGHT)
         return false;
     for (unsigned i = 0; i < SPIN_ROUNDS; i++) {
         if (tern__loop_pool_pending(loop) || tern__inbound_pending(loop))
