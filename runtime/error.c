@@ -26,7 +26,7 @@
     X(ENOSPC, "no space left on device")                                 \
     X(EPIPE, "broken pipe")                                              \
     X(ERANGE, "result out of range")                                     \
-    X(ENOSYS, "function not implemented")                                \
+    X(ENOSYS, "system call unavailable")                                \
     X(ENOTSUP, "operation not supported")                                \
     X(ENOTSOCK, "not a socket")                                          \
     X(EMSGSIZE, "message too long")                                      \
