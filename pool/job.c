@@ -265,10 +265,12 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
     rc = occ == TERN_BOUNDED ? tern__bounded_submit(pool, job) : tern__long_submit(pool, job);
     if (rc < 0) {
         loop->undelivered--;
-        /* Never enqueued: unregister without a trace (no done, no stats). */
-        loop->refs--;
-        tern__idmap_remove(&loop->ids, &job->op);
-        tern__op_unadmit(loop);
+        /*
+         * Never enqueued: retire the op without a trace (no done, no
+         * stats). It is neither queued nor armed, so finishing it only
+         * unregisters it; job_free leaves the record to us.
+         */
+        tern__op_finish(loop, &job->op);
         job_release(loop, job);
         return rc;
     }
