@@ -52,7 +52,7 @@ static tern_job *dequeue(struct tern__pool *p)
                 tern_job *job = c->job;
                 /* Pairs with the producer's acquire load one lap later. */
                 atomic_store_explicit(&c->seq, pos + p->q_mask + 1, memory_order_release);
-                atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+                TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
                 return job;
             }
         } else if (dif < 0) {
@@ -168,21 +168,24 @@ static void *worker_main(void *argp)
             }
             if (!tern__job_claim(job))
                 continue;
-            atomic_store_explicit(&p->running[a.index].job, job, memory_order_relaxed);
+            /* Pairs with the acquire load in pool.c's cancel_running(). */
+            atomic_store_explicit(&p->running[a.index].job, job, memory_order_release);
+            if (TERN_UNLIKELY(atomic_load_explicit(&p->cancelling, memory_order_relaxed)))
+                atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
             tern__job_run(job, a.index);
             atomic_store_explicit(&p->running[a.index].job, NULL, memory_order_relaxed);
             continue;
         }
         if (busy) {
             busy = false;
-            atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            TERN_ATOMIC_DECREMENT(tern__pool_stats.busy, memory_order_relaxed);
         }
         if (atomic_load_explicit(&p->exiting, memory_order_acquire))
             break;
         if (!spin(p))
             park(p);
     }
-    atomic_fetch_sub_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
+    TERN_ATOMIC_DECREMENT(tern__pool_stats.threads, memory_order_relaxed);
     return NULL;
 }
 
@@ -192,7 +195,7 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
     unsigned reserved = atomic_load_explicit(&tern__pool_stats.reserved, memory_order_relaxed);
     unsigned q = atomic_fetch_add_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
     if (q + reserved >= cap) {
-        atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
         atomic_fetch_add_explicit(&tern__pool_stats.refused_queue_full, 1, memory_order_relaxed);
         return -EAGAIN;
     }

@@ -24,11 +24,11 @@ bool tern__job_claim(tern_job *job)
      * of it; if the loop already let go, we are last and free it.
      */
     TERN_INSIST(expected == TERN__JOB_TOMBSTONED || expected == TERN__JOB_LOOP_DONE);
-    if (expected == TERN__JOB_TOMBSTONED &&
-        atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_POOL_DONE,
-                                                memory_order_acq_rel, memory_order_acquire))
-        return false;
-    free(job);
+    if (expected != TERN__JOB_TOMBSTONED ||
+        !atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_POOL_DONE,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        free(job);
+    tern__pool_leave(); /* the tombstone's pool life ends here */
     return false;
 }
 
@@ -46,6 +46,7 @@ void tern__job_complete(tern_job *job)
     tern__loop_wake(loop);
     /* Pairs with the acquire load in tern__loop_pool_destroy(). */
     atomic_fetch_sub_explicit(&ring->pins, 1, memory_order_release);
+    tern__pool_leave(); /* handed back: the job's pool life ends here */
 }
 
 void tern__job_run(tern_job *job, unsigned worker)
@@ -78,7 +79,7 @@ tern_id tern_job_id(const tern_job *job)
 
 static void release_credit(tern_loop *loop)
 {
-    loop->undelivered--;
+    TERN_DECREMENT(loop->undelivered);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
 }
 
@@ -217,17 +218,7 @@ static int ensure_ring(tern_loop *loop)
 int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
 {
-    /*
-     * The pool this loop last used, if it still runs, was already checked
-     * against the loop's configuration: skip the comparison.
-     */
-    struct tern__pool *pool = tern__pool_current();
     int rc;
-    if (TERN_UNLIKELY(pool == NULL || pool != loop->pool_checked)) {
-        if ((rc = tern__pool_get(loop->has_pool_config ? &loop->pool_config : NULL, &pool)) < 0)
-            return rc;
-        loop->pool_checked = pool;
-    }
     if ((rc = ensure_ring(loop)) < 0)
         return rc;
     if (loop->undelivered >= loop->max_undelivered) {
@@ -262,9 +253,10 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
      */
     job->t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
     loop->undelivered++;
-    rc = occ == TERN_BOUNDED ? tern__bounded_submit(pool, job) : tern__long_submit(pool, job);
+    rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
+                           job);
     if (rc < 0) {
-        loop->undelivered--;
+        TERN_DECREMENT(loop->undelivered);
         /*
          * Never enqueued: retire the op without a trace (no done, no
          * stats). It is neither queued nor armed, so finishing it only

@@ -42,17 +42,6 @@ static void unlink_parked(struct tern__pool *p, struct tern__long_worker *w)
         }
 }
 
-static void run(struct tern__long_worker *w, tern_job *job)
-{
-    if (!tern__job_claim(job))
-        return;
-    atomic_store_explicit(&w->running, job, memory_order_relaxed);
-    atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
-    tern__job_run(job, TERN__MAX_THREADS);
-    atomic_fetch_sub_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
-    atomic_store_explicit(&w->running, NULL, memory_order_relaxed);
-}
-
 static void *long_main(void *argp)
 {
     struct long_arg a = *(struct long_arg *)argp;
@@ -64,13 +53,25 @@ static void *long_main(void *argp)
     for (;;) {
         tern_job *job = w->job;
         if (job != NULL) {
+            /*
+             * The job is ours from the hand-over (under long_lock, which
+             * also set w->running and counted it in long_busy) until we
+             * re-park: a shutdown in TERN_POOL_CANCEL mode thus flags a job
+             * handed over but not yet started, and long_busy never reads 0
+             * while a job is on its way to a worker.
+             */
             w->job = NULL;
             pthread_mutex_unlock(&p->long_lock);
-            run(w, job);
+            if (tern__job_claim(job))
+                tern__job_run(job, TERN__MAX_THREADS);
             pthread_mutex_lock(&p->long_lock);
-            w->next_parked = p->long_parked;
-            p->long_parked = w;
-            pthread_cond_broadcast(&p->long_idle_cond);
+            atomic_store_explicit(&w->running, NULL, memory_order_relaxed);
+            TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
+            /* A worker told to exit (shutdown took the lists) must not re-park. */
+            if (!w->exit) {
+                w->next_parked = p->long_parked;
+                p->long_parked = w;
+            }
             continue;
         }
         if (w->exit)
@@ -85,9 +86,8 @@ static void *long_main(void *argp)
             /* Retire: nobody will join us, so detach and free ourselves. */
             unlink_parked(p, w);
             unlink_all(p, w);
-            p->long_count--;
-            atomic_fetch_sub_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
-            pthread_cond_broadcast(&p->long_idle_cond);
+            TERN_DECREMENT(p->long_count);
+            TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
             pthread_mutex_unlock(&p->long_lock);
             pthread_detach(pthread_self());
             pthread_cond_destroy(&w->cond);
@@ -102,14 +102,19 @@ static void *long_main(void *argp)
 int tern__long_init(struct tern__pool *p)
 {
     pthread_mutex_init(&p->long_lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->long_idle_cond, &attr);
-    pthread_condattr_destroy(&attr);
     p->long_parked = p->long_all = NULL;
     p->long_count = 0;
     return 0;
+}
+
+/* With long_lock held: the job is w's, busy, and in reach of a cancelling shutdown. */
+static void hand_over(struct tern__pool *p, struct tern__long_worker *w, tern_job *job)
+{
+    w->job = job;
+    atomic_store_explicit(&w->running, job, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&p->cancelling, memory_order_relaxed))
+        atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
 }
 
 int tern__long_submit(struct tern__pool *p, tern_job *job)
@@ -118,7 +123,7 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     struct tern__long_worker *w = p->long_parked;
     if (w != NULL) {
         p->long_parked = w->next_parked;
-        w->job = job;
+        hand_over(p, w, job);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&p->long_lock);
         return 0;
@@ -140,15 +145,18 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
         pthread_cond_init(&w->cond, &attr);
         pthread_condattr_destroy(&attr);
-        w->job = job;
         *a = (struct long_arg){p, w};
         /* Link before the thread exists so shutdown can always find it. */
         pthread_mutex_lock(&p->long_lock);
         w->next_all = p->long_all;
         p->long_all = w;
+        hand_over(p, w, job);
         rc = tern__thread_create(&w->thread, long_main, a);
-        if (rc < 0)
+        if (rc < 0) {
             unlink_all(p, w);
+            atomic_store_explicit(&w->running, NULL, memory_order_relaxed);
+            TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
+        }
         pthread_mutex_unlock(&p->long_lock);
         if (rc == 0) {
             atomic_fetch_add_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
@@ -159,7 +167,7 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     free(w);
     free(a);
     pthread_mutex_lock(&p->long_lock);
-    p->long_count--;
+    TERN_DECREMENT(p->long_count);
     pthread_mutex_unlock(&p->long_lock);
     return rc;
 }
@@ -192,13 +200,12 @@ void tern__long_stop(struct tern__pool *p)
         pthread_cond_destroy(&all->cond);
         free(all);
         all = next;
-        p->long_count--;
-        atomic_fetch_sub_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
+        TERN_DECREMENT(p->long_count);
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
     }
 }
 
 void tern__long_destroy(struct tern__pool *p)
 {
-    pthread_cond_destroy(&p->long_idle_cond);
     pthread_mutex_destroy(&p->long_lock);
 }

@@ -5,10 +5,18 @@
  *
  * Lock order: start_lock, then the class locks (park_lock, long_lock,
  * lookup_lock), never the reverse. Submissions do not take start_lock once
- * the pool runs: they read `current` with an acquire load.
+ * the pool runs: they read `current` with an acquire load. start_lock is
+ * only ever held for a start or a pointer swap, never across a wait, so
+ * fork() (whose prepare handler takes it) and loop creation never queue
+ * behind a shutdown that waits for jobs.
  *
- * Shutdown must not race with submissions from other threads (it is for an
- * orderly exit): it frees what those would touch.
+ * Shutdown racing submissions from other loops is defined: a submitter
+ * counts itself in tern__pool_inflight before it looks at the pool, and
+ * shutdown sets `closing` and then waits for that count to reach zero.
+ * Either shutdown sees the submitter (and waits for it and its job), or
+ * the submitter sees `closing` (and gets -ESHUTDOWN); after shutdown
+ * returns, a submission starts a fresh pool. Nobody ever holds a pointer
+ * to a freed pool.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,9 +31,19 @@ struct tern__pool_counters tern__pool_stats;
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
+_Atomic uint64_t tern__pool_inflight;
+
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tern__pool *_Atomic current;
 static _Atomic unsigned hist_workers; /* bounded histograms in use */
+static uint64_t generation;           /* pool starts, ever; under start_lock */
+static _Atomic bool ever_started;     /* the statistics have been written */
+/*
+ * A shutdown is under way. A word, not a mutex: a forked child must be
+ * able to reset it (the thread that held it does not exist there), and a
+ * second shutdown waits for the first one with a bounded poll anyway.
+ */
+static _Atomic bool closing;
 
 void tern_pool_config_init(tern_pool_config *cfg)
 {
@@ -82,6 +100,8 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
     if (p == NULL)
         return -ENOMEM;
     p->cfg = *cfg;
+    p->gen = ++generation;
+    atomic_store_explicit(&ever_started, true, memory_order_relaxed);
     int rc;
     if ((rc = tern__lookup_init(p)) < 0) {
         free(p);
@@ -135,6 +155,27 @@ int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
     return rc;
 }
 
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job)
+{
+    /* Count in first; pairs with the seq_cst store of `closing` in shutdown. */
+    atomic_fetch_add_explicit(&tern__pool_inflight, 1, memory_order_seq_cst);
+    int rc = -ESHUTDOWN;
+    if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
+        goto refused;
+    struct tern__pool *p = tern__pool_current();
+    if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
+        if ((rc = tern__pool_get(cfg, &p)) < 0)
+            goto refused;
+        *checked = p->gen;
+    }
+    rc = job->occupancy == TERN_BOUNDED ? tern__bounded_submit(p, job) : tern__long_submit(p, job);
+    if (rc == 0)
+        return 0;
+refused:
+    tern__pool_leave();
+    return rc;
+}
+
 int tern_pool_start(const tern_pool_config *cfg)
 {
     tern_pool_config defaults;
@@ -165,67 +206,83 @@ static void cancel_queued(tern_job *job)
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_FINISHED,
                                                  memory_order_acq_rel, memory_order_acquire)) {
-        (void)tern__job_claim(job); /* a tombstone: drop it */
+        (void)tern__job_claim(job); /* a tombstone: drop it (and count it out) */
         return;
     }
     job->result = NULL;
     tern__job_complete(job);
 }
 
-static bool idle(struct tern__pool *p)
-{
-    unsigned lookups;
-    pthread_mutex_lock(&p->lookup_lock);
-    lookups = p->lookups_active + p->lookups_len;
-    pthread_mutex_unlock(&p->lookup_lock);
-    return atomic_load(&tern__pool_stats.queued) == 0 && atomic_load(&tern__pool_stats.busy) == 0 &&
-           atomic_load(&tern__pool_stats.long_busy) == 0 && lookups == 0;
-}
-
+/*
+ * Flag every job a worker holds. Repeated on every poll of the wait, so a
+ * job that a worker took just after a pass (it saw `cancelling` unset a
+ * moment before it was set) is flagged on the next one.
+ */
 static void cancel_running(struct tern__pool *p)
 {
     for (unsigned i = 0; i < p->nthreads; i++) {
-        tern_job *job = atomic_load_explicit(&p->running[i].job, memory_order_relaxed);
+        tern_job *job = atomic_load_explicit(&p->running[i].job, memory_order_acquire);
         if (job != NULL)
             atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     }
     tern__long_cancel_running(p);
 }
 
+/* Wait (without a lock) until no job is in flight; false at the deadline. */
+static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
+{
+    uint64_t deadline = tern__clock_now() + timeout_ns;
+    if (deadline < timeout_ns)
+        deadline = UINT64_MAX;
+    /* Pairs with the release decrement in tern__pool_leave(). */
+    while (atomic_load_explicit(&tern__pool_inflight, memory_order_acquire) != 0) {
+        if (cancel) {
+            tern__bounded_drain(p, cancel_queued);
+            tern__lookup_drain(p, cancel_queued);
+            cancel_running(p);
+        }
+        if (tern__clock_now() >= deadline)
+            return false;
+        struct timespec ts = {0, 200000}; /* 200 µs: shutdown is not a hot path */
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
 int tern_pool_shutdown(int mode, uint64_t timeout_ns)
 {
     if (mode != TERN_POOL_DRAIN && mode != TERN_POOL_CANCEL)
         return -EINVAL;
-    pthread_mutex_lock(&start_lock);
-    struct tern__pool *p = atomic_load_explicit(&current, memory_order_relaxed);
-    if (p == NULL) {
-        pthread_mutex_unlock(&start_lock);
-        return 0;
-    }
-    if (mode == TERN_POOL_CANCEL) {
-        tern__bounded_drain(p, cancel_queued);
-        tern__lookup_drain(p, cancel_queued);
-        cancel_running(p);
-    }
-    /* Wait for the workers to finish what they hold (DRAIN: and the queue). */
-    uint64_t deadline = tern__clock_now() + timeout_ns;
-    if (deadline < timeout_ns)
-        deadline = UINT64_MAX;
-    while (!idle(p)) {
-        if (tern__clock_now() >= deadline) {
-            pthread_mutex_unlock(&start_lock);
-            return -ETIMEDOUT;
-        }
-        struct timespec ts = {0, 200000}; /* 200 µs: shutdown is not a hot path */
+    /* One shutdown at a time; a second waits for the first (bounded polls). */
+    bool expected = false;
+    while (!atomic_compare_exchange_weak_explicit(&closing, &expected, true, memory_order_seq_cst,
+                                                  memory_order_relaxed)) {
+        expected = false;
+        struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
     }
+    struct tern__pool *p = tern__pool_current();
+    if (p == NULL) {
+        atomic_store_explicit(&closing, false, memory_order_seq_cst);
+        return 0;
+    }
+    bool cancel = mode == TERN_POOL_CANCEL;
+    atomic_store_explicit(&p->cancelling, cancel, memory_order_seq_cst);
+    if (!wait_idle(p, cancel, timeout_ns)) {
+        /* Running jobs keep their threads and the pool goes on as it was. */
+        atomic_store_explicit(&p->cancelling, false, memory_order_relaxed);
+        atomic_store_explicit(&closing, false, memory_order_seq_cst);
+        return -ETIMEDOUT;
+    }
+    pthread_mutex_lock(&start_lock);
     atomic_store_explicit(&current, NULL, memory_order_release);
+    pthread_mutex_unlock(&start_lock);
     tern__bounded_stop(p);
     tern__long_stop(p);
     tern__long_destroy(p);
     tern__lookup_destroy(p);
     free(p);
-    pthread_mutex_unlock(&start_lock);
+    atomic_store_explicit(&closing, false, memory_order_seq_cst);
     return 0;
 }
 
@@ -280,14 +337,23 @@ void tern_pool_stats_get(tern_pool_stats *out)
  * The child has none of the parent's threads, so the parent's pool is
  * unusable there: forget it (its memory is the parent's, left as it was)
  * and let the first submission start a fresh one. Loops created before the
- * fork must not be used in the child.
+ * fork must not be used in the child. start_lock was taken by the prepare
+ * handler on this very thread, so the child unlocks it (re-initialising a
+ * locked mutex would be undefined). The statistics are reset only if a
+ * pool ever wrote them: a fork+exec of a program that never used the pool
+ * should not fault in megabytes of histograms.
  */
 static void after_fork_child(void)
 {
-    pthread_mutex_init(&start_lock, NULL);
     atomic_store_explicit(&current, NULL, memory_order_relaxed);
-    reset_stats();
-    atomic_store_explicit(&hist_workers, 0, memory_order_relaxed);
+    atomic_store_explicit(&closing, false, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_inflight, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&ever_started, memory_order_relaxed)) {
+        reset_stats();
+        atomic_store_explicit(&hist_workers, 0, memory_order_relaxed);
+        atomic_store_explicit(&ever_started, false, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&start_lock);
 }
 
 static void before_fork(void)

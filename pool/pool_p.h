@@ -126,6 +126,7 @@ struct tern__running {
 
 struct tern__pool {
     tern_pool_config cfg;
+    uint64_t gen; /* which start this is: a loop's cached config check names it */
 
     /* The bounded queue: a per-slot-sequence MPMC ring (bounded.c). */
     alignas(TERN_CACHELINE) _Atomic uint64_t q_head;
@@ -139,6 +140,8 @@ struct tern__pool {
     _Atomic unsigned spinners; /* workers spinning before they park */
     unsigned max_spinners;
     _Atomic bool exiting;
+    /* TERN_POOL_CANCEL under way: a job a worker takes from now on is flagged. */
+    _Atomic bool cancelling;
     /* Off the line above: workers write the lock as they park, and every
      * submission reads `sleepers` and `spinners`. */
     alignas(TERN_CACHELINE) pthread_mutex_t park_lock;
@@ -149,7 +152,6 @@ struct tern__pool {
 
     /* The long class (long.c). Lock order: long_lock is a leaf. */
     pthread_mutex_t long_lock;
-    pthread_cond_t long_idle_cond; /* shutdown waits on it */
     struct tern__long_worker *long_parked, *long_all;
     unsigned long_count; /* threads alive, under long_lock */
 
@@ -177,6 +179,29 @@ extern struct tern__pool_counters tern__pool_stats;
 extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
+/*
+ * Jobs in flight, process-wide: from the moment a submitter counts itself
+ * in (before it looks at the pool) until the job's pool life ends — its
+ * completion handed back, or its tombstone dropped. tern_pool_shutdown
+ * waits for this to reach zero with `tern__pool_closing` set, so nothing
+ * it frees is still reachable by a submitter or a job.
+ */
+extern _Atomic uint64_t tern__pool_inflight;
+static inline void tern__pool_leave(void)
+{
+    /* Pairs with the acquire load in tern_pool_shutdown()'s wait. */
+    TERN_ATOMIC_DECREMENT(tern__pool_inflight, memory_order_release);
+}
+
+/*
+ * Hand an admitted job to the pool (starting it with cfg if none runs; NULL
+ * cfg adopts any). *checked caches the generation whose configuration was
+ * last found equal to cfg, so the comparison is paid once per pool start.
+ * 0, or -EINVAL (configuration conflict), -ESHUTDOWN (a shutdown is under
+ * way), -EAGAIN (queue full, long ceiling), -ENOMEM, thread errors. On
+ * success the job counts in tern__pool_inflight until its pool life ends.
+ */
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job);
 /* The running pool or NULL (an acquire load; no start). */
 struct tern__pool *tern__pool_current(void);
 /* The running pool, started on demand with cfg (NULL: defaults). */

@@ -44,7 +44,8 @@ static int map_gai(int rc)
     case EAI_NODATA: return TERN_EAI_NODATA;
 #endif
     case EAI_MEMORY: return -ENOMEM;
-    case EAI_SYSTEM: return -errno;
+    /* errno 0 would read as success: a system error that names no cause. */
+    case EAI_SYSTEM: return errno != 0 ? -errno : TERN_EAI_OTHER;
     default: return TERN_EAI_OTHER;
     }
 }
@@ -55,6 +56,7 @@ static void *lookup_work(tern_job *job, void *arg)
     struct lookup *l = arg;
     struct addrinfo *res = NULL;
     tern__getaddrinfo_fn fn = atomic_load(&getaddrinfo_fn);
+    errno = 0; /* EAI_SYSTEM reads it: never a stale value */
     int rc = fn ? fn(l->host, l->service, l->has_hints ? &l->hints : NULL, &res)
                 : getaddrinfo(l->host, l->service, l->has_hints ? &l->hints : NULL, &res);
     l->gai_status = map_gai(rc);
@@ -167,7 +169,7 @@ static tern_job *pop_waiting(struct tern__pool *p)
         return NULL;
     tern_job *job = p->lookups_waiting[p->lookups_first];
     p->lookups_first = (p->lookups_first + 1) % p->lookups_cap_alloc;
-    p->lookups_len--;
+    TERN_DECREMENT(p->lookups_len);
     return job;
 }
 
@@ -191,16 +193,19 @@ void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker)
 
     while (job != NULL) {
         if (tern__job_claim(job)) {
-            atomic_store_explicit(&p->running[worker].job, job, memory_order_relaxed);
+            /* Pairs with the acquire load in pool.c's cancel_running(). */
+            atomic_store_explicit(&p->running[worker].job, job, memory_order_release);
+            if (TERN_UNLIKELY(atomic_load_explicit(&p->cancelling, memory_order_relaxed)))
+                atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
             tern__job_run(job, worker); /* the worker counts as busy already */
             atomic_store_explicit(&p->running[worker].job, NULL, memory_order_relaxed);
         }
         pthread_mutex_lock(&p->lookup_lock);
         job = pop_waiting(p);
         if (job != NULL)
-            atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+            TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
         else
-            p->lookups_active--;
+            TERN_DECREMENT(p->lookups_active);
         pthread_mutex_unlock(&p->lookup_lock);
     }
 }
@@ -211,7 +216,7 @@ void tern__lookup_drain(struct tern__pool *p, void (*fn)(tern_job *job))
         pthread_mutex_lock(&p->lookup_lock);
         tern_job *job = pop_waiting(p);
         if (job != NULL)
-            atomic_fetch_sub_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
+            TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
         pthread_mutex_unlock(&p->lookup_lock);
         if (job == NULL)
             return;

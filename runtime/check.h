@@ -28,6 +28,22 @@ noreturn void tern__check_failed(const char *file, int line, const char *func,
 #define TERN_FATAL(fn, rule) \
     tern__check_failed(__FILE__, __LINE__, fn, "CONTRACT", rule)
 
+/*
+ * Counters that must never go below zero (credits, live operations,
+ * references, queue depths) are decremented through these, so a lost or
+ * doubled update aborts at once, naming the counter, instead of wrapping
+ * to 4294967295 and leaving a loop to spin or hang in teardown.
+ */
+#define TERN_DECREMENT(counter) \
+    ((counter) > 0 ? (void)(counter)-- \
+                   : tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", \
+                                        #counter " would go below zero"))
+#define TERN_ATOMIC_DECREMENT(counter, order) \
+    (atomic_fetch_sub_explicit(&(counter), 1, order) > 0 \
+         ? (void)0 \
+         : tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", \
+                              #counter " went below zero"))
+
 #define TERN_LIKELY(e)   __builtin_expect(!!(e), 1)
 #define TERN_UNLIKELY(e) __builtin_expect(!!(e), 0)
 

@@ -111,7 +111,7 @@ int tern__deadline_claim(tern_loop *loop)
 void tern__deadline_unclaim(tern_loop *loop)
 {
     TERN_INSIST(loop->heap_claims > 0);
-    loop->heap_claims--;
+    TERN_DECREMENT(loop->heap_claims);
 }
 
 void tern__deadline_arm(tern_loop *loop, struct tern__op *op, uint64_t deadline)

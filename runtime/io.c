@@ -85,7 +85,7 @@ static void stop_watcher(tern_loop *loop, struct watcher *w)
      */
     (void)loop->backend.ops->modify(&loop->backend, w->fd, w->events, 0);
     loop->fds[w->fd] = NULL;
-    loop->io_count--;
+    TERN_DECREMENT(loop->io_count);
     tern__fd_release(w->fd);
     tern__op_finish(loop, &w->op);
 }

@@ -39,7 +39,7 @@ static void dispatch(tern_loop *loop)
         if (op->flags & TERN__OP_DEAD) {
             op->cls->free(loop, op);
         } else {
-            loop->ready_count--;
+            TERN_DECREMENT(loop->ready_count);
             budget--;
             ran++;
             op->cls->dispatch(loop, op);
