@@ -278,16 +278,16 @@ TERN_EXTERN int tern_defer(tern_loop *loop, tern_fn fn, void *arg);
  * is still pending the call returns 0 and changes nothing). A resolve
  * completes with -ECANCELED; a stream closes.
  * Requires: loop != NULL.
- * Returns: from the loop's thread (or while unclaimed): 0, or -ENOENT for
- *          an unknown, finished or stale id (0 is -EINVAL). From another
- *          thread while the loop runs: 0 once the request is queued (it is
- *          resolved by live id in the loop's next step 1; an id that is no
- *          longer live is then ignored), -ENOMEM, -EINVAL for id 0.
- *          On an unclaimed loop the cancel is resolved at once (the loop is
- *          marked for that moment, so a thread starting to run it waits).
- * Threads: any thread. While no thread runs the loop, a foreign cancel is
- *          not serialised with loop-only calls another thread makes at
- *          the same moment: set a loop up before handing its ids around.
+ * Returns: from the thread running the loop (inside its callbacks): 0, or
+ *          -ENOENT for an unknown, finished or stale id (0 is -EINVAL).
+ *          From any other thread — including while nobody runs the loop:
+ *          0 once the request is queued (it is resolved by live id in the
+ *          loop's next step 1, or by tern_loop_free; an id that is no
+ *          longer live is then ignored), -ENOMEM, -EINVAL for id 0,
+ *          -ESHUTDOWN once tern_loop_free has begun.
+ * Threads: any thread. Only the thread running the loop touches the
+ *          loop's containers; every other caller's request is queued, so
+ *          a cancel never races setup calls made on an unclaimed loop.
  */
 TERN_EXTERN int tern_cancel(tern_loop *loop, tern_id id);
 

@@ -226,20 +226,28 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     TERN__REQUIRE_LOOP(loop);
     if (fn == NULL)
         return -EINVAL;
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
-        return -ESHUTDOWN;
-    /* Admission: exact among posts (one counter), read against the loop's ops. */
-    uint64_t pending = atomic_fetch_add_explicit(&loop->posted, 1, memory_order_relaxed) + 1 -
+    /*
+     * Admission: exact among posts (one counter), read against the loop's
+     * ops. The count is taken before `closing` is read, so tern_loop_free
+     * (which sets `closing`, then waits for posted == posts_done) either
+     * sees this post and runs it, or we see it closing and give the count
+     * back. Pairs with the seq_cst store of `closing` in tern_loop_free().
+     */
+    uint64_t pending = atomic_fetch_add_explicit(&loop->posted, 1, memory_order_seq_cst) + 1 -
                        atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
-    if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
-                      loop->max_operations)) {
-        atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_relaxed);
-        return -EAGAIN;
-    }
-    struct tern__inbound *in = node_alloc();
-    if (in == NULL) {
-        atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_relaxed);
-        return -ENOMEM;
+    int rc = 0;
+    struct tern__inbound *in = NULL;
+    if (atomic_load_explicit(&loop->closing, memory_order_seq_cst))
+        rc = -ESHUTDOWN;
+    else if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
+                           loop->max_operations))
+        rc = -EAGAIN;
+    else if ((in = node_alloc()) == NULL)
+        rc = -ENOMEM;
+    if (TERN_UNLIKELY(rc < 0)) {
+        /* Pairs with the acquire load in tern__inbound_quiet(). */
+        atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_release);
+        return rc;
     }
     in->kind = TERN__IN_POST;
     in->u.post.fn = fn;
@@ -247,7 +255,22 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     return enqueue(loop, in);
 }
 
-static int cancel_local(tern_loop *loop, tern_id id)
+/*
+ * Whether no other thread is between admission and enqueue: every post
+ * counted in `posted` has been taken off the queue, and no foreign cancel
+ * is on its way in. Teardown drains until this holds with `closing` set;
+ * from then on nothing can arrive.
+ */
+bool tern__inbound_quiet(tern_loop *loop)
+{
+    /* Pair with the release decrements in tern_post() and tern_cancel(). */
+    return atomic_load_explicit(&loop->foreign_inflight, memory_order_acquire) == 0 &&
+           atomic_load_explicit(&loop->posted, memory_order_acquire) ==
+               atomic_load_explicit(&loop->posts_done, memory_order_relaxed) &&
+           !tern__inbound_pending(loop);
+}
+
+int tern__cancel_local(tern_loop *loop, tern_id id)
 {
     struct tern__op *op = tern__op_find(loop, id);
     if (op == NULL)
@@ -255,41 +278,46 @@ static int cancel_local(tern_loop *loop, tern_id id)
     return op->cls->cancel(loop, op);
 }
 
+/*
+ * A cancel from a thread that does not run the loop never touches the
+ * loop's containers: it is queued, whoever holds the loop (nobody, or
+ * another thread), and the next turn's step 1 resolves it by id — or
+ * tern_loop_free's drain does. An unclaimed loop counts as asleep, so the
+ * enqueue writes its wake fd and a host that watches it pumps the loop.
+ *
+ * The thread that claims the loop (inside a callback, or a host between
+ * run_once calls on its own thread while claimed) resolves at once. Setup
+ * code on an unclaimed loop is "another thread" here too: it cannot be
+ * told apart from a third thread, and the whole point is that no two
+ * threads ever touch the containers at once.
+ */
 int tern_cancel(tern_loop *loop, tern_id id)
 {
     TERN__REQUIRE_LOOP(loop);
     if (id == 0)
         return -EINVAL;
-    uintptr_t me = tern__thread_token();
-    uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
-    if (owner == me)
-        return cancel_local(loop, id);
+    if (atomic_load_explicit(&loop->owner, memory_order_relaxed) == tern__thread_token())
+        return tern__cancel_local(loop, id);
     /*
-     * Nobody runs the loop: mark it for the moment of the cancel, so a
-     * thread that starts running it now waits its turn instead of racing
-     * us through the loop's containers. (Loop-only setup calls made by
-     * another thread at this very moment are not serialised with us; see
-     * docs/decisions.md.) A final callback this queues must still reach a
-     * host that watches the loop's fd: wake it.
+     * Count ourselves in before looking at `closing`: tern_loop_free sets
+     * `closing` and then waits for this count to drop, so either it sees
+     * us and drains our request, or we see it closing and back off.
+     * Pairs with the seq_cst store of `closing` in tern_loop_free().
      */
-    uintptr_t expected = 0;
-    if (atomic_compare_exchange_strong_explicit(&loop->owner, &expected, TERN__OWNER_CANCELLING,
-                                                memory_order_acquire, memory_order_relaxed)) {
-        int rc = cancel_local(loop, id);
-        bool ready = loop->ready_count > 0;
-        /* Pairs with the acquire CAS of the next claimer. */
-        atomic_store_explicit(&loop->owner, 0, memory_order_release);
-        if (ready)
-            tern__loop_wake(loop);
-        return rc;
+    atomic_fetch_add_explicit(&loop->foreign_inflight, 1, memory_order_seq_cst);
+    int rc = -ESHUTDOWN;
+    if (!atomic_load_explicit(&loop->closing, memory_order_seq_cst)) {
+        struct tern__inbound *in = node_alloc();
+        rc = -ENOMEM;
+        if (in != NULL) {
+            in->kind = TERN__IN_CANCEL;
+            in->u.cancel_id = id;
+            rc = enqueue(loop, in);
+        }
     }
-    /* A foreign thread: hand the request over; step 1 resolves it. */
-    struct tern__inbound *in = node_alloc();
-    if (in == NULL)
-        return -ENOMEM;
-    in->kind = TERN__IN_CANCEL;
-    in->u.cancel_id = id;
-    return enqueue(loop, in);
+    /* Pairs with the acquire load in tern__inbound_quiet(). */
+    atomic_fetch_sub_explicit(&loop->foreign_inflight, 1, memory_order_release);
+    return rc;
 }
 
 /*
@@ -341,7 +369,7 @@ void tern__inbound_drain(tern_loop *loop)
     while (cancels != NULL) {
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;
-        cancel_local(loop, in->u.cancel_id);
+        tern__cancel_local(loop, in->u.cancel_id);
         node_free(in);
     }
 }

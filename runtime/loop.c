@@ -40,13 +40,8 @@ tern_loop *tern_loop_current(void)
 static tern_loop *claim(tern_loop *loop, const char *fn)
 {
     uintptr_t expected = 0;
-    while (!atomic_compare_exchange_strong_explicit(&loop->owner, &expected, tern__thread_token(),
-                                                    memory_order_acquire, memory_order_relaxed)) {
-        if (expected == TERN__OWNER_CANCELLING) {
-            expected = 0; /* a foreign cancel's moment: wait it out */
-            sched_yield();
-            continue;
-        }
+    if (!atomic_compare_exchange_strong_explicit(&loop->owner, &expected, tern__thread_token(),
+                                                 memory_order_acquire, memory_order_relaxed)) {
         if (expected == tern__thread_token())
             TERN_FATAL(fn, "called from inside the loop's own callback (the loop is running)");
         TERN_FATAL(fn, "the loop is already running on another thread");
@@ -120,11 +115,11 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op)
     if (tern__deadline_armed(op))
         tern__deadline_disarm(loop, op);
     if (!(op->flags & TERN__OP_UNREF))
-        loop->refs--;
-    tern__ops_set(loop, loop->ops_local - 1);
+        TERN_DECREMENT(loop->refs);
+    tern__op_unadmit(loop);
     if (op->flags & TERN__OP_QUEUED) {
         op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
-        loop->ready_count--;
+        TERN_DECREMENT(loop->ready_count);
     } else
         op->cls->free(loop, op);
 }
@@ -139,7 +134,7 @@ void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
         loop->refs++;
     } else {
         op->flags |= TERN__OP_UNREF;
-        loop->refs--;
+        TERN_DECREMENT(loop->refs);
     }
 }
 
@@ -404,6 +399,8 @@ static void drain(tern_loop *loop)
             tern__loop_turn(loop, 0);
         else if (loop->undelivered > 0)
             tern__loop_turn(loop, -1);
+        else if (!tern__inbound_quiet(loop))
+            sched_yield(); /* a producer counted in, a few instructions from its enqueue */
         else
             break;
     }
@@ -419,7 +416,8 @@ void tern_loop_free(tern_loop *loop)
     tern_loop *prev = claim(loop, "tern_loop_free");
     tern__rcu_enter(loop); /* drain passes run callbacks: readers, as in run */
     atomic_store_explicit(&loop->stop_requested, true, memory_order_relaxed);
-    atomic_store_explicit(&loop->closing, true, memory_order_relaxed);
+    /* Pairs with the seq_cst admission in tern_post() and tern_cancel(). */
+    atomic_store_explicit(&loop->closing, true, memory_order_seq_cst);
     drain(loop);
     tern__rcu_leave(loop);
     /* Every kind's cancel must end its op or arrange its final callback. */
@@ -469,6 +467,16 @@ int64_t tern__loop_last_wait(const tern_loop *loop)
 const char *tern__loop_backend_name(const tern_loop *loop)
 {
     return loop->backend.ops->name;
+}
+
+void tern__test_claim(tern_loop *loop)
+{
+    (void)claim(loop, "tern__test_claim");
+}
+
+void tern__test_release(tern_loop *loop)
+{
+    release(loop, NULL);
 }
 
 int tern__loop_step(const tern_loop *loop)

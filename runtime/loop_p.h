@@ -175,6 +175,8 @@ struct tern_loop {
      * producer holds anyway for its exchange: admission adds no miss.
      */
     _Atomic uint64_t posted;
+    /* Foreign tern_cancel calls between their `closing` check and enqueue. */
+    _Atomic unsigned foreign_inflight;
     alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
     _Atomic bool stop_requested;
     _Atomic bool closing;        /* tern_loop_free has begun */
@@ -215,7 +217,7 @@ struct tern_loop {
     struct tern_job *job_cache; /* freed job records kept for reuse */
     unsigned job_cache_len;
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
-    const void *pool_checked; /* the running pool this loop's config matched */
+    uint64_t pool_checked; /* the pool start (generation) this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
 
@@ -234,12 +236,7 @@ uint64_t tern__ticks(void);
 double tern__ticks_per_ns(void);
 tern_id tern__id_next(tern_loop *loop);
 
-/*
- * `owner` holds the claiming thread's token, 0 when unclaimed, or this
- * marker while a foreign tern_cancel works on an unclaimed loop (run,
- * run_once and free wait it out; it lasts one id lookup and cancel).
- */
-#define TERN__OWNER_CANCELLING ((uintptr_t)1)
+/* `owner` holds the claiming thread's token, 0 when unclaimed. */
 
 /* Loop-only check: aborts naming fn when a foreign thread runs the loop. */
 void tern__loop_only_failed(const char *fn);
@@ -255,8 +252,7 @@ static inline uintptr_t tern__thread_token(void)
 static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 {
     uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
-    if (TERN_UNLIKELY(owner != 0 && owner != tern__thread_token() &&
-                      owner != TERN__OWNER_CANCELLING))
+    if (TERN_UNLIKELY(owner != 0 && owner != tern__thread_token()))
         tern__loop_only_failed(fn);
 }
 #define TERN__LOOP_ONLY(loop) tern__loop_only((loop), __func__)
@@ -299,7 +295,9 @@ static inline int tern__op_admit(tern_loop *loop)
 
 static inline void tern__op_unadmit(tern_loop *loop)
 {
-    tern__ops_set(loop, loop->ops_local - 1);
+    unsigned n = loop->ops_local;
+    TERN_DECREMENT(n);
+    tern__ops_set(loop, n);
 }
 
 /* Register an admitted op (id assigned, referenced). 0 or -ENOMEM. */
@@ -369,6 +367,10 @@ void tern__loop_awake(tern_loop *loop);
 bool tern__inbound_pending(tern_loop *loop);
 /* Step 1's first half: run posts, then resolve cancels. */
 void tern__inbound_drain(tern_loop *loop);
+/* Nothing queued and no producer on its way in (teardown's last check). */
+bool tern__inbound_quiet(tern_loop *loop);
+/* Resolve a cancel by id on the thread that holds the loop. */
+int tern__cancel_local(tern_loop *loop, tern_id id);
 
 /* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
 void tern__rcu_enter(tern_loop *loop);

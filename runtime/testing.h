@@ -28,6 +28,30 @@ typedef int (*tern__getaddrinfo_fn)(const char *host, const char *service,
  * test can stall lookups. Set it before submitting lookups. */
 void tern__set_getaddrinfo(tern__getaddrinfo_fn fn);
 
+/*
+ * Make the calling thread the loop's owner between turns, as a host that
+ * pumps tern_loop_run_once holds it inside a callback: tern_cancel then
+ * resolves at once instead of being queued. Release before running or
+ * freeing the loop. Aborts if another thread holds the loop.
+ */
+void tern__test_claim(tern_loop *loop);
+void tern__test_release(tern_loop *loop);
+
+/*
+ * tern_cancel as the loop's own thread calls it (resolved at once, with
+ * its -ENOENT for an unknown id), from a test thread that holds the loop
+ * between turns or from inside the loop's callbacks.
+ */
+static inline int tern__test_cancel_now(tern_loop *loop, tern_id id)
+{
+    if (tern_loop_current() == loop)
+        return tern_cancel(loop, id);
+    tern__test_claim(loop);
+    int rc = tern_cancel(loop, id);
+    tern__test_release(loop);
+    return rc;
+}
+
 /* Whether the process-wide pool is running now. */
 bool tern__pool_running(void);
 

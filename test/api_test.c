@@ -206,7 +206,7 @@ Test(api, cancel_ref_unref_bad_ids, .timeout = TEST_TIMEOUT)
     tern_id live_id = 0;
     cr_assert_eq(tern_timer_start(loop, HOUR, 0, count_cb, &fired, &live_id), 0);
 
-    cr_assert_eq(tern_cancel(loop, 0), -EINVAL);
+    cr_assert_eq(tern__test_cancel_now(loop, 0), -EINVAL);
     cr_assert_eq(tern_ref(loop, 0), -EINVAL);
     cr_assert_eq(tern_unref(loop, 0), -EINVAL);
 
@@ -216,7 +216,7 @@ Test(api, cancel_ref_unref_bad_ids, .timeout = TEST_TIMEOUT)
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         if (unknown[i] == live_id)
             continue;
-        cr_expect_eq(tern_cancel(loop, unknown[i]), -ENOENT, "cancel %#llx",
+        cr_expect_eq(tern__test_cancel_now(loop, unknown[i]), -ENOENT, "cancel %#llx",
                      (unsigned long long)unknown[i]);
         cr_expect_eq(tern_ref(loop, unknown[i]), -ENOENT);
         cr_expect_eq(tern_unref(loop, unknown[i]), -ENOENT);
@@ -228,10 +228,10 @@ Test(api, cancel_ref_unref_bad_ids, .timeout = TEST_TIMEOUT)
     cr_assert_eq(tern_unref(loop, live_id), 0, "unref is idempotent");
     cr_assert_eq(tern_ref(loop, live_id), 0);
     cr_assert_eq(tern_ref(loop, live_id), 0, "ref is idempotent");
-    cr_assert_eq(tern_cancel(loop, live_id), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, live_id), 0);
 
     /* Now stale: every call says -ENOENT. */
-    cr_assert_eq(tern_cancel(loop, live_id), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, live_id), -ENOENT);
     cr_assert_eq(tern_ref(loop, live_id), -ENOENT);
     cr_assert_eq(tern_unref(loop, live_id), -ENOENT);
     cr_assert_eq(tern_timer_stop(loop, live_id), -ENOENT);
@@ -304,7 +304,7 @@ Test(api, timer_stop_bad_ids, .timeout = TEST_TIMEOUT)
     cr_assert_eq(tern_timer_start(loop, 0, 0, count_cb, &fired, &fired_id), 0);
     cr_assert(run_until_count(loop, &fired, 1, 0, 10));
     cr_assert_eq(tern_timer_stop(loop, fired_id), -ENOENT);
-    cr_assert_eq(tern_cancel(loop, fired_id), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, fired_id), -ENOENT);
 
     close(p[0]);
     close(p[1]);

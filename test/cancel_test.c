@@ -77,7 +77,7 @@ Test(cancel, queued_job_cancelled_from_the_loop_completes_next_turn)
     cr_assert(ph_gate_wait_entered(&gate, 1));
     cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &victim), 0);
 
-    cr_assert_eq(tern_cancel(loop, victim.id), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, victim.id), 0);
     cr_assert_eq(atomic_load(&victim.done_calls), 0, "done ran inside tern_cancel");
     /* One turn, never blocking: the completion must be there. */
     tern_loop_run_once(loop, 0);
@@ -87,7 +87,7 @@ Test(cancel, queued_job_cancelled_from_the_loop_completes_next_turn)
     cr_assert_eq(ph_gate_inside(&gate), 1u, "the worker was released before delivery");
 
     /* Once delivered, the id is stale. */
-    cr_assert_eq(tern_cancel(loop, victim.id), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, victim.id), -ENOENT);
     ph_job *never[] = {&victim};
     finish(loop, &gate, &blocker, never, 1);
 }
@@ -102,7 +102,7 @@ static void cancel_deferred(tern_loop *loop, void *arg)
 {
     struct cancel_in_callback *c = arg;
     c->done_before = (unsigned)atomic_load(&c->victim->done_calls);
-    c->rc = tern_cancel(loop, c->victim->id);
+    c->rc = tern__test_cancel_now(loop, c->victim->id);
 }
 
 Test(cancel, queued_job_cancelled_from_a_callback_completes_next_turn)
@@ -247,12 +247,12 @@ Test(cancel, running_job_sees_the_flag_and_done_gets_its_result)
         j.poll_cancel = true;
         cr_assert_eq(ph_submit(loop, (tern_occupancy)occ, &j), 0);
         cr_assert(ph_gate_wait_entered(&gate, 1));
-        cr_assert_eq(tern_cancel(loop, j.id), 0);
+        cr_assert_eq(tern__test_cancel_now(loop, j.id), 0);
         bool ok;
         PH_PUMP_UNTIL(ok, loop, atomic_load(&j.done_calls) == 1);
         cr_assert(ok);
         check_cancelled_after_running(&j);
-        cr_assert_eq(tern_cancel(loop, j.id), -ENOENT);
+        cr_assert_eq(tern__test_cancel_now(loop, j.id), -ENOENT);
         ph_gate_destroy(&gate);
     }
     tern_loop_free(loop);
@@ -287,9 +287,9 @@ Test(cancel, running_job_that_ignores_the_flag_completes_once)
     ph_job_init(&j, &gate);
     cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &j), 0);
     cr_assert(ph_gate_wait_entered(&gate, 1));
-    cr_assert_eq(tern_cancel(loop, j.id), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, j.id), 0);
     /* Cancelling twice is harmless. */
-    int again = tern_cancel(loop, j.id);
+    int again = tern__test_cancel_now(loop, j.id);
     cr_assert(again == 0 || again == -ENOENT, "second cancel returned %d", again);
     for (int i = 0; i < 5; i++)
         tern_loop_run_once(loop, 0);
@@ -321,10 +321,10 @@ Test(cancel, delivered_job_and_bad_ids)
     PH_PUMP_UNTIL(ok, loop, atomic_load(&j.done_calls) == 1);
     cr_assert(ok);
     cr_assert_eq(j.status, 0);
-    cr_assert_eq(tern_cancel(loop, j.id), -ENOENT, "cancel of a delivered job");
-    cr_assert_eq(tern_cancel(loop, 0), -EINVAL);
-    cr_assert_eq(tern_cancel(loop, j.id + 1000000), -ENOENT);
-    cr_assert_eq(tern_cancel(loop, ~(tern_id)0), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, j.id), -ENOENT, "cancel of a delivered job");
+    cr_assert_eq(tern__test_cancel_now(loop, 0), -EINVAL);
+    cr_assert_eq(tern__test_cancel_now(loop, j.id + 1000000), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, ~(tern_id)0), -ENOENT);
     cr_assert_eq(tern_loop_run(loop), 0);
     cr_assert_eq(atomic_load(&j.done_calls), 1);
     tern_loop_free(loop);
@@ -341,7 +341,7 @@ Test(cancel, a_job_id_from_another_loop_is_unknown_here)
     ph_job_init(&j, &gate);
     cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &j), 0);
     cr_assert(ph_gate_wait_entered(&gate, 1));
-    cr_assert_eq(tern_cancel(other, j.id), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(other, j.id), -ENOENT);
     ph_gate_open(&gate);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, atomic_load(&j.done_calls) == 1);
@@ -374,7 +374,7 @@ Test(cancel, finished_but_undelivered_job_is_unaffected)
     ph_sleep_ns(20 * PH_MS);
     cr_assert_eq(atomic_load(&j.done_calls), 0);
 
-    int rc = tern_cancel(loop, j.id);
+    int rc = tern__test_cancel_now(loop, j.id);
     cr_log_info("tern_cancel on a finished, undelivered job returned %d (%s)", rc,
                 tern_err_name(rc));
     cr_assert(rc == 0 || rc == -ENOENT, "unexpected %d", rc);
@@ -384,7 +384,7 @@ Test(cancel, finished_but_undelivered_job_is_unaffected)
     cr_assert_eq(j.done_result, &j);
     cr_assert_eq(tern_loop_run(loop), 0);
     cr_assert_eq(atomic_load(&j.done_calls), 1);
-    cr_assert_eq(tern_cancel(loop, j.id), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, j.id), -ENOENT);
     tern_loop_free(loop);
     shutdown_clean();
 }
@@ -405,7 +405,7 @@ Test(cancel, many_queued_jobs_half_cancelled)
         cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
     }
     for (int i = 0; i < N; i += 2)
-        cr_assert_eq(tern_cancel(loop, jobs[i].id), 0);
+        cr_assert_eq(tern__test_cancel_now(loop, jobs[i].id), 0);
     tern_loop_run_once(loop, 0);
     for (int i = 0; i < N; i += 2)
         check_cancelled_unrun(&jobs[i]);

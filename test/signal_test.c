@@ -72,8 +72,8 @@ BACKEND_TEST(signal, kill_to_the_process_reaches_the_loop)
     cr_assert_eq(kill(getpid(), SIGUSR2), 0);
     cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 500));
     cr_assert_eq(s.signo, SIGUSR2);
-    cr_assert_eq(tern_cancel(loop, id), 0); /* cancel stops it too */
-    cr_assert_eq(tern_cancel(loop, id), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, id), 0); /* cancel stops it too */
+    cr_assert_eq(tern__test_cancel_now(loop, id), -ENOENT);
     cr_assert_not(blocked_here(SIGUSR2));
     loop_free_clean(loop);
 }

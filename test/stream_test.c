@@ -435,7 +435,7 @@ BACKEND_TEST(stream, close_with_pending_writes_cancels_them_then_closes)
     cr_assert_eq(tern_stream_close(loop, ids[0]), -ENOENT);
     cr_assert_eq(tern_stream_write(loop, ids[0], &small, 1, log_cb, slot(&l, 3)), -ENOENT);
     cr_assert_eq(tern_stream_read_start(loop, ids[0], sink_read, NULL), -ENOENT);
-    cr_assert_eq(tern_cancel(loop, ids[0]), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, ids[0]), -ENOENT);
     cr_assert(run_until_count(loop, &l.closed, 1, 10 * MS, 100));
     cr_assert_eq(atomic_load(&l.n), 3);
     for (unsigned i = 0; i < 3; i++) {
@@ -465,8 +465,8 @@ BACKEND_TEST(stream, cancel_by_id_closes_the_stream)
     struct sink s = {0};
     cr_assert_eq(tern_stream_read_start(loop, ids[1], sink_read, &s), 0);
     cr_assert_eq(tern_stream_on_close(loop, ids[0], log_close, &l), 0);
-    cr_assert_eq(tern_cancel(loop, ids[0]), 0);
-    cr_assert_eq(tern_cancel(loop, ids[0]), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, ids[0]), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, ids[0]), -ENOENT);
     cr_assert(run_until_count(loop, &l.closed, 1, 10 * MS, 100));
     /* Its descriptor was closed: the peer sees end of stream. */
     cr_assert(run_until_bool(loop, &s.eof));

@@ -423,8 +423,8 @@ BACKEND_TEST(tcp, cancel_closes_a_listener)
     server_start(loop, &srv, TERN_TCP_BACKLOG_DEFAULT);
     atomic_uint closed = 0;
     cr_assert_eq(tern_stream_on_close(loop, srv.listener, count_close, &closed), 0);
-    cr_assert_eq(tern_cancel(loop, srv.listener), 0);
-    cr_assert_eq(tern_cancel(loop, srv.listener), -ENOENT);
+    cr_assert_eq(tern__test_cancel_now(loop, srv.listener), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, srv.listener), -ENOENT);
     cr_assert(run_until_count(loop, &closed, 1, 10 * MS, 100));
     /* The port is free again: nothing listens there. */
     static struct client c;

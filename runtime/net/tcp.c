@@ -39,7 +39,7 @@ void tern__tcp_stop_aux(struct tern__stream *s)
     /* The lookup's callback still comes (with -ECANCELED); s->resolve stays
      * set until it does, which keeps the record alive for it. */
     if (s->resolve != 0)
-        (void)tern_cancel(s->loop, s->resolve);
+        (void)tern__cancel_local(s->loop, s->resolve);
     tern__internal_end(s->loop);
 }
 

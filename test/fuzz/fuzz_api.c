@@ -574,18 +574,36 @@ static void step_timer_stop(struct input *in)
     }
 }
 
+/*
+ * tern_cancel from this thread: either as the loop's own thread (it holds
+ * the loop between turns, so the cancel resolves at once and says -ENOENT
+ * for an id it never gave), or as any other thread on the unclaimed loop
+ * (queued and resolved by the next turn's step 1, which runs here at once
+ * so the model stays exact: nothing dispatches before step 1).
+ */
 static void step_cancel(struct input *in)
 {
     int s = slot_of(in);
     tern_loop *loop = slots[s].loop;
     if (loop == NULL)
         return;
+    bool queued = (u8(in) & 1) != 0;
     tern_id id = pick_id(in, (enum kind)(1 + u8(in) % 7), s);
-    int rc = tern_cancel(loop, id);
+    struct rec *r = rec_find(id);
+    int rc = queued ? tern_cancel(loop, id) : tern__test_cancel_now(loop, id);
     sane_rc(rc, "tern_cancel");
     if (id == 0)
         ENSURE(rc == -EINVAL, "tern_cancel(0): %s", tern_err_name(rc));
-    struct rec *r = rec_find(id);
+    if (queued) {
+        ENSURE(rc == 0 || id == 0 || (fault_armed && injected(rc)),
+               "queued tern_cancel: %s", tern_err_name(rc));
+        if (rc != 0)
+            return;
+        int alive = tern_loop_run_once(loop, 0);
+        ENSURE(alive == 0 || alive == 1, "tern_loop_run_once returned %d", alive);
+        stopped_by_id(id, s, true);
+        return;
+    }
     if (r == NULL || r->slot != s)
         ENSURE(rc == -ENOENT || id == 0, "tern_cancel of an id this loop never gave: %s",
                tern_err_name(rc));
