@@ -118,6 +118,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     tern_id id = op->id;
     int status = atomic_load_explicit(&job->cancel, memory_order_relaxed) ? -ECANCELED : 0;
     tern__op_finish(loop, op); /* the id is stale once done starts */
+    TERN_DECREMENT(loop->jobs_live);
     /* submitted == completed + cancelled + jobs whose done is still owed */
     atomic_fetch_add_explicit(status ? &tern__pool_stats.cancelled : &tern__pool_stats.completed,
                               1, memory_order_relaxed);
@@ -184,6 +185,28 @@ void tern__loop_pool_destroy(tern_loop *loop)
     loop->job_cache_len = 0;
     tern__ring_free(loop->ring);
     loop->ring = NULL;
+}
+
+void tern__loop_pool_check_books(tern_loop *loop)
+{
+    struct tern__ring *ring = loop->ring;
+    if (ring == NULL) {
+        if (loop->undelivered != 0)
+            tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
+                               "credits held (undelivered) with no result ring");
+        return;
+    }
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+    if (ring->head > tail)
+        tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS", "result ring head > tail");
+    /* A credit belongs to a live job: more credits than jobs is a leak. */
+    if (loop->undelivered > loop->jobs_live)
+        tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
+                           "undelivered credits > accepted jobs not yet done");
+    /* Every completion on the ring still holds its credit. */
+    if (tail - ring->head > loop->undelivered)
+        tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
+                           "completions on the ring > undelivered credits");
 }
 
 bool tern__loop_pool_pending(tern_loop *loop)
@@ -266,6 +289,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
         job_release(loop, job);
         return rc;
     }
+    loop->jobs_live++;
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
     if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))

@@ -104,6 +104,7 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
     op->ready_next = NULL;
     op->flags = TERN__OP_ANON;
     op->aux = UINT32_MAX;
+    loop->anon++;
     loop->refs++; /* ops_local counted it at admission */
 }
 
@@ -112,6 +113,8 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op)
     TERN_INSIST(!(op->flags & TERN__OP_DEAD));
     if (!(op->flags & TERN__OP_ANON))
         tern__idmap_remove(&loop->ids, op);
+    else
+        TERN_DECREMENT(loop->anon);
     if (tern__deadline_armed(op))
         tern__deadline_disarm(loop, op);
     if (!(op->flags & TERN__OP_UNREF))
@@ -252,6 +255,8 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     }
     loop->now = tern__clock_now();
     loop->last_wait = -1;
+    const char *books = getenv("TERN_CHECK_BOOKS");
+    loop->check_books = books != NULL && books[0] != '\0' && books[0] != '0';
     loop->wake_fd = -1;
     loop->backend.fd = -1;
 
@@ -435,6 +440,32 @@ void tern_loop_free(tern_loop *loop)
     tern__slab_destroy(&loop->defers);
     loop->magic = 0;
     free(loop);
+}
+
+/* ------------------------------------------------------------------ */
+/* The books                                                           */
+/* ------------------------------------------------------------------ */
+
+#define BOOKS(cond, what) \
+    ((cond) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS", what))
+
+void tern__loop_check_books(tern_loop *loop)
+{
+    BOOKS(loop->undelivered <= loop->max_undelivered, "undelivered > max_undelivered");
+    BOOKS(loop->ops_local == loop->ids.count + loop->anon,
+          "live operations (ops_local) != id map count + anonymous ops");
+    BOOKS(atomic_load_explicit(&loop->ops_count, memory_order_relaxed) == loop->ops_local,
+          "published ops_count != ops_local");
+    BOOKS(loop->refs <= loop->ops_local, "refs > live operations");
+    BOOKS(loop->heap.len <= loop->heap_claims, "heap entries > heap claims");
+    unsigned queued = 0;
+    for (struct tern__op *op = loop->ready_head; op != NULL; op = op->ready_next)
+        queued += !(op->flags & TERN__OP_DEAD);
+    BOOKS(queued == loop->ready_count, "ready_count != live ops on the ready queue");
+    BOOKS(atomic_load_explicit(&loop->posted, memory_order_relaxed) >=
+              atomic_load_explicit(&loop->posts_done, memory_order_relaxed),
+          "posts_done > posted");
+    tern__loop_pool_check_books(loop);
 }
 
 /* ------------------------------------------------------------------ */

@@ -194,6 +194,8 @@ struct tern_loop {
     _Atomic unsigned ops_count;    /* ops_local, published for producers */
     _Atomic uint64_t posts_done;   /* posts taken off the inbound queue, ever */
     unsigned refs;       /* referenced ops (keep run() going) */
+    unsigned anon;       /* live ops without an id (defers): ops_local - ids.count */
+    bool check_books;    /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
     unsigned internal;   /* >0: the runtime is calling the public API for itself */
     unsigned io_count;   /* fds registered besides the wake fd */
     uint64_t arm_seq;    /* arming sequence for the heap */
@@ -214,6 +216,7 @@ struct tern_loop {
     /* pool side (pool/job.c) */
     struct tern__ring *ring;
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
+    unsigned jobs_live;   /* accepted jobs whose done has not started (audit only) */
     struct tern_job *job_cache; /* freed job records kept for reuse */
     unsigned job_cache_len;
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
@@ -375,6 +378,15 @@ int tern__cancel_local(tern_loop *loop, tern_id id);
 /* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
 void tern__rcu_enter(tern_loop *loop);
 void tern__rcu_leave(tern_loop *loop);
+
+/*
+ * Audit the loop's books (TERN_CHECK_BOOKS=1 in the environment when the
+ * loop is created; the stress suite sets it): aborts naming the counter
+ * that disagrees with what it counts. Loop thread, between turns.
+ */
+void tern__loop_check_books(tern_loop *loop);
+/* The result ring's share of the audit (pool/job.c). */
+void tern__loop_pool_check_books(tern_loop *loop);
 
 /* Whether anything keeps tern_loop_run() going. */
 bool tern__loop_alive(tern_loop *loop);

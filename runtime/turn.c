@@ -178,6 +178,8 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     fire_deadlines(loop);
 
     loop->step = 0;
+    if (TERN_UNLIKELY(loop->check_books))
+        tern__loop_check_books(loop);
     atomic_fetch_add_explicit(&loop->st_turns, 1, memory_order_relaxed);
     if (loop->flags & TERN_LOOP_RCU)
         rcu_quiescent_state();
