@@ -3,7 +3,8 @@
  *
  * The queue is a multi-producer multi-consumer ring with a sequence number
  * per cell (the same scheme as the result ring, with consumers competing by
- * CAS on the head). Admission is a separate counter checked before the job
+ * CAS on the head, and the same zero-based sequences so the cells come from
+ * calloc untouched: a queue_capacity of 2^31 costs what is used). Admission is a separate counter checked before the job
  * is enqueued, so a full queue refuses before the work exists anywhere,
  * and the ring — sized to the next power of two — is never full.
  *
@@ -43,15 +44,16 @@ static tern_job *dequeue(struct tern__pool *p)
     uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
     for (;;) {
         struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
+        uint64_t lap = pos & ~p->q_mask;
         /* Pairs with the release store in tern__bounded_submit(). */
         uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-        int64_t dif = (int64_t)(seq - (pos + 1));
+        int64_t dif = (int64_t)(seq - (lap + 1));
         if (dif == 0) {
             if (atomic_compare_exchange_weak_explicit(&p->q_head, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 tern_job *job = c->job;
                 /* Pairs with the producer's acquire load one lap later. */
-                atomic_store_explicit(&c->seq, pos + p->q_mask + 1, memory_order_release);
+                atomic_store_explicit(&c->seq, lap + p->q_mask + 1, memory_order_release);
                 TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
                 return job;
             }
@@ -71,7 +73,8 @@ static tern_job *dequeue(struct tern__pool *p)
 static bool queue_nonempty(struct tern__pool *p)
 {
     uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-    return atomic_load_explicit(&p->cells[pos & p->q_mask].seq, memory_order_relaxed) == pos + 1;
+    return atomic_load_explicit(&p->cells[pos & p->q_mask].seq, memory_order_relaxed) ==
+           (pos & ~p->q_mask) + 1;
 }
 
 static void wake_one(struct tern__pool *p)
@@ -203,6 +206,7 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
         atomic_store_explicit(&tern__pool_stats.queued_peak, q + 1, memory_order_relaxed);
 
     uint64_t pos = atomic_fetch_add_explicit(&p->q_tail, 1, memory_order_relaxed);
+    uint64_t lap = pos & ~p->q_mask;
     struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
     /*
      * Admission guarantees the cell's previous occupant was claimed; its
@@ -210,7 +214,7 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
      * for that (a few instructions, unless that thread was preempted).
      */
     for (unsigned spins = 0;
-         atomic_load_explicit(&c->seq, memory_order_acquire) != pos; spins++) {
+         atomic_load_explicit(&c->seq, memory_order_acquire) != lap; spins++) {
         if (spins > 64)
             sched_yield();
         else
@@ -218,7 +222,7 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
     }
     c->job = job;
     /* Pairs with the acquire load in dequeue(). */
-    atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+    atomic_store_explicit(&c->seq, lap + 1, memory_order_release);
     wake_one(p);
     return 0;
 }
@@ -249,8 +253,6 @@ int tern__bounded_start(struct tern__pool *p)
     p->q_mask = size - 1;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
-    for (uint64_t i = 0; i < size; i++)
-        atomic_init(&p->cells[i].seq, i);
     pthread_mutex_init(&p->park_lock, NULL);
     pthread_cond_init(&p->park_cond, NULL);
 

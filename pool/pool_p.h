@@ -57,10 +57,10 @@ struct tern__ring_slot {
 
 struct tern__ring {
     uint64_t mask;
+    struct tern__ring_slot *slots; /* calloc'd: zero is every slot's initial state */
     alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers: pool threads */
     _Atomic unsigned pins; /* producers inside push + wake (see tern__job_complete) */
     alignas(TERN_CACHELINE) uint64_t head;         /* consumer: the loop */
-    alignas(TERN_CACHELINE) struct tern__ring_slot slots[];
 };
 
 int tern__ring_new(struct tern__ring **ringp, uint64_t capacity);

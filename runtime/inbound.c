@@ -111,6 +111,22 @@ static struct node_block *block_get(void)
     return b != NULL ? b : aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
 }
 
+/* fork(): never let the child inherit the spare lock held by a vanished thread. */
+static void spare_before_fork(void)
+{
+    pthread_mutex_lock(&spare_lock);
+}
+
+static void spare_after_fork(void)
+{
+    pthread_mutex_unlock(&spare_lock);
+}
+
+__attribute__((constructor)) static void spare_fork_handlers(void)
+{
+    pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork);
+}
+
 /* Give the spares back to malloc at exit, so the process ends valgrind-clean. */
 __attribute__((destructor)) static void spare_free(void)
 {

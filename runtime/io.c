@@ -73,6 +73,36 @@ void tern__fd_release(int fd)
     pthread_mutex_unlock(&registry_lock);
 }
 
+/*
+ * fork(): a thread of the parent may hold the lock at that moment and does
+ * not exist in the child, so the lock is taken around the fork. The
+ * parent's loops are unusable in the child (their threads are gone), so
+ * the child forgets their registrations: its own loops may watch the
+ * descriptors it inherited.
+ */
+static void registry_before_fork(void)
+{
+    pthread_mutex_lock(&registry_lock);
+}
+
+static void registry_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void registry_after_fork_child(void)
+{
+    free(registry);
+    registry = NULL;
+    registry_len = registry_used = 0;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+__attribute__((constructor)) static void registry_fork_handlers(void)
+{
+    pthread_atfork(registry_before_fork, registry_after_fork_parent, registry_after_fork_child);
+}
+
 /* ------------------------------------------------------------------ */
 /* Watchers                                                            */
 /* ------------------------------------------------------------------ */

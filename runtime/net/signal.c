@@ -56,6 +56,33 @@ struct tern__signal {
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool watched[_NSIG]; /* under table_lock */
 
+/*
+ * fork(): the table lock is held around the fork so the child never
+ * inherits it locked; the child forgets the parent's watchers (their loops
+ * are unusable there) so it may watch those signals itself.
+ */
+static void table_before_fork(void)
+{
+    pthread_mutex_lock(&table_lock);
+}
+
+static void table_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&table_lock);
+}
+
+static void table_after_fork_child(void)
+{
+    for (size_t i = 0; i < sizeof(watched) / sizeof(watched[0]); i++)
+        watched[i] = false;
+    pthread_mutex_unlock(&table_lock);
+}
+
+__attribute__((constructor)) static void table_fork_handlers(void)
+{
+    pthread_atfork(table_before_fork, table_after_fork_parent, table_after_fork_child);
+}
+
 static void signal_dispatch(tern_loop *loop, struct tern__op *op);
 static int signal_cancel(tern_loop *loop, struct tern__op *op);
 static void signal_free(tern_loop *loop, struct tern__op *op);
