@@ -27,16 +27,31 @@
 #include "pool_p.h"
 
 /*
- * Before parking, a worker spins briefly, but only if fewer than half the
- * CPUs already have a spinner: on a small machine the loop that feeds the
- * pool shares the cores, and every extra spinner takes its time.
+ * Before parking, a worker spins for a job within its adaptive budget
+ * (pool/spin.h), but only if fewer than half the CPUs already have a
+ * spinner: on a small machine the loop that feeds the pool shares the
+ * cores, and every extra spinner takes its time. It checks the clock every
+ * CLOCK_EVERY rounds and yields every YIELD_EVERY, so a feeder that shares
+ * its core still runs.
  */
-#define SPIN_ROUNDS 4000
+#define CLOCK_EVERY 16
 #define YIELD_EVERY 256
 
 struct worker_arg {
     struct tern__pool *pool;
     unsigned index;
+};
+
+struct worker {
+    struct tern__pool *pool;
+    unsigned index;
+    struct tern__spin spin;
+    /*
+     * The last completion had to wake its loop with a syscall: that loop
+     * was asleep, and its next submission is at least a wake away. Park
+     * without spinning.
+     */
+    bool loop_slept;
 };
 
 static tern_job *dequeue(struct tern__pool *p)
@@ -121,15 +136,27 @@ static void park(struct tern__pool *p)
     atomic_store_explicit(&p->waking, false, memory_order_relaxed);
 }
 
-static bool spin(struct tern__pool *p)
+static bool spin(struct worker *w)
 {
+    struct tern__pool *p = w->pool;
+    if (w->loop_slept) {
+        w->loop_slept = false;
+        return false;
+    }
+    uint32_t budget = tern__spin_budget(&w->spin);
+    if (budget == 0)
+        return false;
     if (atomic_fetch_add_explicit(&p->spinners, 1, memory_order_relaxed) >= p->max_spinners) {
         atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
         return false;
     }
+    atomic_fetch_add_explicit(&tern__pool_stats.spinning, 1, memory_order_relaxed);
+    uint64_t deadline = tern__clock_now() + budget;
     bool found = false;
-    for (unsigned i = 1; i <= SPIN_ROUNDS && !found; i++) {
+    for (unsigned i = 1;; i++) {
         found = queue_nonempty(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed);
+        if (found)
+            break;
         /*
          * Yield now and then: if the thread that will feed us shares our
          * core (a busy or small machine, or valgrind, which runs one
@@ -139,8 +166,12 @@ static bool spin(struct tern__pool *p)
             sched_yield();
         else
             caa_cpu_relax();
+        if (i % CLOCK_EVERY == 0 && tern__clock_now() >= deadline)
+            break;
     }
+    TERN_ATOMIC_DECREMENT(tern__pool_stats.spinning, memory_order_relaxed);
     atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+    tern__spin_result(&w->spin, found);
     return found;
 }
 
@@ -149,6 +180,8 @@ static void *worker_main(void *argp)
     struct worker_arg a = *(struct worker_arg *)argp;
     free(argp);
     struct tern__pool *p = a.pool;
+    struct worker w = {.pool = p, .index = a.index};
+    tern__spin_init(&w.spin);
     atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
     /*
      * `busy` counts workers between finding work and running dry, so a
@@ -175,7 +208,7 @@ static void *worker_main(void *argp)
             atomic_store_explicit(&p->running[a.index].job, job, memory_order_release);
             if (TERN_UNLIKELY(atomic_load_explicit(&p->cancelling, memory_order_relaxed)))
                 atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-            tern__job_run(job, a.index);
+            w.loop_slept = tern__job_run(job, a.index);
             atomic_store_explicit(&p->running[a.index].job, NULL, memory_order_relaxed);
             continue;
         }
@@ -185,7 +218,7 @@ static void *worker_main(void *argp)
         }
         if (atomic_load_explicit(&p->exiting, memory_order_acquire))
             break;
-        if (!spin(p))
+        if (!spin(&w))
             park(p);
     }
     TERN_ATOMIC_DECREMENT(tern__pool_stats.threads, memory_order_relaxed);
@@ -239,18 +272,18 @@ int tern__bounded_start(struct tern__pool *p)
     uint64_t size = 1;
     while (size < p->cfg.queue_capacity)
         size <<= 1;
-    p->cells = tern__calloc(size, sizeof(*p->cells));
+    p->cells = tern__calloc_lazy(size, sizeof(*p->cells));
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
     /* A line each (alignas in the type): calloc only promises 16 bytes. */
     p->running = tern__calloc_aligned(alignof(struct tern__running),
                                       p->cfg.threads * sizeof(*p->running));
+    p->q_mask = size - 1;
     if (p->cells == NULL || p->threads == NULL || p->running == NULL) {
-        free(p->cells);
+        tern__free_lazy(p->cells, size, sizeof(*p->cells));
         free(p->threads);
         free(p->running);
         return -ENOMEM;
     }
-    p->q_mask = size - 1;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
     pthread_mutex_init(&p->park_lock, NULL);
@@ -283,7 +316,7 @@ void tern__bounded_stop(struct tern__pool *p)
     p->nthreads = 0;
     pthread_cond_destroy(&p->park_cond);
     pthread_mutex_destroy(&p->park_lock);
-    free(p->cells);
+    tern__free_lazy(p->cells, p->q_mask + 1, sizeof(*p->cells));
     free(p->threads);
     free(p->running);
     p->cells = NULL;

@@ -32,7 +32,7 @@ bool tern__job_claim(tern_job *job)
     return false;
 }
 
-void tern__job_complete(tern_job *job)
+bool tern__job_complete(tern_job *job)
 {
     tern_loop *loop = job->loop;
     /*
@@ -43,13 +43,14 @@ void tern__job_complete(tern_job *job)
     struct tern__ring *ring = loop->ring;
     atomic_fetch_add_explicit(&ring->pins, 1, memory_order_acquire);
     tern__ring_push(ring, job);
-    tern__loop_wake(loop);
+    bool woke = tern__loop_wake(loop);
     /* Pairs with the acquire load in tern__loop_pool_destroy(). */
     atomic_fetch_sub_explicit(&ring->pins, 1, memory_order_release);
     tern__pool_leave(); /* handed back: the job's pool life ends here */
+    return woke;
 }
 
-void tern__job_run(tern_job *job, unsigned worker)
+bool tern__job_run(tern_job *job, unsigned worker)
 {
     bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
     uint64_t start = tern__ticks();
@@ -58,7 +59,7 @@ void tern__job_run(tern_job *job, unsigned worker)
     job->result = job->work(job, job->arg);
     tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
     atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
-    tern__job_complete(job);
+    return tern__job_complete(job);
 }
 
 bool tern_job_cancelled(const tern_job *job)
@@ -77,8 +78,10 @@ tern_id tern_job_id(const tern_job *job)
 /* Loop side                                                           */
 /* ------------------------------------------------------------------ */
 
-static void release_credit(tern_loop *loop)
+static void release_credit(tern_loop *loop, const tern_job *job)
 {
+    if (job->occupancy == TERN_LONG)
+        TERN_DECREMENT(loop->long_undelivered);
     TERN_DECREMENT(loop->undelivered);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
 }
@@ -144,7 +147,7 @@ static int job_cancel(tern_loop *loop, struct tern__op *op)
                                                 memory_order_acq_rel, memory_order_acquire)) {
         /* Never runs: deliver in the next step 2, without its credit. */
         job->result = NULL;
-        release_credit(loop);
+        release_credit(loop, job);
         tern__op_ready(loop, op);
     }
     /* Running: it sees tern_job_cancelled(). Finished: no effect. */
@@ -200,6 +203,9 @@ void tern__loop_pool_check_books(tern_loop *loop)
     if (ring->head > tail)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS", "result ring head > tail");
     /* A credit belongs to a live job: more credits than jobs is a leak. */
+    if (loop->long_undelivered > loop->undelivered)
+        tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
+                           "long jobs' credits > all credits");
     if (loop->undelivered > loop->jobs_live)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
                            "undelivered credits > accepted jobs not yet done");
@@ -220,7 +226,7 @@ void tern__loop_pool_collect(tern_loop *loop)
         return;
     tern_job *job;
     while ((job = tern__ring_pop(loop->ring)) != NULL) {
-        release_credit(loop);
+        release_credit(loop, job);
         tern__op_ready(loop, &job->op);
     }
 }
@@ -290,6 +296,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
         return rc;
     }
     loop->jobs_live++;
+    loop->long_undelivered += occ == TERN_LONG;
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
     if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))

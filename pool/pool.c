@@ -190,6 +190,17 @@ int tern_pool_start(const tern_pool_config *cfg)
     return tern__pool_get(cfg, &p);
 }
 
+bool tern__pool_active(void)
+{
+    /*
+     * A snapshot of two gauges: workers between taking a job and running
+     * dry, and workers spinning for one. Either may be a moment old; the
+     * caller only uses it to decide whether a short spin can pay.
+     */
+    return atomic_load_explicit(&tern__pool_stats.busy, memory_order_relaxed) != 0 ||
+           atomic_load_explicit(&tern__pool_stats.spinning, memory_order_relaxed) != 0;
+}
+
 bool tern__pool_running(void)
 {
     return atomic_load_explicit(&current, memory_order_acquire) != NULL;
@@ -210,7 +221,7 @@ static void cancel_queued(tern_job *job)
         return;
     }
     job->result = NULL;
-    tern__job_complete(job);
+    (void)tern__job_complete(job);
 }
 
 /*

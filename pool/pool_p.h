@@ -75,12 +75,15 @@ bool tern__ring_ready(const struct tern__ring *ring);
 int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
 
-/* Hand a finished job back to its loop: ring push + wake (any thread). */
-void tern__job_complete(tern_job *job);
+/*
+ * Hand a finished job back to its loop: ring push + wake (any thread).
+ * True when the loop was asleep and had to be woken by a syscall.
+ */
+bool tern__job_complete(tern_job *job);
 /* A worker found this job; true if it now runs, false if it was a tombstone. */
 bool tern__job_claim(tern_job *job);
-/* A worker runs a claimed job and completes it (stats recorded). */
-void tern__job_run(tern_job *job, unsigned worker_index);
+/* A worker runs a claimed job and completes it (stats recorded); as complete. */
+bool tern__job_run(tern_job *job, unsigned worker_index);
 
 /* ------------------------------------------------------------------ */
 /* Statistics (histogram.c)                                            */
@@ -168,6 +171,8 @@ struct tern__pool_counters {
     _Atomic unsigned queued_peak;
     _Atomic unsigned reserved;
     alignas(TERN_CACHELINE) _Atomic unsigned threads, busy, long_threads, long_busy;
+    /* Workers spinning for a job (as the pool's `spinners`, readable with no pool). */
+    _Atomic unsigned spinning;
     alignas(TERN_CACHELINE) _Atomic uint64_t submitted;
     _Atomic uint64_t refused_queue_full, refused_long_ceiling, refused_undelivered,
         refused_operations;

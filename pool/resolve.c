@@ -148,7 +148,7 @@ int tern__lookup_init(struct tern__pool *p)
     p->lookups_cap = (p->cfg.threads + 1) / 2;
     /* Waiting lookups hold queue slots; workers may hold one each in passing. */
     p->lookups_cap_alloc = p->cfg.queue_capacity + p->cfg.threads;
-    p->lookups_waiting = tern__calloc(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
+    p->lookups_waiting = tern__calloc_lazy(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
     if (p->lookups_waiting == NULL)
         return -ENOMEM;
     pthread_mutex_init(&p->lookup_lock, NULL);
@@ -159,7 +159,7 @@ void tern__lookup_destroy(struct tern__pool *p)
 {
     TERN_INSIST(p->lookups_len == 0 && p->lookups_active == 0);
     pthread_mutex_destroy(&p->lookup_lock);
-    free(p->lookups_waiting);
+    tern__free_lazy(p->lookups_waiting, p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
 }
 
 /* With lookup_lock held. */

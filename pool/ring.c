@@ -34,7 +34,7 @@ int tern__ring_new(struct tern__ring **ringp, uint64_t capacity)
     struct tern__ring *r = tern__calloc_aligned(alignof(struct tern__ring), sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
-    if ((r->slots = tern__calloc(size, sizeof(r->slots[0]))) == NULL) {
+    if ((r->slots = tern__calloc_lazy(size, sizeof(r->slots[0]))) == NULL) {
         free(r);
         return -ENOMEM;
     }
@@ -46,7 +46,7 @@ int tern__ring_new(struct tern__ring **ringp, uint64_t capacity)
 void tern__ring_free(struct tern__ring *ring)
 {
     if (ring != NULL)
-        free(ring->slots);
+        tern__free_lazy(ring->slots, ring->mask + 1, sizeof(ring->slots[0]));
     free(ring);
 }
 

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "fault.h"
 
@@ -71,6 +72,30 @@ void *tern__calloc_aligned(size_t align, size_t size)
     if (p != NULL)
         memset(p, 0, size);
     return p;
+}
+
+#define LAZY_MIN (256u << 10) /* below this, calloc's own pages are fine */
+
+void *tern__calloc_lazy(size_t n, size_t size)
+{
+    if (tern__fault_hit(TERN__FAULT_ALLOC))
+        return NULL;
+    if (size != 0 && n > SIZE_MAX / size)
+        return NULL;
+    if (n * size < LAZY_MIN)
+        return calloc(n, size);
+    void *p = mmap(NULL, n * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void tern__free_lazy(void *p, size_t n, size_t size)
+{
+    if (p == NULL)
+        return;
+    if (n * size < LAZY_MIN)
+        free(p);
+    else
+        munmap(p, n * size);
 }
 
 void tern__free(void *p)

@@ -42,6 +42,15 @@ void *tern__realloc(void *p, size_t size);
 void tern__free(void *p);
 /* Zeroed memory aligned to `align` (a power of two; types with alignas). */
 void *tern__calloc_aligned(size_t align, size_t size);
+/*
+ * n zeroed elements whose pages cost nothing until touched: large arrays
+ * (a ring sized for 2^31 credits) come straight from anonymous mmap, so
+ * neither calloc's memset (which MALLOC_PERTURB_ forces even for mmapped
+ * chunks) nor anything else writes them up front; small ones from calloc.
+ * Free with tern__free_lazy and the same n and size. NULL on failure.
+ */
+void *tern__calloc_lazy(size_t n, size_t size);
+void tern__free_lazy(void *p, size_t n, size_t size);
 
 /*
  * Create a thread with every signal blocked (so signalfd and liburcu's

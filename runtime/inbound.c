@@ -179,13 +179,13 @@ static void node_free(struct tern__inbound *in)
 /* Waking the loop                                                     */
 /* ------------------------------------------------------------------ */
 
-static void wake_checked(tern_loop *loop);
+static bool wake_checked(tern_loop *loop);
 
-void tern__loop_wake(tern_loop *loop)
+bool tern__loop_wake(tern_loop *loop)
 {
     /* Pairs with the fence after the PARKING store in turn.c's park(). */
     atomic_thread_fence(memory_order_seq_cst);
-    wake_checked(loop);
+    return wake_checked(loop);
 }
 
 /*
@@ -193,17 +193,18 @@ void tern__loop_wake(tern_loop *loop)
  * barrier of their own (cds_wfcq_enqueue's exchange is one, as liburcu
  * documents), so the fence above would be paid twice.
  */
-static void wake_checked(tern_loop *loop)
+static bool wake_checked(tern_loop *loop)
 {
     unsigned state = atomic_load_explicit(&loop->wake_state, memory_order_relaxed);
     if (state != TERN__WAKE_PARKING)
-        return;
+        return false;
     if (!atomic_compare_exchange_strong(&loop->wake_state, &state, TERN__WAKE_NOTIFIED))
-        return; /* another producer got there first, or the loop woke */
+        return false; /* another producer got there first, or the loop woke */
     atomic_fetch_add_explicit(&loop->wake_syscalls, 1, memory_order_relaxed);
     uint64_t one = 1;
     ssize_t w = write(loop->wake_fd, &one, sizeof(one));
     (void)w; /* EAGAIN means the counter is already non-zero: still awake */
+    return true;
 }
 
 void tern__loop_awake(tern_loop *loop)
@@ -233,7 +234,7 @@ static int enqueue(tern_loop *loop, struct tern__inbound *in)
     TSAN_RELEASE(in);
     /* The enqueue is a full barrier: it publishes before we read the word. */
     cds_wfcq_enqueue(&loop->in_head, &loop->in_tail, &in->node);
-    wake_checked(loop);
+    (void)wake_checked(loop);
     return 0;
 }
 

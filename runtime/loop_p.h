@@ -28,6 +28,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "spin.h"
 #include "fault.h"
 #include "tern.h"
 
@@ -217,6 +218,8 @@ struct tern_loop {
     struct tern__ring *ring;
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
     unsigned jobs_live;   /* accepted jobs whose done has not started (audit only) */
+    unsigned long_undelivered; /* of the credits, those held by TERN_LONG jobs */
+    struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
     struct tern_job *job_cache; /* freed job records kept for reuse */
     unsigned job_cache_len;
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
@@ -358,8 +361,11 @@ static inline bool tern__deadline_armed(const struct tern__op *op)
     return op->aux != UINT32_MAX;
 }
 
-/* Wake the loop if it is parking or asleep (any thread, after publishing). */
-void tern__loop_wake(tern_loop *loop);
+/*
+ * Wake the loop if it is parking or asleep (any thread, after publishing).
+ * True when this call wrote the wake fd: the loop was asleep.
+ */
+bool tern__loop_wake(tern_loop *loop);
 /*
  * The loop's side of a wake: set the word to RUNNING and, if a producer
  * had notified, consume its eventfd write. Called when a thread claims the
@@ -405,6 +411,9 @@ extern const size_t tern__timer_size, tern__defer_size;
 /* Pool configuration checks the loop calls (pool/pool.c). */
 int tern__pool_config_check(const tern_pool_config *cfg);     /* 0 or -EINVAL */
 bool tern__pool_config_conflicts(const tern_pool_config *cfg); /* differs from the running pool's */
+
+/* Whether any pool worker is on a CPU now (running a job, or spinning for one). */
+bool tern__pool_active(void);
 
 /* Pool hooks the loop calls (pool/job.c). */
 void tern__loop_pool_collect(tern_loop *loop); /* step 1: ring -> ready */

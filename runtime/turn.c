@@ -70,28 +70,45 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
 }
 
 /*
- * How long to look for a pool completion before parking, when jobs are in
- * flight: a wake across cores costs ~20 µs here, so a completion due within
- * a few µs is cheaper to catch spinning than sleeping.
+ * Before parking with pool jobs in flight, look for their completions for
+ * a while: a wake across cores costs ~20 µs on a small VM, so a completion
+ * due within a few µs is cheaper to catch spinning than sleeping. Only
+ * where it pays:
+ *  - for bounded jobs only, and only with a few in flight (a round trip's
+ *    latency is won there; with many, completions come in batches anyway,
+ *    and a spin would take the core from the workers that produce them).
+ *    Never for long jobs: they hold a thread for a connection's lifetime
+ *    and are no round trip.
+ *  - only while some worker is on a CPU (running a job or spinning for
+ *    one); with every worker parked nothing can land soon.
+ *  - for at most the adaptive budget of pool/spin.h, by the clock: on a
+ *    busy machine the worker may be descheduled, spins stop finding work,
+ *    and the budget falls to nothing, so the loop parks at once instead of
+ *    holding a core the worker needs.
  */
-#define SPIN_ROUNDS 2000
 #define SPIN_MAX_INFLIGHT 4
+#define CLOCK_EVERY 16
 
 static bool spin_for_work(tern_loop *loop)
 {
-    /*
-     * Only with a few jobs in flight: that is where a round trip's latency
-     * is won. With many, completions come in batches anyway, and a spin
-     * would take the core from the very workers that produce them.
-     */
-    if (loop->undelivered == 0 || loop->undelivered > SPIN_MAX_INFLIGHT)
+    unsigned bounded = loop->undelivered - loop->long_undelivered;
+    if (bounded == 0 || bounded > SPIN_MAX_INFLIGHT || !tern__pool_active())
         return false;
-    for (unsigned i = 0; i < SPIN_ROUNDS; i++) {
-        if (tern__loop_pool_pending(loop) || tern__inbound_pending(loop))
-            return true;
+    uint32_t budget = tern__spin_budget(&loop->spin);
+    if (budget == 0)
+        return false;
+    uint64_t deadline = tern__clock_now() + budget;
+    bool found = false;
+    for (unsigned i = 1;; i++) {
+        found = tern__loop_pool_pending(loop) || tern__inbound_pending(loop);
+        if (found)
+            break;
         caa_cpu_relax();
+        if (i % CLOCK_EVERY == 0 && (tern__clock_now() >= deadline || !tern__pool_active()))
+            break;
     }
-    return false;
+    tern__spin_result(&loop->spin, found);
+    return found;
 }
 
 /* Announce the park, then re-check: see inbound.c for the protocol. */
@@ -113,16 +130,22 @@ static bool park(tern_loop *loop)
     return true;
 }
 
-static void wait_backend(tern_loop *loop, int64_t wait)
+/*
+ * Step 4. Returns when the wait (if any) began, after any spin: a spin is
+ * the loop working, and is booked as busy time, never idle.
+ */
+static uint64_t wait_backend(tern_loop *loop, int64_t wait)
 {
     if (wait != 0 && spin_for_work(loop))
         wait = 0;
+    uint64_t began = wait != 0 ? tern__clock_now() : 0;
     bool parked = wait != 0 && park(loop);
     if (!parked) {
         /* Nothing to sleep for: only ask the kernel if there are fds. */
         if (loop->io_count == 0)
-            return;
+            return 0;
         wait = 0;
+        began = 0;
     }
     if (parked && (loop->flags & TERN_LOOP_RCU))
         rcu_thread_offline();
@@ -138,6 +161,7 @@ static void wait_backend(tern_loop *loop, int64_t wait)
     for (int i = 0; i < n; i++)
         if (loop->fired[i].fd != loop->wake_fd)
             tern__io_fired(loop, loop->fired[i].fd, loop->fired[i].events);
+    return began;
 }
 
 static void fire_deadlines(tern_loop *loop)
@@ -164,17 +188,16 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
 
     loop->step = 3;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
-    uint64_t before = loop->now;
     int64_t wait = compute_wait(loop, max_wait);
     loop->last_wait = wait;
 
     loop->step = 4;
-    wait_backend(loop, wait);
+    uint64_t idle_from = wait_backend(loop, wait);
 
     loop->step = 5;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
-    if (wait != 0)
-        atomic_fetch_add_explicit(&loop->st_idle_ns, loop->now - before, memory_order_relaxed);
+    if (idle_from != 0 && loop->now > idle_from)
+        atomic_fetch_add_explicit(&loop->st_idle_ns, loop->now - idle_from, memory_order_relaxed);
     fire_deadlines(loop);
 
     loop->step = 0;
