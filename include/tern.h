@@ -481,6 +481,7 @@ typedef struct tern_loop_stats {
 TERN_EXTERN void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out);
 
 #include "tern/net.h"
+#include "tern/admission.h"
 
 #ifdef __cplusplus
 }

@@ -115,12 +115,159 @@ static void job_release(tern_loop *loop, tern_job *job)
     loop->job_cache_len++;
 }
 
+/* ------------------------------------------------------------------ */
+/* Owners                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * An owner is an operation of the loop (an id, one unit of
+ * max_operations, never keeping tern_loop_run going) with a cap and the
+ * list of its jobs in flight. Closing it retires the id at once; the
+ * record lives on until its last job's done has started, since those jobs
+ * still point at it.
+ */
+struct tern__owner {
+    struct tern__op op;
+    unsigned cap, in_flight;
+    uint64_t accepted, refused;
+    bool closed;
+    tern_job *jobs; /* in flight, doubly linked through owner_prev/owner_next */
+};
+
+static int job_cancel(tern_loop *loop, struct tern__op *op);
+static const struct tern__op_class owner_class;
+
+static void owner_link(struct tern__owner *o, tern_job *job)
+{
+    job->owner = o;
+    job->owner_prev = NULL;
+    job->owner_next = o->jobs;
+    if (o->jobs != NULL)
+        o->jobs->owner_prev = job;
+    o->jobs = job;
+    o->in_flight++;
+    o->accepted++;
+}
+
+/* The job's done is about to start: it no longer counts against its owner. */
+static void owner_unlink(tern_job *job)
+{
+    struct tern__owner *o = job->owner;
+    if (o == NULL)
+        return;
+    if (job->owner_prev != NULL)
+        job->owner_prev->owner_next = job->owner_next;
+    else
+        o->jobs = job->owner_next;
+    if (job->owner_next != NULL)
+        job->owner_next->owner_prev = job->owner_prev;
+    job->owner = NULL;
+    TERN_DECREMENT(o->in_flight);
+    if (o->closed && o->in_flight == 0)
+        free(o);
+}
+
+/* Cancel every job in flight, then retire the id (the record may outlive it). */
+static int owner_cancel(tern_loop *loop, struct tern__op *op)
+{
+    struct tern__owner *o = (struct tern__owner *)op;
+    for (tern_job *job = o->jobs; job != NULL; job = job->owner_next)
+        (void)job_cancel(loop, &job->op);
+    tern__op_finish(loop, op);
+    return TERN_CANCEL_STOPPED;
+}
+
+static void owner_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    struct tern__owner *o = (struct tern__owner *)op;
+    o->closed = true;
+    if (o->in_flight == 0)
+        free(o);
+}
+
+static const struct tern__op_class owner_class = {
+    .name = "owner",
+    .cancel = owner_cancel,
+    .free = owner_free,
+    .refable = false,
+};
+
+static struct tern__owner *owner_find(tern_loop *loop, tern_id id)
+{
+    struct tern__op *op = tern__op_find(loop, id);
+    return op != NULL && op->cls == &owner_class ? (struct tern__owner *)op : NULL;
+}
+
+int tern_owner_open(tern_loop *loop, unsigned cap, tern_id *ownerp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN_REQUIRE(ownerp != NULL);
+    TERN__LOOP_ONLY(loop);
+    if (cap == 0 || cap > (1u << 31))
+        return -EINVAL;
+    int rc = tern__op_admit(loop);
+    if (rc < 0)
+        return rc;
+    struct tern__owner *o = tern__calloc(1, sizeof(*o));
+    if (o == NULL) {
+        tern__op_unadmit(loop);
+        return -ENOMEM;
+    }
+    o->cap = cap;
+    if ((rc = tern__op_add(loop, &o->op, &owner_class)) < 0) {
+        free(o);
+        tern__op_unadmit(loop);
+        return rc;
+    }
+    tern__op_set_ref(loop, &o->op, false); /* an owner alone keeps nothing running */
+    *ownerp = o->op.id;
+    return 0;
+}
+
+int tern_owner_close(tern_loop *loop, tern_id owner)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (owner == 0)
+        return -EINVAL;
+    struct tern__owner *o = owner_find(loop, owner);
+    if (o == NULL)
+        return -ENOENT;
+    (void)owner_cancel(loop, &o->op);
+    return 0;
+}
+
+int tern_owner_stats_get(tern_loop *loop, tern_id owner, tern_owner_stats *out)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN_REQUIRE(out != NULL);
+    TERN__LOOP_ONLY(loop);
+    if (owner == 0)
+        return -EINVAL;
+    struct tern__owner *o = owner_find(loop, owner);
+    if (o == NULL)
+        return -ENOENT;
+    *out = (tern_owner_stats){.cap = o->cap, .in_flight = o->in_flight,
+                              .accepted = o->accepted, .refused = o->refused};
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Delivery, cancellation and deadlines                                */
+/* ------------------------------------------------------------------ */
+
 static void job_dispatch(tern_loop *loop, struct tern__op *op)
 {
     tern_job *job = (tern_job *)op;
     tern_id id = op->id;
-    int status = atomic_load_explicit(&job->cancel, memory_order_relaxed) ? -ECANCELED : 0;
-    tern__op_finish(loop, op); /* the id is stale once done starts */
+    int status = !atomic_load_explicit(&job->cancel, memory_order_relaxed) ? 0
+                 : job->timed_out                                        ? -ETIMEDOUT
+                                                                         : -ECANCELED;
+    tern__op_finish(loop, op); /* the id is stale once done starts (disarms any deadline) */
+    if (job->has_deadline)
+        tern__deadline_unclaim(loop);
+    owner_unlink(job);
     TERN_DECREMENT(loop->jobs_live);
     /* submitted == completed + cancelled + jobs whose done is still owed */
     atomic_fetch_add_explicit(status ? &tern__pool_stats.cancelled : &tern__pool_stats.completed,
@@ -134,24 +281,47 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     job_release(loop, job);
 }
 
-static int job_cancel(tern_loop *loop, struct tern__op *op)
+/*
+ * Stop a job: tombstone it if still queued (its work never runs; done in
+ * the next step 2, without its credit), flag it if running. Returns what
+ * happened (TERN_CANCEL_*); done comes exactly once either way.
+ */
+static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
 {
-    tern_job *job = (tern_job *)op;
     uint8_t state = atomic_load_explicit(&job->state, memory_order_acquire);
+    if (state == TERN__JOB_TOMBSTONED)
+        return TERN_CANCEL_STOPPED; /* already stopped; its done is queued */
     if (state != TERN__JOB_QUEUED && state != TERN__JOB_RUNNING)
-        return 0; /* finished (its done is on the way) or already a tombstone */
+        return TERN_CANCEL_FINISHED; /* done gets 0 and the result */
+    if (atomic_load_explicit(&job->cancel, memory_order_relaxed))
+        return TERN_CANCEL_RUNNING; /* told before; the first reason stands */
+    job->timed_out = timeout;
     /* A worker finishing right now may still report this as cancelled. */
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     uint8_t expected = TERN__JOB_QUEUED;
     if (atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_TOMBSTONED,
                                                 memory_order_acq_rel, memory_order_acquire)) {
-        /* Never runs: deliver in the next step 2, without its credit. */
         job->result = NULL;
         release_credit(loop, job);
-        tern__op_ready(loop, op);
+        tern__op_ready(loop, &job->op);
+        return TERN_CANCEL_STOPPED;
     }
-    /* Running: it sees tern_job_cancelled(). Finished: no effect. */
-    return 0;
+    /* Claimed meanwhile (running: it sees the flag) or just finished. */
+    return TERN_CANCEL_RUNNING;
+}
+
+static int job_cancel(tern_loop *loop, struct tern__op *op)
+{
+    return stop_job(loop, (tern_job *)op, false);
+}
+
+/* Step 5: the job's timeout came. Not started: never runs; running: flagged. */
+static void job_expired(tern_loop *loop, struct tern__op *op)
+{
+    tern_job *job = (tern_job *)op;
+    if (stop_job(loop, job, true) == TERN_CANCEL_RUNNING && job->kind == TERN__JOB_LOOKUP &&
+        job->timed_out)
+        tern__lookup_expired(loop, job); /* getaddrinfo cannot be interrupted */
 }
 
 static void job_free(tern_loop *loop, struct tern__op *op)
@@ -164,6 +334,7 @@ static const struct tern__op_class job_class = {
     .name = "job",
     .dispatch = job_dispatch,
     .cancel = job_cancel,
+    .expired = job_expired,
     .free = job_free,
     .refable = false,
 };
@@ -240,37 +411,64 @@ static int ensure_ring(tern_loop *loop)
     return tern__ring_new(&loop->ring, n);
 }
 
+/* A resource refusal: -EAGAIN, its cause kept for tern_loop_last_refusal. */
+static int refuse(tern_loop *loop, tern_refusal cause)
+{
+    loop->last_refusal = cause;
+    return -EAGAIN;
+}
+
+#define TIMEOUT_MAX ((uint64_t)1 << 62)
+
 /*
  * Accept or refuse a job. Every refusal happens before the work exists
  * anywhere the pool can see it, and changes only its own counter.
  */
-int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
-                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
+int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+                          tern_work_fn work, tern_done_fn done, void *arg,
+                          const tern_job_options *opts, tern_id *idp)
 {
+    loop->last_refusal = TERN_REFUSED_NONE;
+    struct tern__owner *owner = NULL;
+    uint64_t timeout = 0;
+    if (opts != NULL) {
+        if (opts->timeout_ns > TIMEOUT_MAX)
+            return -EINVAL;
+        timeout = opts->timeout_ns;
+        if (opts->owner != 0 && (owner = owner_find(loop, opts->owner)) == NULL)
+            return -EINVAL; /* unknown or closed */
+        if (owner != NULL && owner->in_flight >= owner->cap) {
+            owner->refused++;
+            return refuse(loop, TERN_REFUSED_OWNER_CAP);
+        }
+    }
     int rc;
     if ((rc = ensure_ring(loop)) < 0)
         return rc;
     if (loop->undelivered >= loop->max_undelivered) {
         atomic_fetch_add_explicit(&tern__pool_stats.refused_undelivered, 1, memory_order_relaxed);
-        return -EAGAIN;
+        return refuse(loop, TERN_REFUSED_UNDELIVERED);
     }
     if ((rc = tern__op_admit(loop)) < 0) {
-        if (rc == -EAGAIN)
-            atomic_fetch_add_explicit(&tern__pool_stats.refused_operations, 1,
-                                      memory_order_relaxed);
+        if (rc != -EAGAIN)
+            return rc;
+        atomic_fetch_add_explicit(&tern__pool_stats.refused_operations, 1, memory_order_relaxed);
+        return refuse(loop, TERN_REFUSED_OPERATIONS);
+    }
+    if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0) {
+        tern__op_unadmit(loop);
         return rc;
     }
     tern_job *job = job_alloc(loop);
     if (job == NULL) {
-        tern__op_unadmit(loop);
-        return -ENOMEM;
+        rc = -ENOMEM;
+        goto unadmit;
     }
     *job = (tern_job){.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .loop = loop,
-                      .work = work, .done = done, .arg = arg};
+                      .work = work, .done = done, .arg = arg, .has_deadline = timeout != 0};
     if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
         job_release(loop, job);
-        tern__op_unadmit(loop);
-        return rc;
+        goto unadmit;
     }
     tern_id id = job->op.id;
     /*
@@ -282,8 +480,9 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
      */
     job->t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
     loop->undelivered++;
+    tern_refusal cause = TERN_REFUSED_NONE;
     rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
-                           job);
+                           job, &cause);
     if (rc < 0) {
         TERN_DECREMENT(loop->undelivered);
         /*
@@ -293,10 +492,16 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
          */
         tern__op_finish(loop, &job->op);
         job_release(loop, job);
-        return rc;
+        if (timeout != 0)
+            tern__deadline_unclaim(loop);
+        return rc == -EAGAIN ? refuse(loop, cause) : rc;
     }
     loop->jobs_live++;
     loop->long_undelivered += occ == TERN_LONG;
+    if (owner != NULL)
+        owner_link(owner, job);
+    if (timeout != 0)
+        tern__deadline_arm(loop, &job->op, loop->now + timeout);
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
     if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
@@ -304,6 +509,59 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind ki
     if (idp != NULL)
         *idp = id;
     return 0;
+
+unadmit:
+    if (timeout != 0)
+        tern__deadline_unclaim(loop);
+    tern__op_unadmit(loop);
+    return rc;
+}
+
+int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
+{
+    return tern__submit_job_with(loop, occ, kind, work, done, arg, NULL, idp);
+}
+
+static int check_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
+                        tern_done_fn done)
+{
+    if (work == NULL || done == NULL || (occupancy != TERN_BOUNDED && occupancy != TERN_LONG))
+        return -EINVAL;
+    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+        return -ESHUTDOWN;
+    return 0;
+}
+
+int tern_submit_with(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
+                     tern_done_fn done, void *arg, const tern_job_options *opts, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    int rc = check_submit(loop, occupancy, work, done);
+    if (rc < 0)
+        return rc;
+    return tern__submit_job_with(loop, occupancy, TERN__JOB_WORK, work, done, arg, opts, idp);
+}
+
+void tern_job_options_init(tern_job_options *opts)
+{
+    TERN_REQUIRE(opts != NULL);
+    *opts = (tern_job_options){0};
+}
+
+tern_refusal tern_loop_last_refusal(const tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    return (tern_refusal)loop->last_refusal;
+}
+
+const char *tern_refusal_name(tern_refusal refusal)
+{
+    static const char *const names[] = {"none", "queue_full", "long_ceiling", "undelivered",
+                                        "operations", "owner_cap", "shutdown"};
+    return (unsigned)refusal < sizeof(names) / sizeof(names[0]) ? names[refusal] : "?";
 }
 
 int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, tern_done_fn done,
@@ -311,9 +569,8 @@ int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, te
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    if (work == NULL || done == NULL || (occupancy != TERN_BOUNDED && occupancy != TERN_LONG))
-        return -EINVAL;
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
-        return -ESHUTDOWN;
+    int rc = check_submit(loop, occupancy, work, done);
+    if (rc < 0)
+        return rc;
     return tern__submit_job(loop, occupancy, TERN__JOB_WORK, work, done, arg, idp);
 }

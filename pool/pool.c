@@ -155,11 +155,13 @@ int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
     return rc;
 }
 
-int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job)
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job,
+                      tern_refusal *cause)
 {
     /* Count in first; pairs with the seq_cst store of `closing` in shutdown. */
     atomic_fetch_add_explicit(&tern__pool_inflight, 1, memory_order_seq_cst);
-    int rc = -ESHUTDOWN;
+    int rc = -EAGAIN;
+    *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
     if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
         goto refused;
     struct tern__pool *p = tern__pool_current();
@@ -168,9 +170,11 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *
             goto refused;
         *checked = p->gen;
     }
-    rc = job->occupancy == TERN_BOUNDED ? tern__bounded_submit(p, job) : tern__long_submit(p, job);
+    bool bounded = job->occupancy == TERN_BOUNDED;
+    rc = bounded ? tern__bounded_submit(p, job) : tern__long_submit(p, job);
     if (rc == 0)
         return 0;
+    *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
 refused:
     tern__pool_leave();
     return rc;

@@ -31,14 +31,20 @@ enum tern__job_state {
 
 enum tern__job_kind { TERN__JOB_WORK = 0, TERN__JOB_LOOKUP = 1 };
 
+struct tern__owner;
+
 struct tern_job {
-    struct tern__op op;           /* loop side: id, ready link */
+    struct tern__op op;           /* loop side: id, ready link, deadline */
     _Atomic uint8_t state;        /* enum tern__job_state */
     _Atomic bool cancel;          /* tern_job_cancelled() */
     uint8_t occupancy;            /* tern_occupancy */
     uint8_t kind;                 /* enum tern__job_kind */
-    uint32_t pad;
+    bool has_deadline;            /* loop side: holds a heap claim (a timeout) */
+    bool timed_out;               /* loop side: the deadline took effect */
+    uint16_t pad;
     tern_loop *loop;
+    struct tern__owner *owner;    /* loop side: whose cap it counts against, or NULL */
+    tern_job *owner_prev, *owner_next; /* loop side: the owner's jobs in flight */
     tern_work_fn work;
     tern_done_fn done;
     void *arg;
@@ -74,6 +80,10 @@ bool tern__ring_ready(const struct tern__ring *ring);
 /* Admit and hand over a job of either kind (tern_submit, tern_resolve). */
 int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
+/* The same with an owner and a timeout (opts may be NULL). */
+int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+                          tern_work_fn work, tern_done_fn done, void *arg,
+                          const tern_job_options *opts, tern_id *idp);
 
 /*
  * Hand a finished job back to its loop: ring push + wake (any thread).
@@ -202,11 +212,12 @@ static inline void tern__pool_leave(void)
  * Hand an admitted job to the pool (starting it with cfg if none runs; NULL
  * cfg adopts any). *checked caches the generation whose configuration was
  * last found equal to cfg, so the comparison is paid once per pool start.
- * 0, or -EINVAL (configuration conflict), -ESHUTDOWN (a shutdown is under
- * way), -EAGAIN (queue full, long ceiling), -ENOMEM, thread errors. On
- * success the job counts in tern__pool_inflight until its pool life ends.
+ * 0, or -EINVAL (configuration conflict), -EAGAIN with *cause (queue full,
+ * long ceiling, a shutdown under way), -ENOMEM, thread errors. On success
+ * the job counts in tern__pool_inflight until its pool life ends.
  */
-int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job);
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job,
+                      tern_refusal *cause);
 /* The running pool or NULL (an acquire load; no start). */
 struct tern__pool *tern__pool_current(void);
 /* The running pool, started on demand with cfg (NULL: defaults). */
@@ -232,5 +243,7 @@ void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker_index
 int tern__lookup_init(struct tern__pool *p);
 void tern__lookup_destroy(struct tern__pool *p);
 void tern__lookup_drain(struct tern__pool *p, void (*fn)(tern_job *job));
+/* A lookup's deadline passed while it runs: answer its caller now (loop thread). */
+void tern__lookup_expired(tern_loop *loop, tern_job *job);
 
 #endif

@@ -16,6 +16,15 @@
 #include "testing.h"
 
 struct lookup {
+    /*
+     * A deadline that passes while getaddrinfo runs cannot interrupt it,
+     * so the caller is answered at once (-ETIMEDOUT, in step 2, through
+     * this op) and the late result is dropped when the worker returns.
+     */
+    struct tern__op answer;
+    bool answered;  /* the callback has been given, or is queued */
+    unsigned refs;  /* the job, and the queued answer */
+    tern_id id;
     char *host, *service;
     struct addrinfo hints;
     bool has_hints;
@@ -70,10 +79,64 @@ static void free_lookup(struct lookup *l)
     free(l);
 }
 
+static void lookup_unref(struct lookup *l)
+{
+    TERN_DECREMENT(l->refs);
+    if (l->refs == 0)
+        free_lookup(l);
+}
+
+static void answer_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    struct lookup *l = caa_container_of(op, struct lookup, answer);
+    tern_resolve_cb cb = l->cb;
+    void *cb_arg = l->arg;
+    tern_id id = l->id;
+    tern__op_finish(loop, op); /* may free l: the job's done has come */
+    cb(loop, id, -ETIMEDOUT, NULL, cb_arg);
+}
+
+static int answer_cancel(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop, (void)op;
+    return TERN_CANCEL_STOPPED; /* queued to run; teardown's drain delivers it */
+}
+
+static void answer_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    lookup_unref(caa_container_of(op, struct lookup, answer));
+}
+
+static const struct tern__op_class answer_class = {
+    .name = "lookup timeout",
+    .dispatch = answer_dispatch,
+    .cancel = answer_cancel,
+    .free = answer_free,
+    .refable = false,
+};
+
+void tern__lookup_expired(tern_loop *loop, tern_job *job)
+{
+    struct lookup *l = job->arg;
+    if (l->answered || tern__op_admit(loop) < 0)
+        return; /* no room for the early answer: the job's done gives it, late */
+    l->answered = true;
+    l->refs++;
+    l->id = job->op.id;
+    tern__op_add_anon(loop, &l->answer, &answer_class);
+    tern__op_ready(loop, &l->answer);
+}
+
 static void lookup_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
 {
     struct lookup *l = arg;
     struct addrinfo *res = result;
+    if (l->answered) {
+        tern_freeaddrinfo(res); /* the caller was told -ETIMEDOUT already */
+        lookup_unref(l);
+        return;
+    }
     if (status == 0)
         status = l->gai_status;
     if (status != 0 && res != NULL) {
@@ -82,7 +145,7 @@ static void lookup_done(tern_loop *loop, tern_id id, int status, void *result, v
     }
     tern_resolve_cb cb = l->cb;
     void *cb_arg = l->arg;
-    free_lookup(l);
+    lookup_unref(l);
     cb(loop, id, status, res, cb_arg);
 }
 
@@ -105,8 +168,9 @@ static char *dup_or_null(const char *s, bool *failed)
     return d;
 }
 
-int tern_resolve(tern_loop *loop, const char *host, const char *service,
-                 const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_id *idp)
+int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
+                      const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                      const tern_job_options *opts, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
@@ -133,10 +197,18 @@ int tern_resolve(tern_loop *loop, const char *host, const char *service,
     }
     l->cb = cb;
     l->arg = arg;
-    int rc = tern__submit_job(loop, TERN_BOUNDED, TERN__JOB_LOOKUP, lookup_work, lookup_done, l, idp);
+    l->refs = 1;
+    int rc = tern__submit_job_with(loop, TERN_BOUNDED, TERN__JOB_LOOKUP, lookup_work, lookup_done,
+                                   l, opts, idp);
     if (rc < 0)
         free_lookup(l);
     return rc;
+}
+
+int tern_resolve(tern_loop *loop, const char *host, const char *service,
+                 const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_id *idp)
+{
+    return tern_resolve_with(loop, host, service, hints, cb, arg, NULL, idp);
 }
 
 /* ------------------------------------------------------------------ */

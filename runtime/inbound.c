@@ -329,7 +329,8 @@ int tern_cancel(tern_loop *loop, tern_id id)
         if (in != NULL) {
             in->kind = TERN__IN_CANCEL;
             in->u.cancel_id = id;
-            rc = enqueue(loop, in);
+            (void)enqueue(loop, in);
+            rc = TERN_CANCEL_REQUESTED;
         }
     }
     /* Pairs with the acquire load in tern__inbound_quiet(). */

@@ -219,6 +219,7 @@ struct tern_loop {
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
     unsigned jobs_live;   /* accepted jobs whose done has not started (audit only) */
     unsigned long_undelivered; /* of the credits, those held by TERN_LONG jobs */
+    unsigned last_refusal;  /* tern_refusal of the last submission (tern_loop_last_refusal) */
     struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
     struct tern_job *job_cache; /* freed job records kept for reuse */
     unsigned job_cache_len;

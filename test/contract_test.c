@@ -276,7 +276,7 @@ static void do_allowed(tern_loop *loop, void *ctx)
 {
     struct id_ctx *c = ctx;
     cr_assert_eq(tern_post(loop, noop_fn, NULL), 0);
-    cr_assert_eq(tern_cancel(loop, c->id), 0);
+    cr_assert_eq(tern_cancel(loop, c->id), TERN_CANCEL_REQUESTED);
     cr_assert_eq(tern_loop_stop(loop), 0);
     tern_loop_stats s;
     tern_loop_stats_get(loop, &s);

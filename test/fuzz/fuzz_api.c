@@ -591,13 +591,15 @@ static void step_cancel(struct input *in)
     tern_id id = pick_id(in, (enum kind)(1 + u8(in) % 7), s);
     struct rec *r = rec_find(id);
     int rc = queued ? tern_cancel(loop, id) : tern__test_cancel_now(loop, id);
-    sane_rc(rc, "tern_cancel");
+    ENSURE(rc <= TERN_CANCEL_REQUESTED, "tern_cancel returned %d", rc);
+    if (rc < 0)
+        sane_rc(rc, "tern_cancel");
     if (id == 0)
         ENSURE(rc == -EINVAL, "tern_cancel(0): %s", tern_err_name(rc));
     if (queued) {
-        ENSURE(rc == 0 || id == 0 || (fault_armed && injected(rc)),
-               "queued tern_cancel: %s", tern_err_name(rc));
-        if (rc != 0)
+        ENSURE(rc == TERN_CANCEL_REQUESTED || id == 0 || (fault_armed && injected(rc)),
+               "queued tern_cancel: %d", rc);
+        if (rc != TERN_CANCEL_REQUESTED)
             return;
         int alive = tern_loop_run_once(loop, 0);
         ENSURE(alive == 0 || alive == 1, "tern_loop_run_once returned %d", alive);
@@ -605,9 +607,9 @@ static void step_cancel(struct input *in)
         return;
     }
     if (r == NULL || r->slot != s)
-        ENSURE(rc == -ENOENT || id == 0, "tern_cancel of an id this loop never gave: %s",
-               tern_err_name(rc));
-    if (rc == 0)
+        ENSURE(rc == -ENOENT || id == 0, "tern_cancel of an id this loop never gave: %d", rc);
+    ENSURE(rc != TERN_CANCEL_REQUESTED, "a cancel from the loop's own thread was queued");
+    if (rc >= 0)
         stopped_by_id(id, s, true);
 }
 
@@ -850,6 +852,8 @@ static void step_foreign(struct input *in)
             tern_loop_run_once(slots[s].loop, 0);
     for (unsigned i = 0; i < k; i++) {
         struct foreign_act *a = &foreign.acts[i];
+        if (a->what == F_CANCEL && a->rc == TERN_CANCEL_REQUESTED)
+            a->rc = 0; /* queued: the foreign cancel's success */
         sane_rc(a->rc, "a foreign call");
         if (a->what == F_POST) {
             a->post->accepted = a->rc == 0;

@@ -182,11 +182,11 @@ static void cancel_rec(struct rec *r, uint64_t *rng)
         return;
     atomic_store(&r->cancel_requested, true);
     /* While the loop runs, a foreign cancel is queued and returns 0. */
-    if (tern_cancel(g.loop, id) != 0)
+    if (tern_cancel(g.loop, id) < 0)
         atomic_fetch_add(&g.bad_cancel_rc, 1);
     atomic_fetch_add(&g.cancels, 1);
     if (rng_next(rng) % 16 == 0) {
-        if (tern_cancel(g.loop, id) != 0)
+        if (tern_cancel(g.loop, id) < 0)
             atomic_fetch_add(&g.bad_cancel_rc, 1);
         atomic_fetch_add(&g.double_cancels, 1);
     }
@@ -225,7 +225,7 @@ static void *helper(void *arg)
         if (rng_next(&rng) % 8 == 0 && head > 0) {
             struct rec *old = &mine[rng_next(&rng) % head];
             if (old->kind == K_SHORT && atomic_load(&old->fired) > 0) {
-                if (tern_cancel(g.loop, atomic_load(&old->id)) != 0)
+                if (tern_cancel(g.loop, atomic_load(&old->id)) < 0)
                     atomic_fetch_add(&g.bad_cancel_rc, 1);
                 atomic_fetch_add(&g.stale_cancels, 1);
             }

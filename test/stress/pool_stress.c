@@ -168,7 +168,7 @@ static void stress_done(tern_loop *loop, tern_id id, int status, void *result, v
         if (victim != 0) {
             int rc = tern_cancel(loop, victim);
             lp->local_cancels++;
-            if (rc == 0)
+            if (rc >= 0) /* stopped, running or finished */
                 lp->local_cancel_ok++;
             else if (rc == -ENOENT)
                 lp->local_cancel_enoent++;
@@ -214,7 +214,7 @@ static void drive(tern_loop *loop, void *arg)
         if ((rng_next(&lp->rng) & 31) == 0) {
             rc = tern_cancel(loop, id);
             lp->local_cancels++;
-            if (rc == 0)
+            if (rc >= 0)
                 lp->local_cancel_ok++;
             else
                 loop_error(lp, "cancel of a just-submitted job failed", lp->next - 1);
@@ -272,10 +272,10 @@ static void *canceller_main(void *arg)
         tern_id id = atomic_load(&lp->ids[rng_next(&rng) % ID_SLOTS]);
         if (id != 0) {
             /* The loop is inside tern_loop_run for as long as cancellers
-             * run, so this is always the queued path: 0 or -ENOMEM. */
+             * run, so this is always the queued path: REQUESTED or -ENOMEM. */
             int rc = tern_cancel(lp->loop, id);
             atomic_fetch_add(&foreign_cancels, 1);
-            if (rc != 0 && rc != -ENOMEM)
+            if (rc != TERN_CANCEL_REQUESTED && rc != -ENOMEM)
                 atomic_fetch_add(&foreign_cancel_bad, 1);
         }
         ph_sleep_ns(20000);

@@ -1,0 +1,156 @@
+/*
+ * Admission for servers: owners with a cap on their jobs in flight, job
+ * and lookup deadlines on the loop's one deadline heap, the cause of a
+ * refusal per call, and what a cancel did. Included by tern.h.
+ *
+ * The narrative, with an example, is in docs/pool.md ("Admission for
+ * servers").
+ */
+#ifndef TERN_ADMISSION_H
+#define TERN_ADMISSION_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Why a submission was refused                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Every resource refusal returns -EAGAIN; this says which resource. The
+ * cause is the loop's own (a loop-only value, so no other loop moves it),
+ * unlike the process-wide refused_* counters of tern_pool_stats.
+ */
+typedef enum tern_refusal {
+    TERN_REFUSED_NONE = 0,        /* the last submission was accepted (or was no refusal) */
+    TERN_REFUSED_QUEUE_FULL = 1,  /* the bounded queue (with its reservations) is full */
+    TERN_REFUSED_LONG_CEILING = 2,/* long_threads_max long jobs are running */
+    TERN_REFUSED_UNDELIVERED = 3, /* this loop holds max_undelivered credits */
+    TERN_REFUSED_OPERATIONS = 4,  /* this loop has max_operations live operations */
+    TERN_REFUSED_OWNER_CAP = 5,   /* the owner has its cap of jobs in flight */
+    TERN_REFUSED_SHUTDOWN = 6,    /* tern_pool_shutdown is under way; retry after it */
+} tern_refusal;
+
+/*
+ * tern_loop_last_refusal: the cause of the last submission on this loop
+ * (tern_submit, tern_submit_with, tern_resolve, tern_resolve_with): a
+ * TERN_REFUSED_* value when it returned -EAGAIN, TERN_REFUSED_NONE when it
+ * did not. Read it right after the call.
+ * Requires: loop != NULL.
+ * Threads: loop-only.
+ */
+TERN_EXTERN tern_refusal tern_loop_last_refusal(const tern_loop *loop);
+
+/* tern_refusal_name: "queue_full", "owner_cap", ... ("none" for 0; "?" if unknown). */
+TERN_EXTERN const char *tern_refusal_name(tern_refusal refusal);
+
+/* ------------------------------------------------------------------ */
+/* What a cancel did                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * tern_cancel returns one of these (never negative) when it succeeds. For
+ * a job or a lookup it says what happened to the work; a timer, watcher or
+ * stream is simply stopped (TERN_CANCEL_STOPPED). In every case the job's
+ * done still comes exactly once.
+ */
+enum {
+    TERN_CANCEL_STOPPED = 0,   /* not started and never will: done gets -ECANCELED, NULL result */
+    TERN_CANCEL_RUNNING = 1,   /* running: tern_job_cancelled() is now true; done gets
+                                  -ECANCELED and the work's result */
+    TERN_CANCEL_FINISHED = 2,  /* the work had returned: no effect; done gets 0 and its result */
+    TERN_CANCEL_REQUESTED = 3, /* queued from a thread not running the loop: resolved in the
+                                  loop's next step 1; the outcome is done's status */
+};
+
+/* ------------------------------------------------------------------ */
+/* Owners and deadlines                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Options for tern_submit_with and tern_resolve_with. Zero means "none".
+ *   owner       an owner (tern_owner_open) whose cap this job counts against
+ *   timeout_ns  not started by then: done gets -ETIMEDOUT and the work never
+ *               runs; running by then: tern_job_cancelled() turns true and
+ *               done gets -ETIMEDOUT with the work's result. 1..2^62.
+ */
+typedef struct tern_job_options {
+    tern_id owner;
+    uint64_t timeout_ns;
+} tern_job_options;
+
+/* tern_job_options_init: no owner, no timeout. Requires: opts != NULL. */
+TERN_EXTERN void tern_job_options_init(tern_job_options *opts);
+
+/*
+ * tern_submit_with: tern_submit with an owner and/or a timeout (opts may be
+ * NULL: exactly tern_submit).
+ * Requires: loop != NULL.
+ * Returns: as tern_submit, plus -EINVAL for an unknown or closed owner
+ *          or a timeout over 2^62 ns, -ENOMEM if the deadline cannot be
+ *          armed, and -EAGAIN with TERN_REFUSED_OWNER_CAP when the owner
+ *          has cap jobs in flight. A refused job leaves no trace (the
+ *          owner's refused count aside).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_submit_with(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
+                                 tern_done_fn done, void *arg, const tern_job_options *opts,
+                                 tern_id *idp);
+
+/*
+ * tern_resolve_with: tern_resolve with an owner and/or a timeout (a stalled
+ * resolver then cannot hold the caller: the callback gets -ETIMEDOUT).
+ * Requires, Returns: as tern_resolve and tern_submit_with.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
+                                  const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                                  const tern_job_options *opts, tern_id *idp);
+
+/*
+ * tern_owner_open: a new owner (a client connection, a tenant, a request)
+ * on this loop, allowing at most cap of its jobs in flight (from
+ * acceptance until their done has started). Owners are the loop's: their
+ * counts cost no atomics. An owner does not keep tern_loop_run() going and
+ * counts as one live operation.
+ * Requires: loop != NULL, ownerp != NULL.
+ * Returns: 0 and *ownerp; -EINVAL for cap 0 or over 2^31; -EAGAIN at
+ *          max_operations; -ENOMEM; -ESHUTDOWN while the loop is freed.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_owner_open(tern_loop *loop, unsigned cap, tern_id *ownerp);
+
+/*
+ * tern_owner_close: close an owner and cancel every job and lookup it still
+ * has in flight (queued: never runs; running: flagged), each still getting
+ * its one done (-ECANCELED). The id is stale at once; tern_cancel on it
+ * also closes it.
+ * Requires: loop != NULL.
+ * Returns: 0; -EINVAL for id 0; -ENOENT for an unknown or closed owner.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_owner_close(tern_loop *loop, tern_id owner);
+
+typedef struct tern_owner_stats {
+    unsigned cap;       /* as opened */
+    unsigned in_flight; /* accepted jobs whose done has not started */
+    uint64_t accepted;  /* jobs and lookups accepted, ever */
+    uint64_t refused;   /* refused for the owner's cap, ever */
+} tern_owner_stats;
+
+/*
+ * tern_owner_stats_get: the owner's counts now.
+ * Requires: loop != NULL, out != NULL.
+ * Returns: 0; -EINVAL for id 0; -ENOENT for an unknown or closed owner.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_owner_stats_get(tern_loop *loop, tern_id owner, tern_owner_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
