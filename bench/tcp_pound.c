@@ -1,8 +1,11 @@
 /*
  * TCP pound: `conns` connections at a time, each connecting to a loopback
  * echo server (its own thread and loop), sending `size` bytes, reading
- * them back and closing; each close starts a new connection until
- * `requests` have completed. Twin: tcp_pound_uv.c.
+ * them back and closing; its close callback starts the next connection
+ * until `requests` have completed. Twin: tcp_pound_uv.c, of the same
+ * shape: a slot is reused only once its stream's close has completed, so
+ * neither side ever has more than `conns` sockets open, and each pays for
+ * the close's last turn before the next connect starts.
  *
  * Parameters: conns=100 requests=20000 size=64
  * Figures: tcp_pound_c<conns> (completed connections/s).
@@ -16,6 +19,7 @@
 typedef struct conn_slot {
     tern_id stream;
     size_t got;
+    int open; /* from start_one until its close callback */
 } conn_slot;
 
 static unsigned long started, finished, failed, total;
@@ -26,8 +30,11 @@ static uint64_t t1;
 
 static void start_one(tern_loop *loop, conn_slot *slot);
 
-static void finish_one(tern_loop *loop, conn_slot *slot)
+static void on_closed(tern_loop *loop, tern_id stream, void *arg)
 {
+    conn_slot *slot = arg;
+    (void)stream;
+    slot->open = 0;
     if (++finished == total)
         t1 = bench_now_ns();
     if (started < total)
@@ -47,22 +54,20 @@ static void on_read(tern_loop *loop, tern_id stream, int status, const void *dat
     if (status < 0 || len == 0) {
         failed++;
         tern_stream_close(loop, stream);
-        finish_one(loop, slot);
         return;
     }
     slot->got += len;
-    if (slot->got >= size) {
+    if (slot->got >= size)
         tern_stream_close(loop, stream);
-        finish_one(loop, slot);
-    }
 }
 
+/* A failed connect has already closed the stream; its close callback,
+ * which starts the next connection, runs after this one. */
 static void on_connect(tern_loop *loop, tern_id stream, int status, void *arg)
 {
     conn_slot *slot = arg;
     if (status < 0) {
         failed++;
-        finish_one(loop, slot);
         return;
     }
     int rc = tern_stream_read_start(loop, stream, on_read, slot);
@@ -74,10 +79,16 @@ static void on_connect(tern_loop *loop, tern_id stream, int status, void *arg)
 
 static void start_one(tern_loop *loop, conn_slot *slot)
 {
+    /* A slot takes its next connection only once the last one's close has
+     * completed, so at most `conns` sockets are ever open. */
+    BENCH_CHECK(!slot->open, "slot reused before its close completed");
+    slot->open = 1;
     started++;
     slot->got = 0;
     int rc = tern_tcp_connect(loop, "127.0.0.1", port, 0, on_connect, slot, &slot->stream);
     BENCH_CHECK(rc == 0, "tern_tcp_connect: %s", tern_strerror(rc));
+    rc = tern_stream_on_close(loop, slot->stream, on_closed, slot);
+    BENCH_CHECK(rc == 0, "tern_stream_on_close: %s", tern_strerror(rc));
 }
 
 int main(int argc, char **argv)

@@ -14,6 +14,7 @@ typedef struct conn_slot {
     uv_connect_t connect_req;
     uv_write_t write_req;
     size_t got;
+    int open; /* from start_one until its close callback */
 } conn_slot;
 
 static unsigned long started, finished, failed, total;
@@ -28,6 +29,7 @@ static void start_one(uv_loop_t *loop, conn_slot *slot);
 static void on_closed(uv_handle_t *h)
 {
     conn_slot *slot = (conn_slot *)h;
+    slot->open = 0;
     if (++finished == total)
         t1 = bench_now_ns();
     if (started < total)
@@ -73,6 +75,10 @@ static void on_connect(uv_connect_t *req, int status)
 
 static void start_one(uv_loop_t *loop, conn_slot *slot)
 {
+    /* A slot takes its next connection only once the last one's close has
+     * completed, so at most `conns` sockets are ever open. */
+    BENCH_CHECK(!slot->open, "slot reused before its close completed");
+    slot->open = 1;
     started++;
     slot->got = 0;
     uv_tcp_init(loop, &slot->tcp);
