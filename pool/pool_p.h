@@ -198,7 +198,7 @@ extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
  * Jobs in flight, process-wide: from the moment a submitter counts itself
  * in (before it looks at the pool) until the job's pool life ends — its
  * completion handed back, or its tombstone dropped. tern_pool_shutdown
- * waits for this to reach zero with `tern__pool_closing` set, so nothing
+ * waits for this to reach zero with its `closing` word set, so nothing
  * it frees is still reachable by a submitter or a job.
  */
 extern _Atomic uint64_t tern__pool_inflight;

@@ -161,7 +161,7 @@ struct tern__inbound {
 /* The wake word: see inbound.c for the protocol. */
 enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
 
-struct tern__ring; /* pool/ring.h */
+struct tern__ring; /* pool/pool_p.h, pool/ring.c */
 
 #define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
 #define TERN__FIRED_MAX 256
