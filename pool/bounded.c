@@ -204,12 +204,7 @@ static void *worker_main(void *argp)
             }
             if (!tern__job_claim(job))
                 continue;
-            /* Pairs with the acquire load in pool.c's cancel_running(). */
-            atomic_store_explicit(&p->running[a.index].job, job, memory_order_release);
-            if (TERN_UNLIKELY(atomic_load_explicit(&p->cancelling, memory_order_relaxed)))
-                atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
             w.loop_slept = tern__job_run(job, a.index);
-            atomic_store_explicit(&p->running[a.index].job, NULL, memory_order_relaxed);
             continue;
         }
         if (busy) {
@@ -274,14 +269,10 @@ int tern__bounded_start(struct tern__pool *p)
         size <<= 1;
     p->cells = tern__calloc_lazy(size, sizeof(*p->cells));
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
-    /* A line each (alignas in the type): calloc only promises 16 bytes. */
-    p->running = tern__calloc_aligned(alignof(struct tern__running),
-                                      p->cfg.threads * sizeof(*p->running));
     p->q_mask = size - 1;
-    if (p->cells == NULL || p->threads == NULL || p->running == NULL) {
+    if (p->cells == NULL || p->threads == NULL) {
         tern__free_lazy(p->cells, size, sizeof(*p->cells));
         free(p->threads);
-        free(p->running);
         return -ENOMEM;
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -318,8 +309,6 @@ void tern__bounded_stop(struct tern__pool *p)
     pthread_mutex_destroy(&p->park_lock);
     tern__free_lazy(p->cells, p->q_mask + 1, sizeof(*p->cells));
     free(p->threads);
-    free(p->running);
     p->cells = NULL;
     p->threads = NULL;
-    p->running = NULL;
 }

@@ -50,14 +50,33 @@ bool tern__job_complete(tern_job *job)
     return woke;
 }
 
+/*
+ * Whether a cancelling pool shutdown has been under way while the job ran:
+ * one is now, or one began since the job started. (Shutdown never writes
+ * into a running job: the loop may already have delivered and reused it.)
+ */
+static bool shutdown_cancelled(const tern_job *job)
+{
+    return atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed) ||
+           (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed) !=
+               job->cancel_window;
+}
+
 bool tern__job_run(tern_job *job, unsigned worker)
 {
+    job->cancel_window =
+        (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed);
+    if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
+        atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
     uint64_t start = tern__ticks();
     if (job->t_submit != 0)
         tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, shared);
     job->result = job->work(job, job->arg);
     tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
+    /* Ran during a cancelling shutdown: its done says so, seen or not. */
+    if (TERN_UNLIKELY(shutdown_cancelled(job)))
+        atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
     return tern__job_complete(job);
 }
@@ -65,7 +84,15 @@ bool tern__job_run(tern_job *job, unsigned worker)
 bool tern_job_cancelled(const tern_job *job)
 {
     TERN_REQUIRE(job != NULL);
-    return atomic_load_explicit(&((tern_job *)job)->cancel, memory_order_relaxed);
+    tern_job *j = (tern_job *)job;
+    if (atomic_load_explicit(&j->cancel, memory_order_relaxed))
+        return true;
+    if (TERN_UNLIKELY(shutdown_cancelled(j))) {
+        /* Latch it, so done reports -ECANCELED too. */
+        atomic_store_explicit(&j->cancel, true, memory_order_relaxed);
+        return true;
+    }
+    return false;
 }
 
 tern_id tern_job_id(const tern_job *job)

@@ -55,17 +55,14 @@ static void *long_main(void *argp)
         if (job != NULL) {
             /*
              * The job is ours from the hand-over (under long_lock, which
-             * also set w->running and counted it in long_busy) until we
-             * re-park: a shutdown in TERN_POOL_CANCEL mode thus flags a job
-             * handed over but not yet started, and long_busy never reads 0
-             * while a job is on its way to a worker.
+             * also counted it in long_busy) until we re-park, so long_busy
+             * never reads 0 while a job is on its way to a worker.
              */
             w->job = NULL;
             pthread_mutex_unlock(&p->long_lock);
             if (tern__job_claim(job))
                 tern__job_run(job, TERN__MAX_THREADS);
             pthread_mutex_lock(&p->long_lock);
-            atomic_store_explicit(&w->running, NULL, memory_order_relaxed);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
             /* A worker told to exit (shutdown took the lists) must not re-park. */
             if (!w->exit) {
@@ -107,14 +104,11 @@ int tern__long_init(struct tern__pool *p)
     return 0;
 }
 
-/* With long_lock held: the job is w's, busy, and in reach of a cancelling shutdown. */
-static void hand_over(struct tern__pool *p, struct tern__long_worker *w, tern_job *job)
+/* With long_lock held: the job is w's, and counted busy from now. */
+static void hand_over(struct tern__long_worker *w, tern_job *job)
 {
     w->job = job;
-    atomic_store_explicit(&w->running, job, memory_order_relaxed);
     atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
-    if (atomic_load_explicit(&p->cancelling, memory_order_relaxed))
-        atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
 }
 
 int tern__long_submit(struct tern__pool *p, tern_job *job)
@@ -123,7 +117,7 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     struct tern__long_worker *w = p->long_parked;
     if (w != NULL) {
         p->long_parked = w->next_parked;
-        hand_over(p, w, job);
+        hand_over(w, job);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&p->long_lock);
         return 0;
@@ -150,18 +144,22 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
         pthread_mutex_lock(&p->long_lock);
         w->next_all = p->long_all;
         p->long_all = w;
-        hand_over(p, w, job);
+        hand_over(w, job);
         rc = tern__thread_create(&w->thread, long_main, a);
         if (rc < 0) {
             unlink_all(p, w);
-            atomic_store_explicit(&w->running, NULL, memory_order_relaxed);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
+        } else {
+            /*
+             * Counted under the lock: once it is released the job may run
+             * and complete, and a shutdown join this thread and count it
+             * out — before we could have counted it in.
+             */
+            atomic_fetch_add_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
         }
         pthread_mutex_unlock(&p->long_lock);
-        if (rc == 0) {
-            atomic_fetch_add_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
+        if (rc == 0)
             return 0;
-        }
         pthread_cond_destroy(&w->cond);
     }
     free(w);
@@ -170,17 +168,6 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     TERN_DECREMENT(p->long_count);
     pthread_mutex_unlock(&p->long_lock);
     return rc;
-}
-
-void tern__long_cancel_running(struct tern__pool *p)
-{
-    pthread_mutex_lock(&p->long_lock);
-    for (struct tern__long_worker *w = p->long_all; w; w = w->next_all) {
-        tern_job *job = atomic_load_explicit(&w->running, memory_order_relaxed);
-        if (job != NULL)
-            atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&p->long_lock);
 }
 
 void tern__long_stop(struct tern__pool *p)

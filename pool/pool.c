@@ -32,6 +32,8 @@ struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
 _Atomic uint64_t tern__pool_inflight;
+_Atomic bool tern__pool_cancel_all;
+_Atomic unsigned tern__pool_cancel_windows;
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tern__pool *_Atomic current;
@@ -158,8 +160,13 @@ int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
 int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job,
                       tern_refusal *cause)
 {
-    /* Count in first; pairs with the seq_cst store of `closing` in shutdown. */
-    atomic_fetch_add_explicit(&tern__pool_inflight, 1, memory_order_seq_cst);
+    /*
+     * Count in first (pairs with the seq_cst store of `closing` in
+     * shutdown), twice: once for the job, once for this call, which may
+     * still touch the pool (a wake) after the job has run and counted itself
+     * out. The call's unit is given back as it leaves.
+     */
+    atomic_fetch_add_explicit(&tern__pool_inflight, 2, memory_order_seq_cst);
     int rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
     if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
@@ -172,10 +179,13 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *
     }
     bool bounded = job->occupancy == TERN_BOUNDED;
     rc = bounded ? tern__bounded_submit(p, job) : tern__long_submit(p, job);
-    if (rc == 0)
+    if (rc == 0) {
+        tern__pool_leave(); /* this call's unit; the job keeps its own */
         return 0;
+    }
     *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
 refused:
+    tern__pool_leave();
     tern__pool_leave();
     return rc;
 }
@@ -228,21 +238,6 @@ static void cancel_queued(tern_job *job)
     (void)tern__job_complete(job);
 }
 
-/*
- * Flag every job a worker holds. Repeated on every poll of the wait, so a
- * job that a worker took just after a pass (it saw `cancelling` unset a
- * moment before it was set) is flagged on the next one.
- */
-static void cancel_running(struct tern__pool *p)
-{
-    for (unsigned i = 0; i < p->nthreads; i++) {
-        tern_job *job = atomic_load_explicit(&p->running[i].job, memory_order_acquire);
-        if (job != NULL)
-            atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-    }
-    tern__long_cancel_running(p);
-}
-
 /* Wait (without a lock) until no job is in flight; false at the deadline. */
 static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
 {
@@ -251,10 +246,10 @@ static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
         deadline = UINT64_MAX;
     /* Pairs with the release decrement in tern__pool_leave(). */
     while (atomic_load_explicit(&tern__pool_inflight, memory_order_acquire) != 0) {
+        /* Repeated each poll: a submitter counted in before `closing` may enqueue late. */
         if (cancel) {
             tern__bounded_drain(p, cancel_queued);
             tern__lookup_drain(p, cancel_queued);
-            cancel_running(p);
         }
         if (tern__clock_now() >= deadline)
             return false;
@@ -282,10 +277,12 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
         return 0;
     }
     bool cancel = mode == TERN_POOL_CANCEL;
-    atomic_store_explicit(&p->cancelling, cancel, memory_order_seq_cst);
+    if (cancel)
+        atomic_fetch_add_explicit(&tern__pool_cancel_windows, 1, memory_order_seq_cst);
+    atomic_store_explicit(&tern__pool_cancel_all, cancel, memory_order_seq_cst);
     if (!wait_idle(p, cancel, timeout_ns)) {
         /* Running jobs keep their threads and the pool goes on as it was. */
-        atomic_store_explicit(&p->cancelling, false, memory_order_relaxed);
+        atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
         atomic_store_explicit(&closing, false, memory_order_seq_cst);
         return -ETIMEDOUT;
     }
@@ -297,6 +294,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     tern__long_destroy(p);
     tern__lookup_destroy(p);
     free(p);
+    atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
     atomic_store_explicit(&closing, false, memory_order_seq_cst);
     return 0;
 }
@@ -363,6 +361,7 @@ static void after_fork_child(void)
     atomic_store_explicit(&current, NULL, memory_order_relaxed);
     atomic_store_explicit(&closing, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_inflight, 0, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
     if (atomic_load_explicit(&ever_started, memory_order_relaxed)) {
         reset_stats();
         atomic_store_explicit(&hist_workers, 0, memory_order_relaxed);

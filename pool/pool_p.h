@@ -41,7 +41,7 @@ struct tern_job {
     uint8_t kind;                 /* enum tern__job_kind */
     bool has_deadline;            /* loop side: holds a heap claim (a timeout) */
     bool timed_out;               /* loop side: the deadline took effect */
-    uint16_t pad;
+    uint16_t cancel_window;       /* worker side: tern__pool_cancel_windows when it started */
     tern_loop *loop;
     struct tern__owner *owner;    /* loop side: whose cap it counts against, or NULL */
     tern_job *owner_prev, *owner_next; /* loop side: the owner's jobs in flight */
@@ -129,12 +129,6 @@ struct tern__long_worker {
     tern_job *job; /* handed over under long_lock */
     bool exit;     /* told to exit (shutdown), under long_lock */
     struct tern__long_worker *next_parked, *next_all;
-    tern_job *_Atomic running; /* for shutdown's cancel */
-};
-
-/* What a bounded worker runs now; one cache line each (no false sharing). */
-struct tern__running {
-    alignas(TERN_CACHELINE) tern_job *_Atomic job;
 };
 
 struct tern__pool {
@@ -153,15 +147,12 @@ struct tern__pool {
     _Atomic unsigned spinners; /* workers spinning before they park */
     unsigned max_spinners;
     _Atomic bool exiting;
-    /* TERN_POOL_CANCEL under way: a job a worker takes from now on is flagged. */
-    _Atomic bool cancelling;
     /* Off the line above: workers write the lock as they park, and every
      * submission reads `sleepers` and `spinners`. */
     alignas(TERN_CACHELINE) pthread_mutex_t park_lock;
     pthread_cond_t park_cond;
     pthread_t *threads;
     unsigned nthreads;
-    struct tern__running *running; /* per bounded worker, for shutdown's cancel */
 
     /* The long class (long.c). Lock order: long_lock is a leaf. */
     pthread_mutex_t long_lock;
@@ -202,6 +193,19 @@ extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
  * it frees is still reachable by a submitter or a job.
  */
 extern _Atomic uint64_t tern__pool_inflight;
+/*
+ * A TERN_POOL_CANCEL shutdown is under way: every running job reads as
+ * cancelled (tern_job_cancelled) and completes -ECANCELED. A flag the jobs
+ * read, rather than a write into each running job, so shutdown never
+ * touches a job record a loop may already have delivered and reused.
+ */
+extern _Atomic bool tern__pool_cancel_all;
+/*
+ * Cancelling shutdowns begun, ever. A job that finds it moved between its
+ * start and its end ran while one was under way, even if that shutdown
+ * timed out and cleared tern__pool_cancel_all before the job returned.
+ */
+extern _Atomic unsigned tern__pool_cancel_windows;
 static inline void tern__pool_leave(void)
 {
     /* Pairs with the acquire load in tern_pool_shutdown()'s wait. */
@@ -236,7 +240,6 @@ int tern__long_submit(struct tern__pool *p, tern_job *job);
 /* Tell every long worker to exit and join them (no job may be running). */
 void tern__long_stop(struct tern__pool *p);
 void tern__long_destroy(struct tern__pool *p);
-void tern__long_cancel_running(struct tern__pool *p);
 
 /* Lookups: run one claimed lookup job under the cap, then any waiting. */
 void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker_index);

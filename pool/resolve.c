@@ -264,14 +264,8 @@ void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker)
     pthread_mutex_unlock(&p->lookup_lock);
 
     while (job != NULL) {
-        if (tern__job_claim(job)) {
-            /* Pairs with the acquire load in pool.c's cancel_running(). */
-            atomic_store_explicit(&p->running[worker].job, job, memory_order_release);
-            if (TERN_UNLIKELY(atomic_load_explicit(&p->cancelling, memory_order_relaxed)))
-                atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-            tern__job_run(job, worker); /* the worker counts as busy already */
-            atomic_store_explicit(&p->running[worker].job, NULL, memory_order_relaxed);
-        }
+        if (tern__job_claim(job))
+            (void)tern__job_run(job, worker); /* the worker counts as busy already */
         pthread_mutex_lock(&p->lookup_lock);
         job = pop_waiting(p);
         if (job != NULL)
