@@ -135,8 +135,9 @@ static inline void expect_abort(void (*body)(void *ctx), void *ctx, const char *
     cr_assert_eq(w, pid, "waitpid: %s", strerror(errno));
 
     if (WIFEXITED(status))
-        cr_assert_fail("%s returned instead of aborting (%s): exit status %d; stderr:\n%s", fn,
-                       rule, WEXITSTATUS(status), buf);
+        cr_assert_fail("the child exited with status %d instead of aborting in %s (%s) "
+                       "(0: the call returned; 1: a sanitizer report); stderr:\n%s",
+                       WEXITSTATUS(status), fn, rule, buf);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
               "the child died of signal %d, not SIGABRT (expected %s: %s); stderr:\n%s",
               WIFSIGNALED(status) ? WTERMSIG(status) : 0, fn, rule, buf);
