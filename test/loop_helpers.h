@@ -102,6 +102,17 @@ static inline void loop_free_clean(tern_loop *loop)
     tern_loop_free(loop);
 }
 
+/* Turn the loop until no operation is live (closes finished, lookups
+ * back from the pool), bounded by the liveness deadline. Returns whether
+ * it got there; the caller reports loop_live() when it did not. */
+static inline bool run_until_nothing_live(tern_loop *loop)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (loop_live(loop) > 0 && mono_ns() < end)
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    return loop_live(loop) == 0;
+}
+
 /* Turn the loop (each turn waiting at most max_wait_ns) until *flag is
  * set or max_turns pass. Returns whether the flag was seen. */
 static inline bool run_until_flag(tern_loop *loop, atomic_bool *flag, int64_t max_wait_ns,
