@@ -118,15 +118,17 @@ BACKEND_TEST(io, readable)
 
 struct delayed_writer {
     tern_loop *loop;
+    pid_t loop_tid;
     int fd;
+    bool saw_blocked;
+    char what[256]; /* the loop thread's syscall when the wait gave up */
 };
 
 static void *write_when_blocked(void *arg)
 {
     struct delayed_writer *d = arg;
-    wait_for_step(d->loop, 4);
-    sleep_ns(MS);
-    write_byte(d->fd);
+    d->saw_blocked = wait_blocked_in_backend(d->loop, d->loop_tid, d->what, sizeof d->what);
+    write_byte(d->fd); /* even after giving up, so the loop ends and the test can fail */
     return NULL;
 }
 
@@ -141,11 +143,13 @@ BACKEND_TEST(io, readable_wakes_a_blocked_loop)
     w.drain = true;
     w.stop_self = true;
     watch_start(loop, &w, TERN_READABLE);
-    struct delayed_writer d = { loop, p[1] };
+    struct delayed_writer d = { .loop = loop, .loop_tid = thread_tid(), .fd = p[1] };
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, write_when_blocked, &d), 0);
     cr_assert_eq(tern_loop_run(loop), 0);
     pthread_join(t, NULL);
+    cr_assert(d.saw_blocked, "the loop never blocked in its backend wait (last seen: \"%s\")",
+              d.what);
     cr_assert_eq(atomic_load(&w.calls), 1);
     assert_sane(&w);
     close_pair(p);

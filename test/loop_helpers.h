@@ -23,7 +23,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,6 +141,51 @@ static inline bool wait_for_step(const tern_loop *loop, int step)
 {
     uint64_t end = mono_ns() + LIVENESS_NS;
     while (tern__loop_step(loop) != step) {
+        if (mono_ns() > end)
+            return false;
+        sched_yield();
+    }
+    return true;
+}
+
+/* The kernel thread id of the calling thread (for wait_blocked_in_backend). */
+static inline pid_t thread_tid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* Whether thread `tid` of this process sits in a backend wait now
+ * (epoll_wait, epoll_pwait, poll or ppoll), read from
+ * /proc/self/task/<tid>/syscall; `what` gets the line read. */
+static inline bool thread_in_backend_wait(pid_t tid, char *what, size_t what_len)
+{
+    char path[64], line[256] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(what, what_len, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(what, what_len, "%s", got ? line : "(empty)");
+    long nr;
+    if (!got || sscanf(line, "%ld", &nr) != 1)
+        return false; /* "running" */
+    return nr == SYS_epoll_wait || nr == SYS_epoll_pwait || nr == SYS_poll || nr == SYS_ppoll;
+}
+
+/* Wait (bounded) until the loop run by thread `tid` is in step 4 *and*
+ * that thread is blocked in the backend's wait, so what the caller does
+ * next happens while the loop sleeps, not just before it does. Returns
+ * false at the liveness deadline, with what it last saw in `what` (safe
+ * on any thread: it asserts nothing). */
+static inline bool wait_blocked_in_backend(const tern_loop *loop, pid_t tid, char *what,
+                                           size_t what_len)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!(tern__loop_step(loop) == 4 && thread_in_backend_wait(tid, what, what_len))) {
         if (mono_ns() > end)
             return false;
         sched_yield();
