@@ -13,14 +13,14 @@
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tern.h"
 #include "testing.h"
