@@ -3,7 +3,10 @@
 
 A criterion executable counts as the tests it ran (its "Synthesis" line);
 any other test (stress programs, examples, scripts) counts as one. A test
-skipped by exit status 77 counts as skipped. Usage: count.py LOG.json...
+skipped by exit status 77 counts as skipped. A log that is missing (the run
+wrote none: .ci/test removes the old one first, so none is ever reused),
+empty or unreadable counts as one failure, named on stderr.
+Usage: count.py LOG.json...
 """
 import json
 import re
@@ -13,13 +16,17 @@ SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
     try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        print(f"count: {path} missing: counted as one failure", file=sys.stderr)
+        lines = [line for line in open(path).read().splitlines() if line.strip()]
+        tests = [json.loads(line) for line in lines]
+    except (OSError, ValueError) as e:
+        print(f"count: no readable log {path} ({e}): counted as one failure", file=sys.stderr)
         failed += 1
         continue
-    for line in lines:
-        t = json.loads(line)
+    if not tests:
+        print(f"count: {path} names no test: counted as one failure", file=sys.stderr)
+        failed += 1
+        continue
+    for t in tests:
         result = t.get("result")
         out = (t.get("stdout") or "") + (t.get("stderr") or "")
         m = SYNTH.findall(out)

@@ -10,6 +10,12 @@
  * - poll reports POLLNVAL for a closed fd; it is surfaced as TERN_ERROR.
  * - Regular files are always "ready"; they are accepted, unlike epoll.
  * - The timeout is in milliseconds and rounded up, as in epoll.c.
+ * - poll reports readiness in array order, and a wait may hand back fewer
+ *   than are ready (the caller's fired array is bounded). Scanning from
+ *   index 0 every time would starve the entries late in the array for as
+ *   long as the early ones stay ready, so each scan starts where the last
+ *   truncated one stopped (epoll gets this from the kernel, which moves a
+ *   reported level-triggered entry to the back of its ready list).
  */
 #include <errno.h>
 #include <limits.h>
@@ -25,6 +31,7 @@ struct poll_state {
     unsigned len, cap;
     unsigned *index; /* fd -> position in pfds + 1 (0: absent) */
     unsigned index_len;
+    unsigned next; /* where the next scan starts; may be >= len after deletes */
 };
 
 static int poll_init(struct tern__backend *b)
@@ -114,11 +121,23 @@ static int poll_wait_backend(struct tern__backend *b, int64_t timeout_ns,
     int n = poll(s->pfds, s->len, ms);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
+    /*
+     * Visit every entry once, starting at `next` and wrapping. When `out`
+     * fills before the ready ones run out, the next scan starts just after
+     * the last one reported, so every ready fd is reported within
+     * ceil(ready / max) waits however long the others stay ready.
+     */
     int k = 0;
-    for (unsigned i = 0; i < s->len && k < max && n > 0; i++) {
+    unsigned start = s->len > 0 ? s->next % s->len : 0;
+    for (unsigned seen = 0; seen < s->len && n > 0; seen++) {
+        unsigned i = start + seen < s->len ? start + seen : start + seen - s->len;
         short r = s->pfds[i].revents;
         if (r == 0)
             continue;
+        if (k == max) {
+            s->next = i; /* ready but left out: first in line next time */
+            return k;
+        }
         n--;
         out[k].fd = s->pfds[i].fd;
         out[k].events = ((r & POLLIN) ? TERN_READABLE : 0) | ((r & POLLOUT) ? TERN_WRITABLE : 0) |

@@ -369,10 +369,13 @@ Test(cancel, finished_but_undelivered_job_is_unaffected)
     ph_job_init(&j, NULL);
     cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &j), 0);
     bool ok;
-    PH_WAIT_UNTIL(ok, atomic_load(&j.returned) == 1 && ph_stats().busy == 0);
-    cr_assert(ok);
-    /* Let the worker finish publishing the completion after its work returned. */
-    ph_sleep_ns(20 * PH_MS);
+    /* The worker publishes the completion after the work returns, then
+     * wakes the loop; nobody runs the loop, so it counts as asleep and
+     * that wake is a syscall. Once it is counted, the completion waits in
+     * the ring. */
+    PH_WAIT_UNTIL(ok, atomic_load(&j.returned) == 1 && ph_loop_stats(loop).wake_syscalls >= 1);
+    cr_assert(ok, "the completion was never published: returned %d, wake syscalls %llu",
+              atomic_load(&j.returned), (unsigned long long)ph_loop_stats(loop).wake_syscalls);
     cr_assert_eq(atomic_load(&j.done_calls), 0);
 
     int rc = tern__test_cancel_now(loop, j.id);

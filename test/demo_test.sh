@@ -13,7 +13,10 @@
 #      statistics are printed, exit status 0
 #
 # Exit 77 (skipped) when curl or wrk is missing, or when the demo was not
-# built (no libhttp-parser-dev / libssl-dev). Every wait is bounded.
+# built (no libhttp-parser-dev / libssl-dev). Every wait is on the
+# condition itself (the port accepts, a counter moves, a chunk arrived, the
+# process exited), polled with a generous deadline, and says what it was
+# waiting for when it gives up; no sleep stands in for one.
 set -u
 
 build=${1:?usage: demo_test.sh BUILD_DIR}
@@ -48,6 +51,25 @@ check() { # check DESCRIPTION COMMAND...
     shift
     if "$@"; then ok "$what"; else fail "$what"; fi
 }
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every 50 ms until
+# it succeeds; after SECONDS, say what never happened and return 1. The
+# deadline is a liveness bound, not a speed limit: everything waited for
+# here happens within milliseconds on a quiet machine.
+wait_for() {
+    local limit=$1 what=$2
+    shift 2
+    local end=$((SECONDS + limit))
+    until "$@"; do
+        if [ "$SECONDS" -ge "$end" ]; then
+            echo "gave up after ${limit} s waiting for $what"
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+connectable() { # connectable PORT: a TCP connect to 127.0.0.1:PORT succeeds
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
@@ -60,14 +82,14 @@ finish() {
     >"$work/out" 2>"$work/err" &
 pid=$!
 port=
-for _ in $(seq 100); do
+read_port() {
     port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/out")
-    [ -n "$port" ] && break
-    sleep 0.1
-done
-if [ -z "$port" ]; then
-    fail "the server did not start"
-    cat "$work/err"
+    [ -n "$port" ]
+}
+if ! wait_for 30 "the server to print its port" read_port ||
+    ! wait_for 30 "port $port to accept connections" connectable "$port"; then
+    fail "the server did not start (running: $(kill -0 "$pid" 2>/dev/null && echo yes || echo no))"
+    cat "$work/out" "$work/err"
     finish
 fi
 base="http://127.0.0.1:$port"
@@ -137,37 +159,41 @@ rc=$?
 check "the /slow client timed out as planned (curl rc $rc)" test "$rc" -eq 28
 check "it received the first chunk" grep -q 'tick 1 of 30' "$work/slow1"
 c2=$c1
-for _ in $(seq 50); do
+cancel_counted() {
     c2=$(counter slow_cancelled)
-    [ "$c2" -gt "$c1" ] && break
-    sleep 0.1
-done
+    [ "$c2" -gt "$c1" ]
+}
+wait_for 30 "slow_cancelled to count the job (still $c2)" cancel_counted
 check "the server cancelled the job ($c1 -> $c2)" test "$c2" -eq $((c1 + 1))
 check "the pool counted the cancellation" test "$(counter cancelled)" -ge 1
 
 # 6. SIGTERM while a /slow stream runs: it finishes, then the server exits 0.
-get -N --max-time 20 "$base/slow?seconds=2" >"$work/slow2" &
+# The stream is in flight once its first chunk has arrived; it runs for
+# 5 s, so SIGTERM lands mid-stream unless the wait itself took that long,
+# which is checked rather than assumed.
+get -N --max-time 30 "$base/slow?seconds=5" >"$work/slow2" &
 slow=$!
-sleep 0.5
+wait_for 30 "the /slow stream's first chunk" grep -q 'tick 1 of 5' "$work/slow2"
 kill -TERM "$pid"
-sleep 0.3
+check "SIGTERM came while the stream was in flight" bash -c "! grep -q 'tick 5 of 5' '$work/slow2'"
+# Closing the listener is the server's first act on SIGTERM: wait until
+# it says it is draining and a connect is refused, then check a request.
+wait_for 30 "the server to report draining" grep -q 'draining' "$work/err"
+wait_for 30 "port $port to refuse connections" bash -c "! (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null"
 get -o /dev/null --max-time 2 "$base/"
 rc=$?
 check "no new connections after SIGTERM (curl rc $rc)" test "$rc" -eq 7
 wait "$slow"
 rc=$?
 check "the stream in flight finished (curl rc $rc)" test "$rc" -eq 0
-check "with all its chunks" grep -q 'tick 2 of 2' "$work/slow2"
+check "with all its chunks" grep -q 'tick 5 of 5' "$work/slow2"
 status=timeout
-for _ in $(seq 100); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        wait "$pid"
-        status=$?
-        pid=
-        break
-    fi
-    sleep 0.1
-done
+exited() { ! kill -0 "$pid" 2>/dev/null; }
+if wait_for 30 "the server to exit after draining" exited; then
+    wait "$pid"
+    status=$?
+    pid=
+fi
 check "the server exited with status 0 (got $status)" test "$status" = 0
 check "and printed its final statistics" grep -q '^final statistics:' "$work/out"
 finish

@@ -184,10 +184,12 @@ Test(long_class, a_parked_long_worker_is_reused)
     cr_assert(ok);
     /* long_busy drops as the worker leaves the job; it parks a moment
      * later. Submitting in that moment may legitimately start a second
-     * thread, so let it settle first (well inside the 10 s idle timeout). */
-    PH_WAIT_UNTIL(ok, ph_stats().long_busy == 0);
-    cr_assert(ok);
-    ph_sleep_ns(20 * PH_MS);
+     * thread, so wait until it is parked (well inside the 10 s idle
+     * timeout). */
+    char what[256];
+    cr_assert(ph_wait_parked(first.work_tid, what, sizeof what),
+              "the long worker never parked after its job: %s (long_busy %u)", what,
+              ph_stats().long_busy);
     cr_assert_eq(ph_stats().long_threads, 1u);
 
     for (int round = 0; round < 5; round++) {
@@ -206,9 +208,8 @@ Test(long_class, a_parked_long_worker_is_reused)
         ph_gate_open(&gate);
         PH_PUMP_UNTIL(ok, loop, atomic_load(&next.done_calls) == 1);
         cr_assert(ok);
-        PH_WAIT_UNTIL(ok, ph_stats().long_busy == 0);
-        cr_assert(ok);
-        ph_sleep_ns(20 * PH_MS);
+        cr_assert(ph_wait_parked(next.work_tid, what, sizeof what),
+                  "round %d: the long worker never parked again: %s", round, what);
         ph_gate_destroy(&gate);
     }
     tern_loop_free(loop);

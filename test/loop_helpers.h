@@ -21,9 +21,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,6 +104,17 @@ static inline void loop_free_clean(tern_loop *loop)
     tern_loop_free(loop);
 }
 
+/* Turn the loop until no operation is live (closes finished, lookups
+ * back from the pool), bounded by the liveness deadline. Returns whether
+ * it got there; the caller reports loop_live() when it did not. */
+static inline bool run_until_nothing_live(tern_loop *loop)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (loop_live(loop) > 0 && mono_ns() < end)
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    return loop_live(loop) == 0;
+}
+
 /* Turn the loop (each turn waiting at most max_wait_ns) until *flag is
  * set or max_turns pass. Returns whether the flag was seen. */
 static inline bool run_until_flag(tern_loop *loop, atomic_bool *flag, int64_t max_wait_ns,
@@ -128,6 +141,51 @@ static inline bool wait_for_step(const tern_loop *loop, int step)
 {
     uint64_t end = mono_ns() + LIVENESS_NS;
     while (tern__loop_step(loop) != step) {
+        if (mono_ns() > end)
+            return false;
+        sched_yield();
+    }
+    return true;
+}
+
+/* The kernel thread id of the calling thread (for wait_blocked_in_backend). */
+static inline pid_t thread_tid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* Whether thread `tid` of this process sits in a backend wait now
+ * (epoll_wait, epoll_pwait, poll or ppoll), read from
+ * /proc/self/task/<tid>/syscall; `what` gets the line read. */
+static inline bool thread_in_backend_wait(pid_t tid, char *what, size_t what_len)
+{
+    char path[64], line[256] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(what, what_len, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(what, what_len, "%s", got ? line : "(empty)");
+    long nr;
+    if (!got || sscanf(line, "%ld", &nr) != 1)
+        return false; /* "running" */
+    return nr == SYS_epoll_wait || nr == SYS_epoll_pwait || nr == SYS_poll || nr == SYS_ppoll;
+}
+
+/* Wait (bounded) until the loop run by thread `tid` is in step 4 *and*
+ * that thread is blocked in the backend's wait, so what the caller does
+ * next happens while the loop sleeps, not just before it does. Returns
+ * false at the liveness deadline, with what it last saw in `what` (safe
+ * on any thread: it asserts nothing). */
+static inline bool wait_blocked_in_backend(const tern_loop *loop, pid_t tid, char *what,
+                                           size_t what_len)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!(tern__loop_step(loop) == 4 && thread_in_backend_wait(tid, what, what_len))) {
         if (mono_ns() > end)
             return false;
         sched_yield();

@@ -10,12 +10,17 @@
 #define TERN_POOL_HELPERS_H
 
 #include <errno.h>
+#include <inttypes.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tern.h"
 #include "testing.h"
@@ -77,6 +82,50 @@ static inline void ph_sleep_ns(uint64_t ns)
             ph_sleep_ns(PH_MS);                                            \
         }                                                                  \
     } while (0)
+
+/* ------------------------------------------------------------------ */
+/* Is a worker parked?                                                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Whether thread `tid` of this process is blocked in a futex wait with a
+ * timeout, read from /proc/self/task/<tid>/syscall ("nr arg0 arg1 ...",
+ * or "running"). A pool worker waits that way only when it parks (a long
+ * worker's idle wait has the idle timeout), while a contended mutex waits
+ * without a timeout and valgrind's scheduler lock is a read() on a pipe,
+ * so this tells "parked" from "on its way to park" on any build.
+ * `what` receives the line read (or why nothing was), for failure messages.
+ */
+static inline bool ph_thread_parked(pid_t tid, char *what, size_t what_len)
+{
+    char path[64], line[256] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(what, what_len, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(what, what_len, "%s", got ? line : "(empty)");
+    long nr;
+    uint64_t addr, op, val, timeout;
+    if (!got || sscanf(line, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &nr, &addr, &op,
+                       &val, &timeout) != 5)
+        return false;
+    unsigned cmd = (unsigned)op & FUTEX_CMD_MASK;
+    return nr == SYS_futex && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && timeout != 0;
+}
+
+/* Wait (bounded) until thread `tid` is parked; false, with what its
+ * syscall file last said in `what`, when the liveness bound passes. */
+static inline bool ph_wait_parked(pid_t tid, char *what, size_t what_len)
+{
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_thread_parked(tid, what, what_len));
+    return ok;
+}
 
 /* ------------------------------------------------------------------ */
 /* A gate: work functions block on it until the test opens it.         */
@@ -183,6 +232,7 @@ typedef struct ph_job {
     tern_id work_id;        /* tern_job_id() inside the work */
     tern_loop *work_current;
     pthread_t work_thread;
+    pid_t work_tid; /* the worker's kernel thread id (for ph_thread_parked) */
 
     /* What done saw. */
     atomic_int done_calls;
@@ -217,6 +267,7 @@ static inline void *ph_work(tern_job *job, void *arg)
     j->work_id = tern_job_id(job);
     j->work_current = tern_loop_current();
     j->work_thread = pthread_self();
+    j->work_tid = (pid_t)syscall(SYS_gettid);
     atomic_fetch_add(&j->ran, 1);
     if (j->gate != NULL && ph_gate_pass(j->gate, j->poll_cancel ? job : NULL))
         atomic_store(&j->saw_cancel, true);

@@ -191,7 +191,9 @@ Test(post, single_producer_order, .timeout = TEST_TIMEOUT)
 struct busy {
     tern_loop *loop;
     atomic_uint received;
-    unsigned want;
+    unsigned want;          /* posts in all */
+    unsigned producers;     /* each posts want / producers */
+    atomic_bool loop_busy;  /* the spinner has run: the loop is claimed and busy */
 };
 
 static void count_post(tern_loop *loop, void *arg)
@@ -205,6 +207,7 @@ static void count_post(tern_loop *loop, void *arg)
 static void spin(tern_loop *loop, void *arg)
 {
     struct busy *b = arg;
+    atomic_store(&b->loop_busy, true);
     if (atomic_load(&b->received) < b->want)
         cr_assert_eq(tern_defer(loop, spin, b), 0);
 }
@@ -212,20 +215,37 @@ static void spin(tern_loop *loop, void *arg)
 static void *busy_producer(void *arg)
 {
     struct busy *b = arg;
-    for (unsigned i = 0; i < b->want; i++) {
+    /* Start once the loop is busy: before its first claim an unclaimed
+     * loop counts as asleep, and the first post would rightly wake it. */
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!atomic_load(&b->loop_busy) && mono_ns() < end)
+        sched_yield();
+    for (unsigned i = 0; i < b->want / b->producers; i++) {
         int rc;
         while ((rc = tern_post(b->loop, count_post, b)) == -EAGAIN)
             sched_yield();
-        cr_assert_eq(rc, 0);
+        if (rc != 0) {
+            atomic_fetch_add(&b->received, b->want); /* end the spinner; the count check fails */
+            return NULL;
+        }
     }
     return NULL;
 }
 
-/* A busy loop takes 100,000 posts with far fewer wake syscalls than
- * posts: a ratio of counters, not a time. */
-Test(post, busy_loop_coalesces_wake_syscalls, .timeout = TEST_TIMEOUT)
+/*
+ * A busy loop takes 100,000 posts, from one producer and from two, with at
+ * most one wake syscall per 64 posts (SPEC §2, and §9's "≤ 1 wake syscall
+ * per 64 posts under load"). The load is the loop's own: a callback that
+ * re-defers itself keeps the ready queue non-empty, so the loop never
+ * parks, and the producers start only once it runs. That makes the count
+ * a property of the wake protocol, not of timing: a loop that never
+ * announces sleep must never be woken, whoever gets the CPU when (a
+ * protocol that is right makes 0 here; the bound is the spec's).
+ */
+static void busy_loop_takes_posts(unsigned producers)
 {
     static struct busy b;
+    memset(&b, 0, sizeof b);
     /* Room for every post at once, so the spinner's own defer is never
      * refused at max_operations while producers run ahead. */
     tern_loop_options o;
@@ -233,18 +253,32 @@ Test(post, busy_loop_coalesces_wake_syscalls, .timeout = TEST_TIMEOUT)
     o.max_operations = 1u << 20;
     b.loop = loop_new_opts(&o);
     b.want = 100000;
+    b.producers = producers;
     cr_assert_eq(tern_defer(b.loop, spin, &b), 0);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, busy_producer, &b), 0);
+    pthread_t t[2];
+    for (unsigned i = 0; i < producers; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, busy_producer, &b), 0);
     cr_assert_eq(tern_loop_run(b.loop), 0);
-    pthread_join(t, NULL);
+    for (unsigned i = 0; i < producers; i++)
+        pthread_join(t[i], NULL);
     tern_loop_stats s = loop_stats(b.loop);
-    cr_assert_eq(s.posts, b.want);
-    cr_log_info("busy loop: %llu posts, %llu wake syscalls", (unsigned long long)s.posts,
-                (unsigned long long)s.wake_syscalls);
-    cr_assert_lt(s.wake_syscalls * 16, s.posts, "%llu wake syscalls for %llu posts",
-                 (unsigned long long)s.wake_syscalls, (unsigned long long)s.posts);
+    cr_assert_eq(s.posts, b.want, "%llu of %u posts ran", (unsigned long long)s.posts, b.want);
+    cr_log_info("busy loop, %u producer(s): %llu posts, %llu wake syscalls", producers,
+                (unsigned long long)s.posts, (unsigned long long)s.wake_syscalls);
+    cr_assert_leq(s.wake_syscalls * 64, s.posts,
+                  "%llu wake syscalls for %llu posts to a busy loop (at most 1 per 64)",
+                  (unsigned long long)s.wake_syscalls, (unsigned long long)s.posts);
     loop_free_clean(b.loop);
+}
+
+Test(post, busy_loop_coalesces_wake_syscalls, .timeout = TEST_TIMEOUT)
+{
+    busy_loop_takes_posts(1);
+}
+
+Test(post, busy_loop_coalesces_wake_syscalls_from_two_producers, .timeout = TEST_TIMEOUT)
+{
+    busy_loop_takes_posts(2);
 }
 
 static void *burst(void *arg)

@@ -149,6 +149,41 @@ static int start_lookup(tern_loop *loop, struct lookup *l, int i)
     return tern_resolve(loop, l->host, "80", NULL, lookup_cb, l, &l->id);
 }
 
+/*
+ * Returns once every lookup submitted so far has been taken off the pool's
+ * queue and either entered the resolver or been set aside over the cap.
+ * It submits `free_workers` gated CPU jobs behind the lookups and waits
+ * until all of them are inside their gate: the queue is FIFO, so each
+ * lookup ahead of them was dequeued first, and each of the workers now
+ * holding a gate has finished with whatever it dequeued before. With
+ * fewer workers free than expected (a broken cap let a lookup in), the
+ * wait ends at the liveness bound and the test fails saying so. The gates
+ * open and the probes are delivered before it returns.
+ */
+static void every_lookup_dequeued(tern_loop *loop, unsigned free_workers)
+{
+    enum { MAX_PROBES = 8 };
+    cr_assert_leq(free_workers, MAX_PROBES);
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job probe[MAX_PROBES];
+    for (unsigned i = 0; i < free_workers; i++) {
+        ph_job_init(&probe[i], &gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &probe[i]), 0);
+    }
+    bool entered = ph_gate_wait_entered(&gate, free_workers);
+    unsigned got = ph_gate_entered(&gate);
+    ph_gate_open(&gate);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(probe, free_workers) == (int)free_workers);
+    cr_assert(entered, "only %u of %u free workers reached the probe behind the lookups "
+                       "(%u lookups inside the resolver)",
+              got, free_workers, fake_read(&fake.inside));
+    cr_assert(ok, "the probes were never delivered (%d of %u)", ph_done_total(probe, free_workers),
+              free_workers);
+    ph_gate_destroy(&gate);
+}
+
 /* ------------------------------------------------------------------ */
 /* Tests                                                               */
 /* ------------------------------------------------------------------ */
@@ -168,8 +203,10 @@ Test(resolve, stalled_lookups_are_capped_and_do_not_starve_cpu_work)
     bool ok;
     PH_WAIT_UNTIL(ok, fake_read(&fake.inside) >= CAP);
     cr_assert(ok, "only %u lookups started", fake_read(&fake.inside));
-    /* Give a third lookup every chance to get in if the cap were broken. */
-    ph_sleep_ns(100 * PH_MS);
+    /* Every lookup has been offered to a worker, and every worker not
+     * stalled in the resolver has gone on to other work, so a broken cap
+     * had its every chance to let a third one in. */
+    every_lookup_dequeued(loop, THREADS - CAP);
     cr_assert_eq(fake_read(&fake.max_inside), (unsigned)CAP,
                  "%u lookups ran at once with %d threads (cap %d)", fake_read(&fake.max_inside),
                  THREADS, CAP);
@@ -221,7 +258,8 @@ Test(resolve, one_thread_pool_allows_one_lookup)
     bool ok;
     PH_WAIT_UNTIL(ok, fake_read(&fake.inside) == 1);
     cr_assert(ok);
-    ph_sleep_ns(50 * PH_MS);
+    /* The one worker is stalled in the first lookup, so nothing else can
+     * run: no probe, no wait; the cap of 1 is what let it in at all. */
     cr_assert_eq(fake_read(&fake.max_inside), 1u);
     fake_release();
     PH_PUMP_UNTIL(ok, loop, lookups_done(ls, 3) == 3);
@@ -247,9 +285,9 @@ Test(resolve, lookups_can_be_cancelled_queued_and_running)
     bool ok;
     PH_WAIT_UNTIL(ok, fake_read(&fake.inside) == CAP);
     cr_assert(ok);
-    ph_sleep_ns(20 * PH_MS);
+    every_lookup_dequeued(loop, THREADS - CAP);
 
-    /* Find one stalled inside the resolver and one still queued. */
+    /* Find one stalled inside the resolver and one set aside over the cap. */
     int running = -1, queued = -1;
     for (int i = 0; i < N; i++) {
         if (fake_has_entered(ls[i].host))
@@ -351,10 +389,25 @@ Test(resolve, real_lookup_of_localhost)
     shutdown_clean();
 }
 
-static void *release_later(void *arg)
+/*
+ * Releases the stalled resolver once tern_loop_free is under way: free
+ * cancels the two lookups that never reached the resolver and delivers
+ * them (-ECANCELED) before it waits for the one inside, so their callbacks
+ * prove it got that far. A bounded wait: on giving up it releases anyway
+ * (so free can return) and the test fails on `gave_up`.
+ */
+struct release_ctx {
+    struct lookup *ls;
+    int n;
+    atomic_bool gave_up;
+};
+
+static void *release_during_free(void *arg)
 {
-    (void)arg;
-    ph_sleep_ns(50 * PH_MS);
+    struct release_ctx *r = arg;
+    bool ok;
+    PH_WAIT_UNTIL(ok, lookups_done(r->ls, r->n) == r->n - 1);
+    atomic_store(&r->gave_up, !ok);
     fake_release();
     return NULL;
 }
@@ -373,11 +426,17 @@ Test(resolve, freeing_the_loop_completes_pending_lookups)
     PH_WAIT_UNTIL(ok, fake_read(&fake.inside) == 1);
     cr_assert(ok);
     /* The lookup inside getaddrinfo cannot notice the cancel: release it
-     * from another thread a little later so free has something to wait for. */
+     * from another thread only once free is under way, so free has it to
+     * wait for. */
+    struct release_ctx r = {.ls = ls, .n = 3};
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+    cr_assert_eq(pthread_create(&t, NULL, release_during_free, &r), 0);
     tern_loop_free(loop);
     pthread_join(t, NULL);
+    cr_assert(!atomic_load(&r.gave_up),
+              "tern_loop_free never delivered the two lookups the resolver had not started "
+              "(%d callbacks before the release)",
+              lookups_done(ls, 3));
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(atomic_load(&ls[i].calls), 1, "lookup %d: %d callbacks", i,
                      atomic_load(&ls[i].calls));

@@ -163,10 +163,11 @@ Test(submit, long_ceiling_frees_up_when_a_long_job_returns)
         PH_PUMP_UNTIL(ok, loop, atomic_load(&jobs[i].done_calls) == 1);
         cr_assert(ok);
         /* The worker is free again once its job has been delivered and it
-         * has parked; give it that moment. */
-        PH_WAIT_UNTIL(ok, ph_stats().long_busy == 0);
-        cr_assert(ok);
-        ph_sleep_ns(20 * PH_MS);
+         * has parked; wait for that. */
+        char what[256];
+        cr_assert(ph_wait_parked(jobs[i].work_tid, what, sizeof what),
+                  "long job %d: its worker never parked: %s (long_busy %u)", i, what,
+                  ph_stats().long_busy);
     }
     tern_loop_free(loop);
     shutdown_clean();

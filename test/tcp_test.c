@@ -11,6 +11,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -152,10 +153,31 @@ static void close_listener(tern_loop *loop, struct server *srv)
     cr_assert(run_until_count(loop, &closed, 1, 10 * MS, 100));
 }
 
+/* Turn until everything the test closed or cancelled has finished. */
 static void settle(tern_loop *loop)
 {
-    for (int i = 0; i < 20; i++)
-        tern_loop_run_once(loop, MS);
+    cr_assert(run_until_nothing_live(loop), "%u operations still live after %llu s",
+              loop_live(loop), (unsigned long long)(LIVENESS_NS / SEC));
+}
+
+/* Wait (bounded) until the listener's accept queue is full, so the kernel
+ * drops further SYNs. For a listening socket TCP_INFO reports the queue's
+ * length in tcpi_unacked and its limit in tcpi_sacked; the kernel calls it
+ * full once the length exceeds the limit. */
+static void wait_accept_queue_full(int l)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    for (;;) {
+        memset(&ti, 0, sizeof ti);
+        cr_assert_eq(getsockopt(l, IPPROTO_TCP, TCP_INFO, &ti, &len), 0);
+        if (ti.tcpi_unacked > ti.tcpi_sacked)
+            return;
+        cr_assert(mono_ns() < end, "the accept queue never filled: %u queued, limit %u",
+                  ti.tcpi_unacked, ti.tcpi_sacked);
+        sched_yield();
+    }
 }
 
 /* ---------------------------------------------------------------- */
@@ -243,7 +265,7 @@ BACKEND_TEST(tcp, connect_timeout_fires_on_a_full_backlog)
         fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         connect(fill[i], (struct sockaddr *)&a, sizeof(a)); /* EINPROGRESS or done */
     }
-    sleep_ns(50 * MS); /* let the handshakes that can complete do so */
+    wait_accept_queue_full(l);
     static struct client c;
     client_start(loop, &c, "127.0.0.1", ntohs(a.sin_port), 200 * MS);
     cr_assert(run_until_count(loop, &c.connected, 1, 10 * MS, 3000));
