@@ -20,6 +20,10 @@
  *
  * Seed: TERN_SEED (default 0xf0f0f0): the spacing of the forks and the
  * churn's choices.
+ *
+ * Under ThreadSanitizer it skips (exit 77): TSan cannot start threads in
+ * the child of a multi-threaded fork, and every child here starts the pool.
+ * ASan, UBSan and the normal build run it.
  */
 #include <sys/socket.h>
 
@@ -311,9 +315,22 @@ static void report(void)
            (uint64_t)atomic_load(&jobs_done), (uint64_t)atomic_load(&errors));
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+
 int main(void)
 {
     stress_init("fork_stress", DEFAULT_SEED);
+#ifdef UNDER_TSAN
+    printf("fork_stress: skipped under ThreadSanitizer (no threads in a multi-threaded "
+           "fork's child)\n");
+    return 77;
+#endif
     stress_on_report(report);
     uint64_t rng = stress_seed(1);
     churn_state.rng = stress_seed(2);
