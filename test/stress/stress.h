@@ -32,6 +32,10 @@
  *       case the program is killed.
  *   TERN_WATCHDOG_SCALE=K  multiplies every phase deadline (slow builds:
  *       valgrind, TSan under contention).
+ *   TERN_CHECK_BOOKS  stress_init sets it to 1 unless it is set already, so
+ *       every loop a stress program creates audits its books at each turn's
+ *       end and aborts naming the counter that disagrees (a wrapped or
+ *       leaked credit is an abort with a message, not a hang).
  */
 #ifndef TERN_STRESS_H
 #define TERN_STRESS_H
@@ -401,6 +405,8 @@ static inline void stress_init(const char *name, uint64_t default_seed)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     stress_name = name;
+    /* Before any loop exists: loops read it when they are created. */
+    setenv("TERN_CHECK_BOOKS", "1", 0);
     bool from_env;
     stress_run_seed = stress_parse_seed(default_seed, &from_env);
     printf("seed=0x%016" PRIx64 "%s\n", stress_run_seed,
