@@ -52,7 +52,7 @@
 #define IN_FLIGHT 256
 #define LATER 240        /* the loop's second cancel comes this many submissions later */
 #define RING 4096        /* ids in one (loop, canceller) ring */
-#define RUN_DEADLINE (UINT64_C(240) * STRESS_SEC)
+#define RUN_DEADLINE (UINT64_C(120) * STRESS_SEC)
 #define FREE_DEADLINE (UINT64_C(20) * STRESS_SEC)
 
 struct variant {
