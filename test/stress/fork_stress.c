@@ -9,7 +9,7 @@
  *   - loop B (its own thread) takes posts from POSTERS poster threads (the
  *     inbound queue and its spare-block lock) and keeps a few pool jobs of
  *     both classes in flight (the pool's locks);
- * while the main thread forks FORKS times. Each child uses tern at once:
+ * while the main thread forks TERN_FORKS times (default 60). Each child uses tern at once:
  * a new loop, a post to it, a bounded and a long job, a timer, a watched
  * pipe; it runs the loop dry, checks each arrived exactly once, frees the
  * loop, shuts the pool down and exits 0. A lock held by another thread at
@@ -30,7 +30,7 @@
 #include "stress.h"
 
 #define DEFAULT_SEED UINT64_C(0xf0f0f0)
-#define FORKS 100
+#define DEFAULT_FORKS 60
 #define POSTERS 2
 #define CHILD_BOUND 10 /* seconds: the child's own alarm */
 #define MAX_HUNG 3
@@ -302,7 +302,7 @@ static void *poster(void *arg)
     return NULL;
 }
 
-static unsigned forks_done, children_ok, children_hung, children_failed;
+static unsigned forks, forks_done, children_ok, children_hung, children_failed;
 
 static void report(void)
 {
@@ -332,6 +332,8 @@ int main(void)
     return 77;
 #endif
     stress_on_report(report);
+    const char *fs = getenv("TERN_FORKS");
+    forks = fs != NULL && atoi(fs) > 0 ? (unsigned)atoi(fs) : DEFAULT_FORKS;
     uint64_t rng = stress_seed(1);
     churn_state.rng = stress_seed(2);
 
@@ -362,7 +364,7 @@ int main(void)
     for (int i = 0; i < POSTERS; i++)
         pthread_create(&tp[i], NULL, poster, NULL);
 
-    for (; forks_done < FORKS && children_hung < MAX_HUNG; forks_done++) {
+    for (; forks_done < forks && children_hung < MAX_HUNG; forks_done++) {
         /* A random spin spreads the forks over the threads' critical sections. */
         for (volatile unsigned spin = (unsigned)stress_below(&rng, 200000); spin > 0; spin--)
             ;
@@ -405,8 +407,8 @@ int main(void)
     STRESS_CHECK(children_hung == 0, "no child hung (%u of %u)", children_hung, forks_done);
     STRESS_CHECK(children_failed == 0, "every child that finished exited 0 (%u failed)",
                  children_failed);
-    STRESS_CHECK(children_ok == FORKS, "%u of %d forks ran their child to a clean exit",
-                 children_ok, FORKS);
+    STRESS_CHECK(children_ok == forks, "%u of %u forks ran their child to a clean exit",
+                 children_ok, forks);
     STRESS_CHECK(atomic_load(&errors) == 0, "the parent's threads met no error");
     STRESS_CHECK(atomic_load(&posts_sent) == atomic_load(&posts_ran),
                  "every post the parent accepted ran");
