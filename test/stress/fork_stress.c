@@ -9,9 +9,9 @@
  *   - loop B (its own thread) takes posts from POSTERS poster threads (the
  *     inbound queue and its spare-block lock) and keeps a few pool jobs of
  *     both classes in flight (the pool's locks);
- * while the main thread forks TERN_FORKS times (default 60). Each child uses tern at once:
- * a new loop, a post to it, a bounded and a long job, a timer, a watched
- * pipe; it runs the loop dry, checks each arrived exactly once, frees the
+ * while the main thread forks TERN_FORKS times (default 60). Each child
+ * uses tern at once: a new loop, a post to it, a bounded and a long job, a
+ * timer, a watched pipe; it runs the loop dry, checks each arrived exactly once, frees the
  * loop, shuts the pool down and exits 0. A lock held by another thread at
  * the fork and never re-made in the child leaves the child deadlocked: its
  * own alarm (CHILD_BOUND) kills it, and the parent reports a child killed
