@@ -315,18 +315,10 @@ static void report(void)
            (uint64_t)atomic_load(&jobs_done), (uint64_t)atomic_load(&errors));
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-
 int main(void)
 {
     stress_init("fork_stress", DEFAULT_SEED);
-#ifdef UNDER_TSAN
+#ifdef STRESS_UNDER_TSAN
     printf("fork_stress: skipped under ThreadSanitizer (no threads in a multi-threaded "
            "fork's child)\n");
     return 77;

@@ -60,6 +60,17 @@
 
 #include "tern.h"
 
+/* Whether ThreadSanitizer instruments this build (gcc says it one way,
+ * clang the other): it runs everything 5-15 times slower, and cannot start
+ * threads in the child of a multi-threaded fork. */
+#if defined(__SANITIZE_THREAD__)
+#define STRESS_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STRESS_UNDER_TSAN 1
+#endif
+#endif
+
 #define STRESS_MS UINT64_C(1000000)
 #define STRESS_SEC (UINT64_C(1000) * STRESS_MS)
 #define STRESS_MAX_CONTENDERS 64
