@@ -71,6 +71,15 @@
 #endif
 #endif
 
+/* Whether AddressSanitizer instruments this build. */
+#if defined(__SANITIZE_ADDRESS__)
+#define STRESS_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STRESS_UNDER_ASAN 1
+#endif
+#endif
+
 #define STRESS_MS UINT64_C(1000000)
 #define STRESS_SEC (UINT64_C(1000) * STRESS_MS)
 #define STRESS_MAX_CONTENDERS 64
