@@ -2,8 +2,9 @@
  * fuzz_replay: the API fuzzer's harness (test/fuzz/fuzz_api.c) run without
  * libFuzzer, so the ordinary suite replays it under gcc, ASan+UBSan,
  * ThreadSanitizer and valgrind: every input of the committed corpus
- * (test/fuzz/corpus), then RANDOM_INPUTS inputs drawn from a fixed seed
- * (0xf022ed). A broken invariant aborts with a message naming it.
+ * (test/fuzz/corpus), then RANDOM_INPUTS inputs drawn from a seed
+ * (TERN_SEED, default 0xf022ed). A broken invariant aborts with a message
+ * naming it; the harness's watchdog (stress.h) bounds the whole replay.
  *
  * Usage: fuzz_replay [corpus-dir-or-file ...]. Without arguments it finds
  * the corpus from this file's path as the compiler saw it (relative to the
@@ -16,6 +17,8 @@
 #include <libgen.h>
 #include <limits.h>
 #include <sys/stat.h>
+
+#include "stress.h"
 
 #define REPLAY_SEED UINT64_C(0xf022ed)
 #define RANDOM_INPUTS 200
@@ -93,7 +96,8 @@ static unsigned replay_default_corpus(void)
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    stress_init("fuzz_replay", REPLAY_SEED);
+    stress_phase("the corpus and the random inputs replay", 300 * STRESS_SEC);
     int fake_argc = 1;
     char **fake_argv = argv;
     LLVMFuzzerInitialize(&fake_argc, &fake_argv);
@@ -106,7 +110,7 @@ int main(int argc, char **argv)
         printf("fuzz_replay: no corpus found\n0 passed, 1 failed\n");
         return 1;
     }
-    uint64_t rng = REPLAY_SEED;
+    uint64_t rng = stress_run_seed;
     uint8_t buf[512];
     for (unsigned i = 0; i < RANDOM_INPUTS; i++) {
         size_t n = 16 + (size_t)(rng_next(&rng) % (sizeof(buf) - 16));
@@ -117,8 +121,9 @@ int main(int argc, char **argv)
     }
     foreign_quit();
     tern_pool_shutdown(TERN_POOL_DRAIN, UINT64_C(30) * 1000000000u);
+    stress_phase_end();
     printf("fuzz_replay: %u corpus inputs and %u random inputs (seed 0x%" PRIx64
-           "), every invariant held\n", corpus, RANDOM_INPUTS, REPLAY_SEED);
+           "), every invariant held\n", corpus, RANDOM_INPUTS, stress_run_seed);
     printf("%u passed, 0 failed\n", replayed);
     return 0;
 }

@@ -19,25 +19,16 @@
  * callbacks saw their own id on the loop thread; ids were never reused;
  * nothing is left live and run() returned 0 on its own.
  *
- * Fixed seed 0xc0ffee11. Bounded: a fixed count of timers and a watchdog.
+ * Seed: TERN_SEED (default 0xc0ffee11). Bounded: a fixed count of timers,
+ * a stall detector (no progress for 20 s) and the harness's watchdog
+ * (stress.h).
  * Standalone (no criterion) so it runs under ThreadSanitizer and valgrind.
  * Usage: loop_cancel_stress [timers_per_helper]
  */
-#include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "stress.h"
 
-#include "tern.h"
-
-#define SEED UINT64_C(0xc0ffee11)
+#define DEFAULT_SEED UINT64_C(0xc0ffee11)
+static uint64_t SEED; /* the run's seed (TERN_SEED), set in main */
 #define HELPERS 3
 #define DEFAULT_PER_HELPER 20000u
 #define NS_PER_MS UINT64_C(1000000)
@@ -45,19 +36,7 @@
 #define STALL_NS (UINT64_C(20) * 1000000000u)
 #define WATCHDOG_NS (UINT64_C(180) * 1000000000u)
 
-static atomic_uint passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            atomic_fetch_add(&passed, 1);                                                          \
-        } else {                                                                                   \
-            atomic_fetch_add(&failed, 1);                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) STRESS_CHECK((cond), __VA_ARGS__)
 
 static uint64_t mono_ns(void)
 {
@@ -144,7 +123,7 @@ static void sentinel_cb(tern_loop *loop, tern_id id, void *arg)
     (void)loop;
     (void)id;
     (void)arg;
-    printf("FAIL the sentinel timer fired\n");
+    CHECK(false, "the sentinel timer fired");
 }
 
 static void post_retry(tern_fn fn, void *arg)
@@ -155,8 +134,8 @@ static void post_retry(tern_fn fn, void *arg)
         sched_yield();
     }
     if (rc != 0) {
-        printf("FAIL tern_post: %s\n", tern_err_name(rc));
-        exit(1);
+        printf("tern_post: %s\n", tern_err_name(rc));
+        stress_fail_now("tern_post failed");
     }
 }
 
@@ -165,10 +144,8 @@ static tern_id wait_for_id(struct rec *r)
     uint64_t end = mono_ns() + STALL_NS;
     tern_id id;
     while ((id = atomic_load_explicit(&r->id, memory_order_acquire)) == 0) {
-        if (mono_ns() > end) {
-            printf("FAIL an arm post never ran\n");
-            exit(1);
-        }
+        if (mono_ns() > end)
+            stress_fail_now("an arm post never ran");
         sched_yield();
     }
     return id;
@@ -268,10 +245,8 @@ static void *watchdog(void *arg)
             atomic_store(&g.stalled, true);
             tern_loop_stop(g.loop);
             sleep_ns(5000 * NS_PER_MS);
-            if (!atomic_load(&g.finished)) {
-                printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed) + 1);
-                exit(1);
-            }
+            if (!atomic_load(&g.finished))
+                stress_fail_now("the loop did not wake for tern_loop_stop either");
             return NULL;
         }
     }
@@ -286,7 +261,8 @@ static int cmp_id(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    stress_init("loop_cancel_stress", DEFAULT_SEED);
+    SEED = stress_run_seed;
     g.per_helper = DEFAULT_PER_HELPER;
     if (argc > 1)
         g.per_helper = (unsigned)strtoul(argv[1], NULL, 10);
@@ -307,6 +283,8 @@ int main(int argc, char **argv)
     if (rc != 0)
         return 1;
     g.loop_thread = pthread_self();
+    stress_watch_loop(g.loop, "timers");
+    stress_phase("helpers arm and cancel timers on the running loop", 240 * STRESS_SEC);
     rc = tern_timer_start(g.loop, HOUR_NS, 0, sentinel_cb, NULL, &g.sentinel);
     CHECK(rc == 0, "sentinel: %s", tern_err_name(rc));
     g.sentinel_stop_rc = 1;
@@ -406,8 +384,9 @@ int main(int argc, char **argv)
            repeat_fires, (uint64_t)atomic_load(&g.cancels), (uint64_t)atomic_load(&g.double_cancels),
            (uint64_t)atomic_load(&g.stale_cancels), s.turns, s.wake_syscalls,
            (uint64_t)atomic_load(&g.refused));
-    tern_loop_free(g.loop);
+    stress_phase("tern_loop_free", 30 * STRESS_SEC);
+    stress_loop_free(g.loop);
     free(g.recs);
-    printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed));
-    return atomic_load(&failed) == 0 ? 0 : 1;
+    stress_phase_end();
+    return stress_summary();
 }

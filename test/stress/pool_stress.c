@@ -19,9 +19,10 @@
  * submitted == completed + cancelled == accepted jobs, cancelled == the
  * -ECANCELED deliveries, and the refusals add up to the -EAGAINs seen.
  *
- * Usage: pool_stress [JOBS [SEED]]   (defaults: 1000000, 0x7e7a5eed)
- * Pass a smaller JOBS under valgrind. The fixed seed makes the decisions
- * (class, which ids to cancel) repeatable; thread interleaving is not.
+ * Usage: pool_stress [JOBS [SEED]]   (defaults: 1000000; TERN_SEED, else
+ * 0x7e7a5eed). Pass a smaller JOBS under valgrind. The seed makes the
+ * decisions (class, which ids to cancel) repeatable; thread interleaving
+ * is not.
  * A run that delivers nothing for STRESS_STALL_NS, or has not finished
  * after STRESS_LIVENESS_NS, is reported as a hang (liveness bounds, not
  * timing checks).
@@ -32,6 +33,7 @@
 #include <unistd.h>
 
 #include "../pool_helpers.h"
+#include "stress.h"
 
 #define DEFAULT_JOBS 1000000u
 #define DEFAULT_SEED 0x7e7a5eedull
@@ -254,6 +256,8 @@ static void *loop_main(void *arg)
         loop_error(lp, "tern_loop_new failed", 0);
         return NULL;
     }
+    static const char *const names[LOOPS] = {"0", "1", "2"};
+    stress_watch_loop(lp->loop, names[lp->index]);
     tern_timer_start(lp->loop, PH_MS, PH_MS, tick, lp, &lp->tick);
     kick_driver(lp);
     lp->run_rc = tern_loop_run(lp->loop);
@@ -287,24 +291,15 @@ static void *canceller_main(void *arg)
 /* Checks and main                                                     */
 /* ------------------------------------------------------------------ */
 
-static unsigned passed, failed;
-
-static void check(bool ok, const char *what)
-{
-    printf("%s: %s\n", ok ? "ok" : "FAIL", what);
-    if (ok)
-        passed++;
-    else
-        failed++;
-}
+#define check(ok, what) STRESS_CHECK((ok), "%s", (what))
 
 int main(int argc, char **argv)
 {
+    stress_init("pool_stress", argc > 2 ? strtoull(argv[2], NULL, 0) : DEFAULT_SEED);
     size_t jobs = argc > 1 ? strtoull(argv[1], NULL, 0) : DEFAULT_JOBS;
-    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 0) : DEFAULT_SEED;
+    uint64_t seed = stress_run_seed;
     if (jobs < LOOPS)
         jobs = LOOPS;
-    setvbuf(stdout, NULL, _IOLBF, 0);
     printf("pool_stress: %zu jobs, %d loops, %d foreign cancellers, seed 0x%" PRIx64 "\n", jobs,
            LOOPS, CANCELLERS, seed);
 
@@ -337,6 +332,7 @@ int main(int argc, char **argv)
             recs[i].loop_index = (uint8_t)k;
     }
 
+    stress_phase("three loops deliver every job", STRESS_LIVENESS_NS + 60 * PH_SEC);
     uint64_t t0 = ph_now();
     for (unsigned k = 0; k < LOOPS; k++)
         pthread_create(&loops[k].thread, NULL, loop_main, &loops[k]);
@@ -369,17 +365,8 @@ int main(int argc, char **argv)
         }
         ph_sleep_ns(10 * PH_MS);
     }
-    if (hung) {
-        /* The loops may never return; report and leave without joining. */
-        tern_pool_stats s = ph_stats();
-        fprintf(stderr, "pool: threads %u busy %u queued %u long %u/%u submitted %" PRIu64
-                " completed %" PRIu64 " cancelled %" PRIu64 "\n", s.threads, s.busy, s.queued,
-                s.long_busy, s.long_threads, s.submitted, s.completed, s.cancelled);
-        printf("FAIL: every job delivered within the liveness bound\n%u passed, %u failed\n",
-               passed, failed + 1);
-        fflush(stdout);
-        _exit(1);
-    }
+    if (hung)
+        stress_fail_now("every job delivered within the liveness bound");
     atomic_store(&stop_cancellers, true);
     for (int c = 0; c < CANCELLERS; c++)
         pthread_join(cancellers[c], NULL);
@@ -401,8 +388,9 @@ int main(int argc, char **argv)
     bool settled;
     PH_WAIT_UNTIL(settled, (s = ph_stats(), s.completed + s.cancelled == s.submitted));
 
+    stress_phase("the loops are freed and the pool drains", 120 * PH_SEC);
     for (unsigned k = 0; k < LOOPS; k++)
-        tern_loop_free(loops[k].loop);
+        stress_loop_free(loops[k].loop);
     /* Drain the pool so any worker still walking past a tombstone is done. */
     int shut = tern_pool_shutdown(TERN_POOL_DRAIN, 30 * PH_SEC);
 
@@ -482,6 +470,6 @@ int main(int argc, char **argv)
     check(shut == 0, "the pool drains and shuts down");
 
     free(recs);
-    printf("%u passed, %u failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    stress_phase_end();
+    return stress_summary();
 }

@@ -16,44 +16,21 @@
  * a broken park protocol loses the wake-up. A lost wake-up shows as a
  * stall, which the watchdog reports instead of hanging.
  *
- * Fixed seed: 0x5eed2024 (pauses in phase 2). Bounded: a fixed count of
- * posts and a 120 s watchdog. Standalone (no criterion) so it also runs
+ * Seed: TERN_SEED (default 0x5eed2024): pauses in phase 2, spins in phase
+ * 3. Bounded: a fixed count of posts, a stall detector (no progress for
+ * 20 s) and the harness's watchdog per phase (stress.h). Standalone (no criterion) so it also runs
  * under ThreadSanitizer and valgrind. Usage: post_stress [posts_total]
  */
-#include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "stress.h"
 
-#include "tern.h"
-
-#define SEED UINT64_C(0x5eed2024)
+#define DEFAULT_SEED UINT64_C(0x5eed2024)
+static uint64_t SEED; /* the run's seed (TERN_SEED), set in main */
 #define PRODUCERS 4
 #define DEFAULT_TOTAL 1000000u
 #define WATCHDOG_NS (UINT64_C(120) * 1000000000u)
 #define STALL_NS (UINT64_C(20) * 1000000000u)
 
-/* Atomic because the watchdog reads them while the loop thread counts. */
-static atomic_uint passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            atomic_fetch_add(&passed, 1);                                                          \
-        } else {                                                                                   \
-            atomic_fetch_add(&failed, 1);                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) STRESS_CHECK((cond), __VA_ARGS__)
 
 static uint64_t mono_ns(void)
 {
@@ -156,8 +133,8 @@ static void *produce(void *arg)
             sched_yield();
         }
         if (rc != 0) {
-            printf("FAIL tern_post: %s\n", tern_err_name(rc));
-            exit(1);
+            printf("tern_post: %s\n", tern_err_name(rc));
+            stress_fail_now("tern_post failed");
         }
         if (p->pingpong) {
             /* Wait (spinning, so the wait ends within nanoseconds) until
@@ -190,8 +167,7 @@ static void never(tern_loop *loop, tern_id id, void *arg)
     (void)loop;
     (void)id;
     (void)arg;
-    printf("FAIL the keep-alive timer fired\n");
-    exit(1);
+    stress_fail_now("the keep-alive timer fired");
 }
 
 /* Reports a stall (no progress for STALL_NS with posts outstanding) or a
@@ -215,11 +191,8 @@ static void *watchdog(void *arg)
             atomic_store(&p->stalled, true);
             tern_loop_stop(p->loop);
             sleep_ns(5 * 1000000000ull);
-            if (!atomic_load(&p->finished)) {
-                printf("FAIL the loop did not wake for tern_loop_stop either\n");
-                printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed) + 1);
-                exit(1);
-            }
+            if (!atomic_load(&p->finished))
+                stress_fail_now("the loop did not wake for tern_loop_stop either");
             return NULL;
         }
     }
@@ -245,6 +218,8 @@ static void run_phase(const char *name, unsigned producers, unsigned total, bool
     CHECK(rc == 0, "tern_loop_new: %s", tern_err_name(rc));
     if (rc != 0)
         return;
+    stress_watch_loop(p.loop, name);
+    stress_phase(name, 180 * STRESS_SEC);
     rc = tern_timer_start(p.loop, UINT64_C(3600) * 1000000000u, 0, never, NULL, &p.keepalive);
     CHECK(rc == 0, "keep-alive timer: %s", tern_err_name(rc));
     pthread_barrier_init(&p.go, NULL, producers);
@@ -289,11 +264,14 @@ static void run_phase(const char *name, unsigned producers, unsigned total, bool
            name, want, producers, (double)elapsed / 1e9, (double)want * 1e9 / (double)elapsed,
            s.wake_syscalls, s.wake_syscalls ? (double)want / (double)s.wake_syscalls : 0.0,
            (uint64_t)atomic_load(&p.refused), max_ops, s.turns);
-    tern_loop_free(p.loop);
+    stress_loop_free(p.loop);
+    stress_phase_end();
 }
 
 int main(int argc, char **argv)
 {
+    stress_init("post_stress", DEFAULT_SEED);
+    SEED = stress_run_seed;
     unsigned total = DEFAULT_TOTAL;
     if (argc > 1)
         total = (unsigned)strtoul(argv[1], NULL, 10);
@@ -301,10 +279,8 @@ int main(int argc, char **argv)
         total = PRODUCERS;
     printf("post_stress: seed %#" PRIx64 ", up to %u producers, %u posts\n", SEED, PRODUCERS,
            total);
-    setvbuf(stdout, NULL, _IOLBF, 0);
     run_phase("flood", PRODUCERS, total, false, false, 4096);
     run_phase("bursts", PRODUCERS, total / 10, true, false, 65536);
     run_phase("pingpong", 1, total / 50, false, true, 65536);
-    printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed));
-    return atomic_load(&failed) == 0 ? 0 : 1;
+    return stress_summary();
 }

@@ -23,28 +23,19 @@
  * bytes written to the socketpairs == bytes read by the watchers, nothing
  * live in any loop, and the pool's submitted == completed + cancelled.
  *
- * Duration: argv[1] or TERN_SOAK_SECONDS (seconds, default 10). Fixed seed
- * 0x50a4ed (the work mix; thread timing still varies run to run). Network:
+ * Duration: argv[1] or TERN_SOAK_SECONDS (seconds, default 10). Seed:
+ * TERN_SEED (default 0x50a4ed; the work mix, thread timing still varies
+ * run to run). Every wait is bounded by the harness's watchdog (stress.h). Network:
  * loopback only. Standalone, so it also runs under ThreadSanitizer and
  * valgrind. Ends with "N passed, N failed".
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <netdb.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "tern.h"
+#include "stress.h"
 
-#define SEED UINT64_C(0x50a4ed)
+#define DEFAULT_SEED UINT64_C(0x50a4ed)
+static uint64_t SEED; /* the run's seed (TERN_SEED), set in main */
 #define LOOPS 3
 #define POSTERS 2
 #define PAIRS 2
@@ -57,21 +48,10 @@
 #define WIND_DOWN_NS (UINT64_C(60) * 1000000000u) /* liveness backstop, not a bound on speed */
 #define MS UINT64_C(1000000)
 
-static atomic_uint passed, failed;
 /* Violations seen inside callbacks: each is printed, and the run fails. */
 static atomic_uint violations;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            atomic_fetch_add(&passed, 1);                                                          \
-        } else {                                                                                   \
-            atomic_fetch_add(&failed, 1);                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) STRESS_CHECK((cond), __VA_ARGS__)
 
 #define VIOLATION(...)                                                                             \
     do {                                                                                           \
@@ -748,7 +728,8 @@ static double soak_seconds(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    stress_init("soak", DEFAULT_SEED);
+    SEED = stress_run_seed;
     double seconds = soak_seconds(argc, argv);
     uint64_t prng = SEED;
     for (size_t i = 0; i < sizeof(pattern); i++)
@@ -756,8 +737,14 @@ int main(int argc, char **argv)
     printf("soak: %.1f s, %d loops, %d posters, 1 churn thread, seed 0x%" PRIx64 "\n", seconds,
            LOOPS, POSTERS, SEED);
 
-    for (int i = 0; i < LOOPS; i++)
+    for (int i = 0; i < LOOPS; i++) {
+        static const char *const names[LOOPS] = {"0 (epoll)", "1 (poll)", "2 (epoll, RCU)"};
         setup_loop(&loops[i], i);
+        stress_watch_loop(loops[i].loop, names[i]);
+    }
+    /* The soak's own length, plus a generous bound for winding down. */
+    stress_phase("the soak runs, then its loops wind down",
+                 (uint64_t)(seconds * 1e9) + 2 * WIND_DOWN_NS + 60 * STRESS_SEC);
     for (int i = 0; i < LOOPS; i++)
         pthread_create(&loops[i].thread, NULL, loop_main, &loops[i]);
     pthread_t posters[POSTERS], churn;
@@ -776,11 +763,8 @@ int main(int argc, char **argv)
     bool wound = all_loops(phase_ending, offsetof(struct lstate, quiet)) &&
                  all_loops(phase_closing, offsetof(struct lstate, returned));
     CHECK(wound, "the loops wound down");
-    if (!wound) {
-        printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed) + 1);
-        fflush(stdout);
-        _exit(1); /* threads are stuck inside loops that cannot be freed safely */
-    }
+    if (!wound) /* threads are stuck inside loops that cannot be freed safely */
+        stress_fail_now("the loops wound down");
     double elapsed = (double)(mono_ns() - start) / 1e9;
     for (int i = 0; i < LOOPS; i++)
         pthread_join(loops[i].thread, NULL);
@@ -814,7 +798,7 @@ int main(int argc, char **argv)
           "every feature ran at least once");
 
     for (int i = 0; i < LOOPS; i++) {
-        tern_loop_free(loops[i].loop);
+        stress_loop_free(loops[i].loop);
         for (unsigned p = 0; p < PAIRS; p++) {
             close(loops[i].sp[p][0]);
             close(loops[i].sp[p][1]);
@@ -838,6 +822,6 @@ int main(int argc, char **argv)
            (uint64_t)atomic_load(&foreign_cancels), refused, timers, stopped, lookups, conns,
            bytes, pair_bytes, (uint64_t)atomic_load(&churn_loops),
            (uint64_t)atomic_load(&churn_jobs));
-    printf("%u passed, %u failed\n", atomic_load(&passed), atomic_load(&failed));
-    return atomic_load(&failed) == 0 ? 0 : 1;
+    stress_phase_end();
+    return stress_summary();
 }

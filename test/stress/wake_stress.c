@@ -1,7 +1,8 @@
 /*
  * The wake protocol never leaves the eventfd readable with nothing to say.
  *
- * Producers post at random short intervals (fixed seed 0x77a6e5ee) to a
+ * Producers post at random short intervals (seed: TERN_SEED, default
+ * 0x77a6e5ee) to a
  * loop that keeps going to sleep, so posts land in every corner of the
  * park: before it, during its re-check, while blocked. A notify that the
  * loop does not consume leaves the eventfd readable forever, and every
@@ -9,28 +10,26 @@
  * that found work on its re-check used to overwrite NOTIFIED with RUNNING
  * and lose the producer's write. After each storm the loop is drained and
  * left unclaimed; its descriptor must not be readable then. Also checked:
- * every post ran exactly once.
+ * every post ran exactly once. Every wait (a refused post's retry, the
+ * drain after each storm) is bounded by the watchdog, which reports the
+ * loop's books instead of spinning until meson's timeout.
  */
 #include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
 
-#include "tern.h"
+#include "stress.h"
 
+#define DEFAULT_SEED UINT64_C(0x77a6e5ee)
 #define PRODUCERS 2
 #define POSTS 100000
 #define ROUNDS 4
 
 static tern_loop *loop;
 static atomic_ulong ran;
-static unsigned passed, failed;
+static atomic_uint producers_done;
 
-static void check(int ok, const char *what)
+static void report(void)
 {
-    printf("%s: %s\n", ok ? "ok" : "FAIL", what);
-    ok ? passed++ : failed++;
+    printf("  posts ran %lu, producers done %u\n", atomic_load(&ran), atomic_load(&producers_done));
 }
 
 static void on_post(tern_loop *l, void *arg)
@@ -41,14 +40,16 @@ static void on_post(tern_loop *l, void *arg)
 
 static void *producer(void *arg)
 {
-    uint64_t x = (uint64_t)(uintptr_t)arg;
+    uint64_t x = stress_seed((uint64_t)(uintptr_t)arg);
     for (unsigned i = 0; i < POSTS; i++) {
+        /* A refusal (-EAGAIN at max_operations) retries; the watchdog
+         * bounds the retries. */
         while (tern_post(loop, on_post, NULL) != 0)
-            ;
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        for (volatile unsigned spin = (unsigned)(x % 3000); spin > 0; spin--)
+            sched_yield();
+        for (volatile unsigned spin = (unsigned)stress_below(&x, 3000); spin > 0; spin--)
             ;
     }
+    atomic_fetch_add(&producers_done, 1);
     return NULL;
 }
 
@@ -66,19 +67,23 @@ static void *runner(void *arg)
 
 int main(void)
 {
+    stress_init("wake_stress", DEFAULT_SEED);
+    stress_on_report(report);
     tern_loop_options o;
     tern_loop_options_init(&o);
     o.max_operations = 1u << 20;
     if (tern_loop_new(&loop, &o) != 0)
         return 1;
+    stress_watch_loop(loop, "woken");
     tern_id far;
     tern_timer_start(loop, 3600ull * 1000000000ull, 0, never, NULL, &far);
     int stuck = 0;
     for (unsigned round = 0; round < ROUNDS; round++) {
+        stress_phase("a storm of posts runs, then the loop drains them", 120 * STRESS_SEC);
         pthread_t r, p[PRODUCERS];
         pthread_create(&r, NULL, runner, NULL);
         for (uintptr_t k = 0; k < PRODUCERS; k++)
-            pthread_create(&p[k], NULL, producer, (void *)(0x77a6e5eeu + 131 * k + round));
+            pthread_create(&p[k], NULL, producer, (void *)(1 + k + PRODUCERS * round));
         for (int k = 0; k < PRODUCERS; k++)
             pthread_join(p[k], NULL);
         tern_loop_stop(loop);
@@ -90,15 +95,17 @@ int main(void)
         struct pollfd pfd = {.fd = tern_loop_backend_fd(loop), .events = POLLIN};
         stuck += poll(&pfd, 1, 0) != 0;
     }
-    check(stuck == 0, "an idle, drained loop's descriptor is not readable");
-    check(atomic_load(&ran) == (unsigned long)ROUNDS * PRODUCERS * POSTS,
-          "every post ran exactly once");
+    STRESS_CHECK(stuck == 0, "an idle, drained loop's descriptor is not readable (%d rounds "
+                 "left it readable)", stuck);
+    STRESS_CHECK(atomic_load(&ran) == (unsigned long)ROUNDS * PRODUCERS * POSTS,
+                 "every post ran exactly once (%lu)", atomic_load(&ran));
     tern_loop_stats s;
     tern_loop_stats_get(loop, &s);
     printf("wake_stress: %lu posts, %llu wake syscalls, %llu turns\n", atomic_load(&ran),
            (unsigned long long)s.wake_syscalls, (unsigned long long)s.turns);
     tern_timer_stop(loop, far);
-    tern_loop_free(loop);
-    printf("%u passed, %u failed\n", passed, failed);
-    return failed != 0;
+    stress_phase("tern_loop_free", 30 * STRESS_SEC);
+    stress_loop_free(loop);
+    stress_phase_end();
+    return stress_summary();
 }
