@@ -160,6 +160,49 @@ static inline int count_open_fds(void)
     return n - 1; /* the directory stream's own descriptor */
 }
 
+#ifdef TERN_LIBKQUEUE
+/* libkqueue's own export for deterministic teardown (not in its header):
+ * returns once its monitoring thread has freed every kqueue closed so far. */
+void libkqueue_drain_pending_close(void);
+#endif
+
+/*
+ * The open descriptors, counted once every loop freed so far has really
+ * let go of its own: libkqueue closes a kqueue's descriptors on its
+ * monitoring thread after close() returned, so under it the count is
+ * taken after that thread acknowledged the closes. Elsewhere close() is
+ * the end of it.
+ */
+static inline int count_open_fds_settled(void)
+{
+#ifdef TERN_LIBKQUEUE
+    libkqueue_drain_pending_close();
+#endif
+    return count_open_fds();
+}
+
+/*
+ * Create and free one loop on backend, so what a backend keeps for the
+ * whole process (libkqueue's monitoring thread and its descriptors) exists
+ * before a test counts descriptors.
+ */
+static inline void backend_warm_up(const char *backend)
+{
+    loop_free_clean(loop_new_backend(backend));
+}
+
+/* Whether backend is kqueue emulated by libkqueue (see docs/testing.md for
+ * what it does not emulate faithfully). */
+static inline bool backend_is_libkqueue(const char *backend)
+{
+#ifdef TERN_LIBKQUEUE
+    return backend != NULL && strcmp(backend, "kqueue") == 0;
+#else
+    (void)backend;
+    return false;
+#endif
+}
+
 static inline bool fd_readable_now(int fd, int timeout_ms)
 {
     struct pollfd p = { .fd = fd, .events = POLLIN };
