@@ -188,6 +188,13 @@ static void warm_up(const char *backend)
     tern_loop_free(new_loop(backend));
 }
 
+/* Every backend built, or only TERN_TEST_BACKEND's (as loop_helpers.h). */
+static bool selected(const char *backend)
+{
+    const char *only = getenv("TERN_TEST_BACKEND");
+    return only == NULL || strcmp(only, backend) == 0;
+}
+
 /* Turn until *done(arg) or the liveness deadline. */
 static bool run_until(tern_loop *loop, bool (*done)(void *), void *arg)
 {
@@ -400,6 +407,8 @@ static bool step_loop_new(uint64_t n, void *ctx)
 Test(fault, loop_new, .timeout = TEST_TIMEOUT)
 {
     for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_loop_new, (void *)tern__backend_names[i]);
     }
@@ -701,6 +710,8 @@ static bool step_ops(uint64_t n, void *ctx)
 Test(fault, timers_posts_watchers, .timeout = TEST_TIMEOUT)
 {
     for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_ops, (void *)tern__backend_names[i]);
     }
@@ -1243,6 +1254,8 @@ static bool step_tcp(uint64_t n, void *ctx)
 Test(fault, listen_accept_connect, .timeout = TEST_TIMEOUT)
 {
     for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_tcp, (void *)tern__backend_names[i]);
     }
@@ -1403,6 +1416,8 @@ static bool step_stream(uint64_t n, void *ctx)
 Test(fault, stream_open_write_read, .timeout = TEST_TIMEOUT)
 {
     for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_stream, (void *)tern__backend_names[i]);
     }

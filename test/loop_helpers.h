@@ -253,6 +253,22 @@ static inline size_t backend_count(void)
 #define BACKEND_PARAMS_MAX 8
 
 /*
+ * The backends BACKEND_TESTs run on: every one built, or only the one
+ * named by TERN_TEST_BACKEND (CI runs the conformance suite once more on
+ * its libkqueue build with TERN_TEST_BACKEND=kqueue, rather than repeating
+ * epoll and poll there). Fills idx with indices into tern__backend_names.
+ */
+static inline size_t backend_params(int *idx, size_t max)
+{
+    const char *only = getenv("TERN_TEST_BACKEND");
+    size_t n = 0;
+    for (size_t i = 0; tern__backend_names[i] != NULL && n < max; i++)
+        if (only == NULL || strcmp(only, tern__backend_names[i]) == 0)
+            idx[n++] = (int)i;
+    return n;
+}
+
+/*
  * BACKEND_TEST(suite, name) { ...body using `backend`... } defines a test
  * that criterion runs once per backend built, as suite/name with the
  * backend's index as the parameter.
@@ -262,11 +278,7 @@ static inline size_t backend_count(void)
     ParameterizedTestParameters(suite, name)                                           \
     {                                                                                  \
         static int idx[BACKEND_PARAMS_MAX];                                            \
-        size_t n = backend_count();                                                    \
-        if (n > BACKEND_PARAMS_MAX)                                                    \
-            n = BACKEND_PARAMS_MAX;                                                    \
-        for (size_t i = 0; i < n; i++)                                                 \
-            idx[i] = (int)i;                                                           \
+        size_t n = backend_params(idx, BACKEND_PARAMS_MAX);                            \
         return cr_make_param_array(int, idx, n);                                       \
     }                                                                                  \
     ParameterizedTest(int *ix, suite, name, .timeout = TEST_TIMEOUT)                  \
