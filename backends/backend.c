@@ -3,10 +3,17 @@
 
 #include "backend.h"
 
-/* Best first: NULL as a backend name picks the head of this list. */
+/*
+ * Best first: NULL as a backend name picks the head of this list. On
+ * Linux epoll leads even when kqueue is built: kqueue there is libkqueue,
+ * an emulation over epoll, built to check the kqueue backend.
+ */
 static const struct tern__backend_ops *const backends[] = {
 #ifdef TERN_HAVE_EPOLL
     &tern__backend_epoll,
+#endif
+#ifdef TERN_HAVE_KQUEUE
+    &tern__backend_kqueue,
 #endif
     &tern__backend_poll,
 };
@@ -14,6 +21,9 @@ static const struct tern__backend_ops *const backends[] = {
 const char *const tern__backend_names[] = {
 #ifdef TERN_HAVE_EPOLL
     "epoll",
+#endif
+#ifdef TERN_HAVE_KQUEUE
+    "kqueue",
 #endif
     "poll",
     NULL,
@@ -28,3 +38,11 @@ const struct tern__backend_ops *tern__backend_find(const char *name)
             return backends[i];
     return NULL;
 }
+
+#ifndef TERN_HAVE_KQUEUE
+bool tern__kqueue_user_wake(bool on)
+{
+    (void)on;
+    return false;
+}
+#endif

@@ -11,12 +11,21 @@
 #ifndef TERN_BACKEND_H
 #define TERN_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct tern__fired {
     int fd;
     unsigned events;
 };
+
+/*
+ * A backend with a signal operation reports a delivery of signo as a
+ * fired entry with this fd (never -1, which is "no descriptor"), its
+ * events holding how many deliveries the kernel merged into it (>= 1).
+ */
+#define TERN__FIRED_SIGNAL(signo) (-1 - (signo))
+#define TERN__FIRED_SIGNO(fd) (-1 - (fd))
 
 struct tern__backend;
 
@@ -31,18 +40,49 @@ struct tern__backend_ops {
      * Timeouts are rounded up, never down, so a deadline is never missed.
      */
     int (*wait)(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out, int max);
+    /*
+     * Used only when init set wakes_itself: a wake-up of the backend's own
+     * (kqueue's EVFILT_USER) instead of a wake descriptor registered like
+     * any other. wake makes a wait return and the backend fd readable; any
+     * thread may call it. wake_take consumes one wake on the loop's
+     * thread, returning false while that wake has not landed yet (the
+     * caller retries: the waker is committed to it).
+     */
+    void (*wake)(struct tern__backend *b);
+    bool (*wake_take)(struct tern__backend *b);
+    /*
+     * Optional (NULL: the core reads signals through a descriptor of its
+     * own): start (on) or stop reporting signal signo, at once rather
+     * than batched, so no delivery after a successful start is missed.
+     * Returns 0 or -errno. The caller has blocked signo in its thread.
+     */
+    int (*signal)(struct tern__backend *b, int signo, bool on);
 };
 
 struct tern__backend {
     const struct tern__backend_ops *ops;
-    int fd;      /* the descriptor a host loop can watch */
+    int fd;      /* the descriptor a host loop can watch, or -1 */
     void *state; /* backend-private */
+    bool wakes_itself; /* set by init: use ops->wake, not a wake descriptor */
 };
 
 extern const struct tern__backend_ops tern__backend_poll;
 #ifdef TERN_HAVE_EPOLL
 extern const struct tern__backend_ops tern__backend_epoll;
 #endif
+#ifdef TERN_HAVE_KQUEUE
+extern const struct tern__backend_ops tern__backend_kqueue;
+#endif
+
+/*
+ * Test seam: whether kqueue loops created from now on wake through
+ * EVFILT_USER (the default where the system has it) or through the core's
+ * wake descriptor (the default under libkqueue, whose kqueue descriptor a
+ * host cannot watch). Returns false when EVFILT_USER is not built in (no
+ * kqueue, no EVFILT_USER, or a portable build); the setting then has no
+ * effect.
+ */
+bool tern__kqueue_user_wake(bool on);
 
 /* Look a backend up by name; NULL picks the best built one. */
 const struct tern__backend_ops *tern__backend_find(const char *name);

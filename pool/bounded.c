@@ -177,6 +177,7 @@ static bool spin(struct worker *w)
 
 static void *worker_main(void *argp)
 {
+    tern__thread_name("tern-pool");
     struct worker_arg a = *(struct worker_arg *)argp;
     free(argp);
     struct tern__pool *p = a.pool;

@@ -44,6 +44,7 @@ static void unlink_parked(struct tern__pool *p, struct tern__long_worker *w)
 
 static void *long_main(void *argp)
 {
+    tern__thread_name("tern-long");
     struct long_arg a = *(struct long_arg *)argp;
     free(argp);
     struct tern__pool *p = a.pool;
@@ -73,11 +74,7 @@ static void *long_main(void *argp)
         }
         if (w->exit)
             break;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + p->cfg.long_idle_timeout_ns;
-        until.tv_sec += (time_t)(ns / 1000000000u);
-        until.tv_nsec = (long)(ns % 1000000000u);
+        struct timespec until = tern__cond_deadline(p->cfg.long_idle_timeout_ns);
         int rc = pthread_cond_timedwait(&w->cond, &p->long_lock, &until);
         if (rc == ETIMEDOUT && w->job == NULL && !w->exit) {
             /* Retire: nobody will join us, so detach and free ourselves. */
@@ -134,11 +131,7 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     w = tern__calloc(1, sizeof(*w));
     struct long_arg *a = tern__malloc(sizeof(*a));
     if (w != NULL && a != NULL) {
-        pthread_condattr_t attr;
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&w->cond, &attr);
-        pthread_condattr_destroy(&attr);
+        (void)tern__cond_init(&w->cond);
         *a = (struct long_arg){p, w};
         /* Link before the thread exists so shutdown can always find it. */
         pthread_mutex_lock(&p->long_lock);

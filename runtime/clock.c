@@ -2,8 +2,10 @@
  * Clocks. The loop's clock is CLOCK_MONOTONIC in nanoseconds. The pool's
  * latency figures use a cheaper tick counter: here clock_gettime costs
  * ~65 ns and a job used to read it three times, a fifth of an empty job's
- * cost. On x86-64 the tick is the TSC (invariant on anything recent, and
- * the kernel's own clocksource here); elsewhere it is the monotonic clock.
+ * cost. On x86 with an invariant TSC (CPUID says so: a constant rate
+ * through frequency changes and sleep states; the kernel's own
+ * clocksource here) the tick is the TSC; elsewhere, and in portable
+ * builds, it is the monotonic clock.
  * Ticks become nanoseconds only when statistics are read, with a rate
  * measured over the whole time since the first tick was taken.
  */
@@ -12,9 +14,10 @@
 
 #include "loop_p.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#include "platform.h"
+
+#ifdef TERN_HAVE_TSC
 #include <x86intrin.h>
-#define HAVE_TSC 1
 #endif
 
 uint64_t tern__clock_now(void)
@@ -24,8 +27,19 @@ uint64_t tern__clock_now(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-#ifdef HAVE_TSC
+#ifdef TERN_HAVE_TSC
 static _Atomic uint64_t base_ticks, base_ns;
+static _Atomic int use_tsc = -1; /* -1: not asked yet */
+
+static bool tsc(void)
+{
+    int u = atomic_load_explicit(&use_tsc, memory_order_relaxed);
+    if (TERN_UNLIKELY(u < 0)) {
+        u = tern__tsc_invariant();
+        atomic_store_explicit(&use_tsc, u, memory_order_relaxed);
+    }
+    return u;
+}
 
 static void set_base(void)
 {
@@ -38,6 +52,8 @@ static void set_base(void)
 
 uint64_t tern__ticks(void)
 {
+    if (!tsc())
+        return tern__clock_now();
     if (TERN_UNLIKELY(atomic_load_explicit(&base_ticks, memory_order_relaxed) == 0))
         set_base();
     return __rdtsc();
@@ -45,6 +61,8 @@ uint64_t tern__ticks(void)
 
 double tern__ticks_per_ns(void)
 {
+    if (!tsc())
+        return 1.0;
     uint64_t t0 = atomic_load(&base_ticks), n0 = atomic_load(&base_ns);
     if (t0 == 0 || n0 == 0)
         return 1.0;

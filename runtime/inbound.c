@@ -201,9 +201,10 @@ static bool wake_checked(tern_loop *loop)
     if (!atomic_compare_exchange_strong(&loop->wake_state, &state, TERN__WAKE_NOTIFIED))
         return false; /* another producer got there first, or the loop woke */
     atomic_fetch_add_explicit(&loop->wake_syscalls, 1, memory_order_relaxed);
-    uint64_t one = 1;
-    ssize_t w = write(loop->wake_fd, &one, sizeof(one));
-    (void)w; /* EAGAIN means the counter is already non-zero: still awake */
+    if (loop->backend.wakes_itself)
+        loop->backend.ops->wake(&loop->backend);
+    else
+        tern__wake_signal(&loop->wake);
     return true;
 }
 
@@ -217,8 +218,10 @@ void tern__loop_awake(tern_loop *loop)
      * The producer that notified is committed to one write; it may not
      * have made it yet (a few instructions away, unless preempted).
      */
-    uint64_t value;
-    for (unsigned spins = 0; read(loop->wake_fd, &value, sizeof(value)) != sizeof(value); spins++)
+    for (unsigned spins = 0; !(loop->backend.wakes_itself
+                                   ? loop->backend.ops->wake_take(&loop->backend)
+                                   : tern__wake_take(&loop->wake));
+         spins++)
         if (spins > 16)
             sched_yield();
 }

@@ -151,6 +151,10 @@ static const struct tern__op_class watcher_class = {
 
 void tern__io_fired(tern_loop *loop, int fd, unsigned events)
 {
+    if (fd < 0) {
+        tern__signal_fired(loop, TERN__FIRED_SIGNO(fd), events);
+        return;
+    }
     if ((unsigned)fd >= loop->fds_len || loop->fds[fd] == NULL)
         return; /* stopped after the kernel reported it */
     struct watcher *w = (struct watcher *)loop->fds[fd];
@@ -188,7 +192,7 @@ int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void 
         return -EBADF;
     if (cb == NULL || !valid_events(events))
         return -EINVAL;
-    if (fd == loop->wake_fd || fd == loop->backend.fd)
+    if (fd == loop->wake.fd || fd == loop->backend.fd)
         return -EEXIST;
     int rc = grow_fds(loop, fd);
     if (rc < 0)

@@ -8,7 +8,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "loop_p.h"
@@ -221,15 +220,6 @@ static int check_options(const tern_loop_options *o)
     return 0;
 }
 
-static int open_wake_fd(void)
-{
-    int rc = tern__fd_fault();
-    if (rc < 0)
-        return rc;
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    return fd < 0 ? -errno : fd;
-}
-
 int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
 {
     TERN_REQUIRE(loopp != NULL);
@@ -258,22 +248,22 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     tern__spin_init(&loop->spin);
     const char *books = getenv("TERN_CHECK_BOOKS");
     loop->check_books = books != NULL && books[0] != '\0' && books[0] != '0';
-    loop->wake_fd = -1;
+    loop->wake = (struct tern__wake){-1, -1};
     loop->backend.fd = -1;
 
     tern__slab_init(&loop->timers, tern__timer_size);
     tern__slab_init(&loop->defers, tern__defer_size);
     if ((rc = tern__idmap_init(&loop->ids)) < 0)
         goto fail;
-    if ((rc = open_wake_fd()) < 0)
-        goto fail;
-    loop->wake_fd = rc;
     loop->backend.ops = tern__backend_find(o.backend);
     if ((rc = loop->backend.ops->init(&loop->backend)) < 0) {
         loop->backend.ops = NULL;
         goto fail;
     }
-    if ((rc = loop->backend.ops->modify(&loop->backend, loop->wake_fd, 0, TERN_READABLE)) < 0)
+    /* A backend that wakes itself needs no wake descriptor. */
+    if (!loop->backend.wakes_itself &&
+        ((rc = tern__wake_open(&loop->wake)) < 0 ||
+         (rc = loop->backend.ops->modify(&loop->backend, loop->wake.fd, 0, TERN_READABLE)) < 0))
         goto fail;
     if ((rc = tern__loop_pool_init(loop)) < 0)
         goto fail;
@@ -285,8 +275,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
 fail:
     if (loop->backend.ops != NULL)
         loop->backend.ops->close(&loop->backend);
-    if (loop->wake_fd >= 0)
-        close(loop->wake_fd);
+    tern__wake_close(&loop->wake);
     tern__idmap_destroy(&loop->ids);
     free(loop);
     return rc;
@@ -349,7 +338,7 @@ uint64_t tern_loop_now(const tern_loop *loop)
 int tern_loop_backend_fd(const tern_loop *loop)
 {
     TERN__REQUIRE_LOOP(loop);
-    return loop->backend.fd >= 0 ? loop->backend.fd : loop->wake_fd;
+    return loop->backend.fd >= 0 ? loop->backend.fd : loop->wake.fd;
 }
 
 int64_t tern_loop_next_timeout(const tern_loop *loop)
@@ -433,7 +422,7 @@ void tern_loop_free(tern_loop *loop)
 
     tern__loop_pool_destroy(loop); /* waits out pool threads still handing over */
     loop->backend.ops->close(&loop->backend);
-    close(loop->wake_fd);
+    tern__wake_close(&loop->wake);
     free(loop->fds);
     tern__heap_destroy(&loop->heap);
     tern__idmap_destroy(&loop->ids);

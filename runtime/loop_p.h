@@ -30,6 +30,7 @@
 #include "check.h"
 #include "spin.h"
 #include "fault.h"
+#include "platform.h"
 #include "tern.h"
 
 struct tern__op;
@@ -198,7 +199,7 @@ struct tern_loop {
     unsigned anon;       /* live ops without an id (defers): ops_local - ids.count */
     bool check_books;    /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
     unsigned internal;   /* >0: the runtime is calling the public API for itself */
-    unsigned io_count;   /* fds registered besides the wake fd */
+    unsigned io_count;   /* fds (and signals the backend reads) registered besides the wake fd */
     uint64_t arm_seq;    /* arming sequence for the heap */
     uint32_t heap_claims; /* ops holding a heap slot (see tern__deadline_claim) */
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
@@ -209,7 +210,7 @@ struct tern_loop {
     struct tern__heap heap;
     struct tern__slab timers, defers; /* records of timer.c and defer.c */
     struct tern__backend backend;
-    int wake_fd;
+    struct tern__wake wake; /* -1s when the backend wakes itself (backend.ops->wake) */
     struct tern__op **fds; /* fd -> watcher op, grown on demand */
     unsigned fds_len;
     struct tern__fired fired[TERN__FIRED_MAX];
@@ -369,8 +370,9 @@ static inline bool tern__deadline_armed(const struct tern__op *op)
 bool tern__loop_wake(tern_loop *loop);
 /*
  * The loop's side of a wake: set the word to RUNNING and, if a producer
- * had notified, consume its eventfd write. Called when a thread claims the
- * loop and after every backend wait.
+ * had notified, consume its wake-up (an eventfd or pipe write, or the
+ * backend's own). Called when a thread claims the loop and after every
+ * backend wait.
  */
 void tern__loop_awake(tern_loop *loop);
 /* Whether the inbound queue has anything (any thread; a snapshot). */
@@ -402,6 +404,9 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait_ns);
 
 /* Watchers (io.c): readiness from the backend into the ready queue. */
 void tern__io_fired(tern_loop *loop, int fd, unsigned events);
+/* Signals (net/signal.c): the backend itself reported count deliveries of
+ * signo (a TERN__FIRED_SIGNAL entry). */
+void tern__signal_fired(tern_loop *loop, int signo, unsigned count);
 /* The process-wide fd registry behind G4. */
 int tern__fd_claim(int fd, tern_loop *loop);
 void tern__fd_release(int fd);

@@ -159,7 +159,7 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
         TERN_FATAL("tern_loop_run", "the backend wait failed");
     /* The wake fd is consumed by tern__loop_awake(), not here. */
     for (int i = 0; i < n; i++)
-        if (loop->fired[i].fd != loop->wake_fd)
+        if (loop->fired[i].fd != loop->wake.fd)
             tern__io_fired(loop, loop->fired[i].fd, loop->fired[i].events);
     return began;
 }

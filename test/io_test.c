@@ -405,6 +405,48 @@ BACKEND_TEST(io, stop_close_and_reuse_the_fd_number)
     loop_free_clean(loop);
 }
 
+/*
+ * Changes that fail when the backend applies them must not take the
+ * others down with them (kqueue applies a turn's changes in one batch,
+ * where one failing change could fail the whole call): here a watcher
+ * stopped after its fd was registered, that fd closed (a stale removal),
+ * and a watcher whose fd is closed before its registration is applied (a
+ * failing add; closing a watched fd is the caller's mistake, reported as
+ * TERN_ERROR where the backend notices), then a good watcher, all before
+ * the next wait. The good one must fire.
+ */
+BACKEND_TEST(io, a_failing_change_does_not_lose_the_batch)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int a[2], x[2], b[2];
+    make_pipe(a);
+    struct watch wa, wx, wb;
+    watch_init(&wa, a[0]);
+    watch_start(loop, &wa, TERN_READABLE);
+    tern_loop_run_once(loop, 0); /* applied, wherever changes are batched */
+    make_pipe(x);
+    make_pipe(b); /* before closing a and x, so b cannot take their numbers */
+    cr_assert_eq(tern_io_stop(loop, wa.id), 0);
+    close_pair(a);
+    watch_init(&wx, x[0]);
+    watch_start(loop, &wx, TERN_READABLE);
+    close_pair(x);
+    watch_init(&wb, b[0]);
+    wb.drain = true;
+    watch_start(loop, &wb, TERN_READABLE);
+    write_byte(b[1]);
+    cr_assert(turn_until(loop, &wb, 1), "the good watcher of the batch never fired");
+    cr_assert_eq(wb.last_events & TERN_ERROR, 0, "events %#x", wb.last_events);
+    assert_sane(&wb);
+    cr_assert_eq(atomic_load(&wa.calls), 0);
+    cr_assert_eq(wx.last_events & ~(unsigned)TERN_ERROR, 0, "the closed fd reported %#x",
+                 wx.last_events);
+    cr_assert_eq(tern_io_stop(loop, wx.id), 0);
+    cr_assert_eq(tern_io_stop(loop, wb.id), 0);
+    close_pair(b);
+    loop_free_clean(loop);
+}
+
 /* Closing a watched fd's peer: HANGUP is reported even without asking. */
 BACKEND_TEST(io, hangup_when_the_peer_closes_a_socket)
 {

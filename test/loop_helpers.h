@@ -218,6 +218,49 @@ static inline int count_open_fds(void)
     return n - 1; /* the directory stream's own descriptor */
 }
 
+#ifdef TERN_LIBKQUEUE
+/* libkqueue's own export for deterministic teardown (not in its header):
+ * returns once its monitoring thread has freed every kqueue closed so far. */
+void libkqueue_drain_pending_close(void);
+#endif
+
+/*
+ * The open descriptors, counted once every loop freed so far has really
+ * let go of its own: libkqueue closes a kqueue's descriptors on its
+ * monitoring thread after close() returned, so under it the count is
+ * taken after that thread acknowledged the closes. Elsewhere close() is
+ * the end of it.
+ */
+static inline int count_open_fds_settled(void)
+{
+#ifdef TERN_LIBKQUEUE
+    libkqueue_drain_pending_close();
+#endif
+    return count_open_fds();
+}
+
+/*
+ * Create and free one loop on backend, so what a backend keeps for the
+ * whole process (libkqueue's monitoring thread and its descriptors) exists
+ * before a test counts descriptors.
+ */
+static inline void backend_warm_up(const char *backend)
+{
+    loop_free_clean(loop_new_backend(backend));
+}
+
+/* Whether backend is kqueue emulated by libkqueue (see docs/testing.md for
+ * what it does not emulate faithfully). */
+static inline bool backend_is_libkqueue(const char *backend)
+{
+#ifdef TERN_LIBKQUEUE
+    return backend != NULL && strcmp(backend, "kqueue") == 0;
+#else
+    (void)backend;
+    return false;
+#endif
+}
+
 static inline bool fd_readable_now(int fd, int timeout_ms)
 {
     struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -268,6 +311,22 @@ static inline size_t backend_count(void)
 #define BACKEND_PARAMS_MAX 8
 
 /*
+ * The backends BACKEND_TESTs run on: every one built, or only the one
+ * named by TERN_TEST_BACKEND (CI runs the conformance suite once more on
+ * its libkqueue build with TERN_TEST_BACKEND=kqueue, rather than repeating
+ * epoll and poll there). Fills idx with indices into tern__backend_names.
+ */
+static inline size_t backend_params(int *idx, size_t max)
+{
+    const char *only = getenv("TERN_TEST_BACKEND");
+    size_t n = 0;
+    for (size_t i = 0; tern__backend_names[i] != NULL && n < max; i++)
+        if (only == NULL || strcmp(only, tern__backend_names[i]) == 0)
+            idx[n++] = (int)i;
+    return n;
+}
+
+/*
  * BACKEND_TEST(suite, name) { ...body using `backend`... } defines a test
  * that criterion runs once per backend built, as suite/name with the
  * backend's index as the parameter.
@@ -277,11 +336,7 @@ static inline size_t backend_count(void)
     ParameterizedTestParameters(suite, name)                                           \
     {                                                                                  \
         static int idx[BACKEND_PARAMS_MAX];                                            \
-        size_t n = backend_count();                                                    \
-        if (n > BACKEND_PARAMS_MAX)                                                    \
-            n = BACKEND_PARAMS_MAX;                                                    \
-        for (size_t i = 0; i < n; i++)                                                 \
-            idx[i] = (int)i;                                                           \
+        size_t n = backend_params(idx, BACKEND_PARAMS_MAX);                            \
         return cr_make_param_array(int, idx, n);                                       \
     }                                                                                  \
     ParameterizedTest(int *ix, suite, name, .timeout = TEST_TIMEOUT)                  \

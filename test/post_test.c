@@ -292,10 +292,10 @@ static void *burst(void *arg)
 /* A burst of posts to a loop that nobody runs (so it counts as asleep)
  * costs exactly one wake syscall: the first post notifies, the rest see
  * the loop already notified. */
-Test(post, burst_to_an_idle_loop_wakes_once, .timeout = TEST_TIMEOUT)
+BACKEND_TEST(post, burst_to_an_idle_loop_wakes_once)
 {
     static struct busy b;
-    b.loop = loop_new_default();
+    b.loop = loop_new_backend(backend);
     b.want = 1000;
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, burst, &b), 0);
@@ -336,9 +336,9 @@ static void *post_when_blocked(void *arg)
     return NULL;
 }
 
-Test(post, foreign_post_wakes_a_blocked_loop, .timeout = TEST_TIMEOUT)
+BACKEND_TEST(post, foreign_post_wakes_a_blocked_loop)
 {
-    struct waker w = { .loop = loop_new_default() };
+    struct waker w = { .loop = loop_new_backend(backend) };
     tern_id keep = 0;
     cr_assert_eq(tern_timer_start(w.loop, HOUR, 0, never, NULL, &keep), 0);
     pthread_t t;

@@ -265,10 +265,13 @@ typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg
  * tern_signal_start: deliver signo through the loop: cb(loop, id, signo,
  * arg) runs in step 2 after the signal arrives (signals that arrive
  * together may be merged into one callback, as the kernel merges them).
- * Linux uses a signalfd. The signal is blocked in the calling thread (which
- * must be the thread that runs the loop) with pthread_sigmask; every thread
- * tern creates already blocks all signals, so a signal sent to the process
- * (kill) reaches the loop. For a TERN_LOOP_RCU loop it also has liburcu's
+ * Linux uses a signalfd, a kqueue loop EVFILT_SIGNAL; either way the signal
+ * is blocked in the calling thread (which must be the thread that runs the
+ * loop) with pthread_sigmask; every thread tern creates already blocks all
+ * signals, so a signal sent to the process (kill) reaches the loop. Where
+ * there is neither (and in -Dportable builds) a handler writes to a pipe
+ * the loop watches: the previous action is saved and the signal unblocked
+ * in the calling thread instead, both restored by stop. For a TERN_LOOP_RCU loop it also has liburcu's
  * default call_rcu helper created (if it does not exist yet) with every
  * signal blocked. Other threads of the application must block the signal
  * too, or the kernel may deliver it to them instead.

@@ -136,8 +136,6 @@ void tern__stream_rewatch(struct tern__stream *s);
 void tern__stream_owe(struct tern__stream *s);
 /* Close: the shared body of tern_stream_close and the cancel hook. */
 int tern__stream_close(struct tern__stream *s);
-/* Where the system has SO_NOSIGPIPE, set it (elsewhere MSG_NOSIGNAL does the job). */
-int tern__socket_nosigpipe(int fd);
 
 /* write.c */
 void tern__write_flush(struct tern__stream *s);

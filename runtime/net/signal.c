@@ -1,17 +1,24 @@
 /*
- * Signal watchers: a signalfd per watched signal, read by an fd watcher.
+ * Signal watchers. A loop whose backend reports signals itself (kqueue:
+ * EVFILT_SIGNAL in the loop's kqueue) gets them as fired entries, which
+ * make the watcher ready; any other loop reads a signal source (platform.c:
+ * a signalfd on Linux, a handler-written pipe elsewhere) through an fd
+ * watcher of its own.
  *
- * Why the signal must be blocked: a signalfd only reads signals that are
- * pending, and a signal is left pending only in threads that block it.
- * tern_signal_start blocks it in the calling thread (the loop thread);
- * every thread tern creates starts with all signals blocked
- * (tern__thread_create), so liburcu's helpers and the pool never take a
- * signal meant for the loop. A process-directed signal (kill) then stays
- * pending for the process and the loop's signalfd reads it; a thread-
- * directed one (raise on the loop thread) is read just the same.
+ * Why the signal must be blocked (signalfd, kqueue): a signalfd only reads
+ * signals that are pending, and a signal is left pending only in threads
+ * that block it; kqueue merely records a delivery, which would still run
+ * the signal's action. tern_signal_start blocks it in the calling thread
+ * (the loop thread); every thread tern creates starts with all signals
+ * blocked (tern__thread_create), so liburcu's helpers and the pool never
+ * take a signal meant for the loop. A process-directed signal (kill) then
+ * stays pending for the process and the loop's source reads it; a thread-
+ * directed one (raise on the loop thread) is read just the same. The pipe
+ * source is the other way round: its handler must run, so the signal is
+ * unblocked in the loop thread and the handler's write wakes the loop.
  *
  * One watcher per signal per process (a table under one mutex): two
- * signalfds for one signal race to read each instance, so sharing would
+ * sources for one signal race to read each instance, so sharing would
  * deliver each signal to one of them at random. tern refuses with -EEXIST.
  *
  * liburcu's helper: liburcu starts its call_rcu thread lazily, from
@@ -31,30 +38,27 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/signalfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <urcu-qsbr.h>
 
 #include "net_p.h"
 
-#define SIGNALS_PER_READY 16 /* siginfos read per readiness */
+#define SIGNALS_PER_READY 16 /* reads of the source per readiness */
 
 struct tern__signal {
     struct tern__op op; /* first: the id, the class, the ready link */
     tern_loop *loop;
     int signo;
-    int fd;
+    struct tern__sigsource src;
     tern_id io;
     tern_signal_cb cb;
     void *arg;
-    bool blocked_by_us; /* the signal was not blocked in `blocker` before */
-    pthread_t blocker;
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool watched[_NSIG]; /* under table_lock */
+static struct tern__signal *by_backend[_NSIG]; /* under table_lock: backend-read watchers */
 
 /*
  * fork(): the table lock is held around the fork so the child never
@@ -97,10 +101,24 @@ static const struct tern__op_class signal_class = {
 
 static void signal_dispatch(tern_loop *loop, struct tern__op *op)
 {
-    /* Signal watchers call out from their fd watcher and never queue themselves. */
-    (void)loop;
-    (void)op;
-    TERN_UNREACHABLE();
+    /* Only backend-read watchers queue themselves; the others call out
+     * from their fd watcher. Deliveries since the last dispatch merge. */
+    struct tern__signal *w = (struct tern__signal *)op;
+    TERN_INSIST(w->src.kind == TERN__SIG_BACKEND);
+    w->cb(loop, op->id, w->signo, w->arg);
+}
+
+void tern__signal_fired(tern_loop *loop, int signo, unsigned count)
+{
+    (void)count; /* merged into one callback, as the kernel merges them */
+    if (signo <= 0 || signo >= _NSIG)
+        return;
+    pthread_mutex_lock(&table_lock);
+    struct tern__signal *w = by_backend[signo];
+    pthread_mutex_unlock(&table_lock);
+    /* Stopped since, or another loop's: the table says who owns it now. */
+    if (w != NULL && w->loop == loop)
+        tern__op_ready(loop, &w->op);
 }
 
 static void signal_free(tern_loop *loop, struct tern__op *op)
@@ -113,48 +131,35 @@ static void signal_io(tern_loop *loop, tern_id io, int fd, unsigned events, void
 {
     (void)io;
     (void)events;
+    (void)fd;
     struct tern__signal *w = arg;
     tern_id id = w->op.id;
     for (int i = 0; i < SIGNALS_PER_READY; i++) {
-        struct signalfd_siginfo si;
-        ssize_t n = read(fd, &si, sizeof(si));
-        if (n != (ssize_t)sizeof(si))
-            return; /* EAGAIN: nothing more pending (EINTR: the next turn retries) */
-        w->cb(loop, id, (int)si.ssi_signo, w->arg);
+        /* One callback per read: deliveries one read takes are merged,
+         * as the kernel merges a signal sent again while pending. */
+        if (tern__sigsource_read(&w->src) == 0)
+            return; /* nothing more pending (EINTR: the next turn retries) */
+        w->cb(loop, id, w->signo, w->arg);
         /* The callback may have stopped this watcher and freed it. */
         if (tern__op_find(loop, id) != &w->op)
             return;
     }
 }
 
-/* Take every pending instance of signo off the thread and the process. */
-static void consume_pending(int signo)
-{
-    sigset_t one;
-    sigemptyset(&one);
-    sigaddset(&one, signo);
-    const struct timespec zero = {0, 0};
-    while (sigtimedwait(&one, NULL, &zero) == signo)
-        ;
-}
-
 static void stop_watcher(tern_loop *loop, struct tern__signal *w)
 {
-    tern__internal_begin(loop); /* the watcher is the runtime's own */
-    (void)tern_io_stop(loop, w->io); /* -ENOENT if teardown stopped it first */
-    tern__internal_end(loop);
-    close(w->fd);
-    consume_pending(w->signo);
-    /* Only the thread that blocked the signal can unblock it for itself;
-     * a loop freed from another thread leaves that thread's mask alone. */
-    if (w->blocked_by_us && pthread_equal(w->blocker, pthread_self())) {
-        sigset_t one;
-        sigemptyset(&one);
-        sigaddset(&one, w->signo);
-        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    if (w->src.kind == TERN__SIG_BACKEND) {
+        (void)loop->backend.ops->signal(&loop->backend, w->signo, false);
+        loop->io_count--;
+    } else {
+        tern__internal_begin(loop); /* the watcher is the runtime's own */
+        (void)tern_io_stop(loop, w->io); /* -ENOENT if teardown stopped it first */
+        tern__internal_end(loop);
     }
+    tern__sigsource_close(&w->src);
     pthread_mutex_lock(&table_lock);
     watched[w->signo] = false;
+    by_backend[w->signo] = NULL;
     pthread_mutex_unlock(&table_lock);
     tern__op_finish(loop, &w->op);
 }
@@ -174,26 +179,6 @@ static void rcu_helper_with_signals_blocked(tern_loop *loop)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     (void)get_default_call_rcu_data(); /* creates it if it does not exist yet */
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
-static int open_signalfd(struct tern__signal *w)
-{
-    sigset_t one, old;
-    sigemptyset(&one);
-    sigaddset(&one, w->signo);
-    pthread_sigmask(SIG_BLOCK, &one, &old);
-    w->blocked_by_us = !sigismember(&old, w->signo);
-    w->blocker = pthread_self();
-    int rc = tern__fd_fault();
-    int fd = rc < 0 ? rc : signalfd(-1, &one, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd < 0) {
-        rc = rc < 0 ? rc : -errno;
-        if (w->blocked_by_us)
-            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-        return rc;
-    }
-    w->fd = fd;
-    return 0;
 }
 
 int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, tern_id *idp)
@@ -217,35 +202,44 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
         rc = -ENOMEM;
         goto unadmit;
     }
-    *w = (struct tern__signal){.loop = loop, .signo = signo, .fd = -1, .cb = cb, .arg = arg};
+    *w = (struct tern__signal){.loop = loop, .signo = signo, .cb = cb, .arg = arg};
     rcu_helper_with_signals_blocked(loop);
-    if ((rc = open_signalfd(w)) < 0)
+    bool by_loop_backend = loop->backend.ops->signal != NULL;
+    if ((rc = tern__sigsource_open(&w->src, signo, by_loop_backend)) < 0)
         goto free;
-    tern__internal_begin(loop); /* the fd watcher is the runtime's own */
-    rc = tern_io_start(loop, w->fd, TERN_READABLE, signal_io, w, &w->io);
-    if (rc == 0)
-        (void)tern_unref(loop, w->io); /* only the signal op keeps the loop alive */
-    tern__internal_end(loop);
-    if (rc < 0)
-        goto close;
-    if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
-        tern__internal_begin(loop);
-        (void)tern_io_stop(loop, w->io);
+    if (by_loop_backend) {
+        /* Blocked now (sigsource_open), so nothing is lost in between. */
+        if ((rc = loop->backend.ops->signal(&loop->backend, signo, true)) < 0)
+            goto close;
+        if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
+            (void)loop->backend.ops->signal(&loop->backend, signo, false);
+            goto close;
+        }
+        loop->io_count++; /* the kernel has something to report: ask it */
+        pthread_mutex_lock(&table_lock);
+        by_backend[signo] = w;
+        pthread_mutex_unlock(&table_lock);
+    } else {
+        tern__internal_begin(loop); /* the fd watcher is the runtime's own */
+        rc = tern_io_start(loop, w->src.fd, TERN_READABLE, signal_io, w, &w->io);
+        if (rc == 0)
+            (void)tern_unref(loop, w->io); /* only the signal op keeps the loop alive */
         tern__internal_end(loop);
-        goto close;
+        if (rc < 0)
+            goto close;
+        if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
+            tern__internal_begin(loop);
+            (void)tern_io_stop(loop, w->io);
+            tern__internal_end(loop);
+            goto close;
+        }
     }
     if (idp != NULL)
         *idp = w->op.id;
     return 0;
 
 close:
-    close(w->fd);
-    if (w->blocked_by_us) {
-        sigset_t one;
-        sigemptyset(&one);
-        sigaddset(&one, signo);
-        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-    }
+    tern__sigsource_close(&w->src);
 free:
     tern__free(w);
 unadmit:

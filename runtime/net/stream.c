@@ -41,29 +41,11 @@ const struct tern__op_class tern__stream_class = {
     .refable = true,
 };
 
-int tern__socket_nosigpipe(int fd)
-{
-#ifdef SO_NOSIGPIPE
-    /* Where sendmsg has no MSG_NOSIGNAL, the socket itself must not raise SIGPIPE. */
-    int one = 1;
-    if (setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one)) < 0)
-        return -errno;
-#else
-    (void)fd;
-#endif
-    return 0;
-}
-
 /* For an adopted descriptor; sockets tern creates get the flags at birth. */
 static int socket_prepare(int fd)
 {
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -errno;
-    int fdfl = fcntl(fd, F_GETFD);
-    if (fdfl < 0 || fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) < 0)
-        return -errno;
-    return tern__socket_nosigpipe(fd);
+    int rc = tern__fd_nonblock_cloexec(fd);
+    return rc < 0 ? rc : tern__socket_nosigpipe(fd);
 }
 
 int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,

@@ -93,11 +93,9 @@ static int open_listener(const char *host, unsigned port, int backlog, unsigned 
     if (flags & TERN_TCP_REUSEPORT)
         return -ENOTSUP;
 #endif
-    if ((rc = tern__fd_fault()) < 0)
-        return rc;
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = tern__socket(ss.ss_family, SOCK_STREAM);
     if (fd < 0)
-        return -errno;
+        return fd;
     int one = 1;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
         goto fail;
@@ -199,19 +197,12 @@ void tern__tcp_accept_ready(struct tern__stream *s)
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         if (s->state & (TERN__S_CLOSING | TERN__S_BACKOFF))
             return;
-        int rc = tern__fd_fault();
-        int fd = -1;
-        if (rc == 0) {
-            fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0)
-                rc = -errno;
-        }
+        int fd = tern__accept(s->fd);
+        int rc = fd < 0 ? fd : 0;
         if (rc == -EAGAIN || rc == -EWOULDBLOCK)
             return;
         if (rc < 0 && accept_retryable(-rc))
             continue;
-        if (rc == 0 && (rc = tern__socket_nosigpipe(fd)) < 0)
-            close(fd);
         struct tern__stream *c = NULL;
         if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) < 0)
             close(fd); /* the peer sees a reset; the listener backs off */
@@ -283,15 +274,9 @@ static void connect_next(struct tern__stream *s, int last)
     while (s->next_addr != NULL) {
         struct addrinfo *ai = s->next_addr;
         s->next_addr = ai->ai_next;
-        int rc = tern__fd_fault();
-        int fd = rc < 0 ? -1 : socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int fd = tern__socket(ai->ai_family, SOCK_STREAM);
         if (fd < 0) {
-            last = rc < 0 ? rc : -errno;
-            continue;
-        }
-        if ((rc = tern__socket_nosigpipe(fd)) < 0) {
-            close(fd);
-            last = rc;
+            last = fd;
             continue;
         }
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
@@ -301,7 +286,8 @@ static void connect_next(struct tern__stream *s, int last)
         }
         if (errno == EINPROGRESS || errno == EINTR) {
             s->fd = fd;
-            if ((rc = tern__stream_watch(s, TERN_WRITABLE)) == 0)
+            int rc = tern__stream_watch(s, TERN_WRITABLE);
+            if (rc == 0)
                 return;
             s->fd = -1;
             close(fd);
@@ -320,6 +306,18 @@ void tern__tcp_connect_ready(struct tern__stream *s, unsigned events)
     socklen_t len = sizeof(err);
     if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
+    if (err == 0 && (events & (TERN_HANGUP | TERN_ERROR))) {
+        /*
+         * Failed, but the error was read before us: libkqueue reads
+         * SO_ERROR to fill in EV_EOF's fflags, and reading it clears it.
+         * Not connected is the one thing we can still tell; a refusal is
+         * by far the common cause, so that is what we report.
+         */
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        if (getpeername(s->fd, (struct sockaddr *)&peer, &plen) < 0 && errno == ENOTCONN)
+            err = ECONNREFUSED;
+    }
     if (err == 0 && (events & TERN_WRITABLE)) {
         connect_done(s, 0);
         return;

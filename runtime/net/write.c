@@ -10,7 +10,8 @@
  *
  * sendmsg with MSG_NOSIGNAL, not writev: a peer that has gone must give
  * -EPIPE, never a SIGPIPE that kills the process. Where MSG_NOSIGNAL does
- * not exist, tern__socket_nosigpipe sets SO_NOSIGPIPE on the socket instead.
+ * not exist, tern__socket_nosigpipe (platform.c) sets SO_NOSIGPIPE on the
+ * socket instead.
  */
 #include <errno.h>
 #include <stdint.h>

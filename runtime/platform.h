@@ -1,0 +1,173 @@
+/*
+ * The platform file: everything outside backends/ that differs between
+ * Linux, the BSDs and macOS goes through here, so the rest of tern is
+ * POSIX. Each facility has a fast path chosen at build time (a
+ * TERN_HAVE_* define from meson.build) and a portable fallback;
+ * -Dportable=true builds the fallbacks only, so Linux CI runs them.
+ *
+ * Every function returns 0 or a negative errno unless it says otherwise,
+ * and every descriptor it creates is close-on-exec; the ones a loop
+ * waits on are non-blocking too.
+ */
+#ifndef TERN_PLATFORM_H
+#define TERN_PLATFORM_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ */
+/* The wake-up object                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * What a producer writes to get a sleeping loop out of its backend wait:
+ * an eventfd (fd == wfd) where there is one, a pipe elsewhere. fd is the
+ * end the backend watches for readability.
+ */
+struct tern__wake {
+    int fd;  /* read end, registered with the backend */
+    int wfd; /* write end (the same descriptor for an eventfd) */
+};
+
+/*
+ * tern__wake_open: create the object, both ends non-blocking.
+ * Returns: 0, or -EMFILE (also injected by the fault seam), -ENFILE...
+ * On failure *w holds -1 in both fields.
+ */
+int tern__wake_open(struct tern__wake *w);
+
+/* tern__wake_close: close what tern__wake_open created (either may be -1). */
+void tern__wake_close(struct tern__wake *w);
+
+/*
+ * tern__wake_signal: make fd readable. Any thread. A full eventfd or pipe
+ * means it is readable already, which is all a signal has to achieve.
+ */
+void tern__wake_signal(const struct tern__wake *w);
+
+/*
+ * tern__wake_take: consume one tern__wake_signal. Returns false when
+ * there was none to consume (the signal is still on its way).
+ * Threads: the loop's thread only (one consumer).
+ */
+bool tern__wake_take(const struct tern__wake *w);
+
+/* ------------------------------------------------------------------ */
+/* Descriptors and sockets                                             */
+/* ------------------------------------------------------------------ */
+
+/* tern__fd_nonblock_cloexec: set O_NONBLOCK and FD_CLOEXEC through fcntl. */
+int tern__fd_nonblock_cloexec(int fd);
+
+/*
+ * tern__socket: socket(family, type, 0) born non-blocking and
+ * close-on-exec (SOCK_NONBLOCK | SOCK_CLOEXEC where the system has them,
+ * fcntl right after creation elsewhere), with SIGPIPE suppressed on the
+ * socket where the system needs that (SO_NOSIGPIPE).
+ * Returns: the descriptor, or a negative errno.
+ */
+int tern__socket(int family, int type);
+
+/*
+ * tern__accept: take one connection from listening socket lfd, with the
+ * same flags as tern__socket (accept4 where it exists, accept + fcntl
+ * elsewhere). Returns: the descriptor, or a negative errno (-EAGAIN when
+ * the queue is empty).
+ */
+int tern__accept(int lfd);
+
+/*
+ * tern__socket_nosigpipe: where sendmsg has no MSG_NOSIGNAL but the socket
+ * has SO_NOSIGPIPE (macOS), set it; elsewhere nothing to do.
+ */
+int tern__socket_nosigpipe(int fd);
+
+/* tern__pipe: a pipe, both ends non-blocking and close-on-exec. */
+int tern__pipe(int fds[2]);
+
+/* ------------------------------------------------------------------ */
+/* Threads and clocks                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * tern__cond_init: a condition variable whose timed waits measure
+ * CLOCK_MONOTONIC where pthread_condattr_setclock exists (so a clock step
+ * does not stretch or cut a wait), CLOCK_REALTIME elsewhere (macOS).
+ */
+int tern__cond_init(pthread_cond_t *c);
+
+/*
+ * tern__cond_deadline: the absolute time, in the clock tern__cond_init
+ * chose, ns nanoseconds from now: what pthread_cond_timedwait takes.
+ */
+struct timespec tern__cond_deadline(uint64_t ns);
+
+/* tern__thread_name: name the calling thread (15 characters at most); a
+ * no-op where the system cannot. Names show in top -H, gdb, perf. */
+void tern__thread_name(const char *name);
+
+/*
+ * tern__tsc_invariant: whether the CPU's time-stamp counter ticks at a
+ * constant rate through frequency changes and sleep states (CPUID
+ * 0x80000007, EDX bit 8), which is what makes it a clock. False on
+ * anything but x86 and in portable builds.
+ */
+bool tern__tsc_invariant(void);
+
+/* ------------------------------------------------------------------ */
+/* Signal sources                                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * How a watched signal reaches the loop: a signalfd (Linux), the loop's
+ * own backend (kqueue's EVFILT_SIGNAL: no descriptor, fd stays -1), or
+ * the read end of a pipe that a signal handler writes (anything else, and
+ * portable builds).
+ *
+ * signalfd and the backend read the signal while it is blocked in the
+ * loop's thread; the handler of the pipe needs it unblocked there. Either
+ * way close hands the thread's mask and the signal's disposition back as
+ * they were found.
+ */
+enum tern__sigsource_kind { TERN__SIG_SIGNALFD, TERN__SIG_BACKEND, TERN__SIG_PIPE };
+
+struct tern__sigsource {
+    enum tern__sigsource_kind kind;
+    int signo;
+    int fd;  /* watched for readability */
+    int wfd; /* the pipe's write end (TERN__SIG_PIPE only) */
+    bool mask_changed; /* we blocked (or, for the pipe, unblocked) it in `owner` */
+    pthread_t owner;
+    struct sigaction old_action; /* TERN__SIG_PIPE: the disposition to restore */
+};
+
+/*
+ * tern__sigsource_open: start catching signo. by_backend: the loop's
+ * backend will report it (only blocks the signal here). Requires: no
+ * other open source for signo in the process (signal.c's table sees to
+ * it); called on the thread that will run the loop.
+ * Returns: 0, or -EMFILE and other descriptor errors.
+ */
+int tern__sigsource_open(struct tern__sigsource *s, int signo, bool by_backend);
+
+/*
+ * tern__sigsource_read: take what arrived on fd (not for the backend
+ * kind). Returns how many deliveries were taken (signals the kernel merged
+ * count once), 0 when none.
+ */
+unsigned tern__sigsource_read(struct tern__sigsource *s);
+
+/*
+ * tern__sigsource_close: stop catching. Instances still pending are
+ * consumed, not delivered, before the mask is restored, so stopping never
+ * turns an already-sent signal into its default action.
+ */
+void tern__sigsource_close(struct tern__sigsource *s);
+
+/* The kind tern__sigsource_open picks (for tests and docs). */
+enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend);
+
+#endif
