@@ -400,7 +400,9 @@ static void try_finish(tern_group *g)
     g->state = STATE_FINISHED;
     for (unsigned i = 0; i < g->n; i++) {
         atomic_store_explicit(&g->m[i].loop->sealed, true, memory_order_relaxed);
-        atomic_store_explicit(&g->m[i].loop->closing, true, memory_order_relaxed);
+        /* seq_cst, as tern_loop_free's: pairs with tern_post's admission;
+         * a poster that sees `closing` sees `sealed` too. */
+        atomic_store_explicit(&g->m[i].loop->closing, true, memory_order_seq_cst);
     }
     atomic_store_explicit(&g->finished, true, memory_order_relaxed);
     kick(g, NULL);

@@ -515,12 +515,12 @@ const char *tern__loop_backend_name(const tern_loop *loop)
 
 void tern__test_claim(tern_loop *loop)
 {
-    (void)claim(loop, "tern__test_claim");
+    (void)tern__loop_claim(loop, "tern__test_claim");
 }
 
 void tern__test_release(tern_loop *loop)
 {
-    release(loop, NULL);
+    tern__loop_release(loop, NULL);
 }
 
 int tern__loop_step(const tern_loop *loop)
