@@ -55,7 +55,7 @@ void tern__bounded_hold(struct tern__pool *p, bool *busy)
 {
     if (*busy) {
         *busy = false; /* a held worker is not busy: the statistics say so */
-        atomic_fetch_sub_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.busy, memory_order_relaxed);
     }
     bool online = held_by_rcu();
     if (online)
