@@ -109,3 +109,16 @@ void tern__pool_unhold(void)
         return;
     tern__bounded_wake_all(p);
 }
+
+bool tern__pool_on_bounded_worker(void)
+{
+    struct tern__pool *p = tern__pool_current();
+    if (p == NULL)
+        return false;
+    /* A scan, not a thread-local: it runs once per pause, never per job. */
+    pthread_t self = pthread_self();
+    for (unsigned i = 0; i < p->nthreads; i++)
+        if (pthread_equal(p->threads[i], self))
+            return true;
+    return false;
+}

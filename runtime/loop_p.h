@@ -464,5 +464,7 @@ int tern__loop_pool_init(tern_loop *loop);
  */
 void tern__pool_hold(void);
 void tern__pool_unhold(void);
+/* Whether the calling thread is a bounded worker of the running pool. */
+bool tern__pool_on_bounded_worker(void);
 
 #endif

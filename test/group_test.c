@@ -632,8 +632,9 @@ static void body_schedule_in_destroy(void)
     _exit(0); /* not reached when the rule holds */
 }
 
-Test(shutdown, scheduling_during_the_destroy_drain_aborts_with_its_message,
-     .timeout = TEST_TIMEOUT)
+/* Run body in a forked child with stderr captured: it must die of SIGABRT
+ * and say `needle` (a child that hangs instead is killed by its alarm). */
+static void expect_child_abort(void (*body)(void), const char *needle)
 {
     int pipefd[2];
     cr_assert_eq(pipe(pipefd), 0);
@@ -644,7 +645,9 @@ Test(shutdown, scheduling_during_the_destroy_drain_aborts_with_its_message,
         dup2(pipefd[1], STDERR_FILENO);
         close(pipefd[0]);
         close(pipefd[1]);
-        body_schedule_in_destroy();
+        alarm((unsigned)(LIVENESS_NS / SEC)); /* a child that hangs dies of SIGALRM: FAIL */
+        body();
+        _exit(0);
     }
     close(pipefd[1]);
     char buf[4096];
@@ -657,10 +660,16 @@ Test(shutdown, scheduling_during_the_destroy_drain_aborts_with_its_message,
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
-              "destroy-phase scheduling did not abort (status %#x); stderr: %s", status, buf);
-    cr_assert_not_null(strstr(buf, "work scheduled during a loop group's final drain (the "
-                                   "destroy phase)"),
-                       "the abort message does not name the rule: %s", buf);
+              "the violation did not abort (status %#x); stderr: %s", status, buf);
+    cr_assert_not_null(strstr(buf, needle), "the abort message does not say \"%s\": %s", needle,
+                       buf);
+}
+
+Test(shutdown, scheduling_during_the_destroy_drain_aborts_with_its_message,
+     .timeout = TEST_TIMEOUT)
+{
+    expect_child_abort(body_schedule_in_destroy,
+                       "work scheduled during a loop group's final drain (the destroy phase)");
 }
 
 Test(shutdown, a_never_started_group_frees_its_loops, .timeout = TEST_TIMEOUT)
@@ -669,4 +678,40 @@ Test(shutdown, a_never_started_group_frees_its_loops, .timeout = TEST_TIMEOUT)
     cr_assert_eq(tern_timer_start(tern_group_loop(g, 0), HOUR, 0, busy_tick, NULL, NULL), 0);
     cr_assert_eq(tern_group_wait(g), -EINVAL, "never started: nothing to wait for");
     tern_group_free(g);
+}
+
+/* A pause from a bounded job would wait for itself: it aborts, named. */
+static tern_group *job_group;
+
+static void *pause_from_job(tern_job *job, void *arg)
+{
+    (void)job;
+    (void)arg;
+    tern_group_pause(job_group);
+    return NULL;
+}
+
+static void job_done_noop(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id, (void)status, (void)result, (void)arg;
+}
+
+static void submit_pausing_job(tern_loop *loop, void *arg)
+{
+    (void)arg;
+    tern_submit(loop, TERN_BOUNDED, pause_from_job, job_done_noop, NULL, NULL);
+}
+
+static void body_pause_from_job(void)
+{
+    job_group = group_new_n(2, 0);
+    tern_group_start(job_group);
+    tern_post(tern_group_loop(job_group, 0), submit_pausing_job, NULL);
+    tern_group_wait(job_group); /* never returns: the job aborts first */
+    _exit(0);
+}
+
+Test(exclusive, pause_from_a_bounded_job_aborts_with_its_message, .timeout = TEST_TIMEOUT)
+{
+    expect_child_abort(body_pause_from_job, "called from a bounded pool job");
 }
