@@ -301,6 +301,9 @@ int tern_group_pause(tern_group *group)
     uintptr_t me = tern__thread_token();
     struct member *self = current_member != NULL && current_member->group == g ? current_member
                                                                                 : NULL;
+    if (tern__pool_on_bounded_worker())
+        TERN_FATAL("tern_group_pause", "called from a bounded pool job: exclusive mode waits "
+                                       "for every bounded job to end, this one included");
     pthread_mutex_lock(&g->lock);
     if (g->state == STATE_NEW) {
         pthread_mutex_unlock(&g->lock);
