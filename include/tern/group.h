@@ -137,8 +137,9 @@ TERN_EXTERN int tern_group_shutdown(tern_group *group);
  * thread holds exclusive mode, a loop thread that calls pause is paused
  * for it first (it takes part, inside its callback), then gets its own
  * turn: two pauses are serialised, never deadlocked.
- * Requires: group != NULL; not called from a bounded pool job (it would
- *           wait for itself); not inside an RCU read-side critical section.
+ * Requires: group != NULL; not called from a bounded pool job (aborts: it
+ *           would wait for itself); not inside an RCU read-side critical
+ *           section.
  * Returns: 0 in exclusive mode; -ESHUTDOWN once shutdown has begun (the
  *          pause is refused); -EINVAL before the group has started;
  *          -EDEADLK when the calling thread holds exclusive mode already.
