@@ -123,15 +123,25 @@ static void on_callback(void)
         ;
 }
 
-static void in_exclusive(int who)
+static void submit_one(tern_loop *loop, struct member *m);
+
+/*
+ * Inside exclusive mode. A member pauser also submits a bounded job: it
+ * must not start before the resume (job_work counts it if it does).
+ */
+static void in_exclusive(int who, tern_loop *loop, struct member *m)
 {
     atomic_store(&holder, who);
     config.generation++;
     config.spin = config.generation % 64;
+    if (m != NULL)
+        submit_one(loop, m);
     if (rcu_round) {
         urcu_qsbr_synchronize_rcu();
         atomic_fetch_add(&rcu_syncs, 1);
     }
+    for (int i = 0; i < 50; i++)
+        sched_yield(); /* a window for a job that should be held to start */
     atomic_store(&holder, NO_HOLDER);
 }
 
@@ -185,7 +195,6 @@ static void job_done(tern_loop *loop, tern_id id, int status, void *result, void
 static void tick(tern_loop *loop, tern_id id, void *arg)
 {
     (void)id;
-    (void)loop;
     struct member *m = arg;
     on_callback();
     uint64_t r = rnd(&m->rng);
@@ -195,7 +204,7 @@ static void tick(tern_loop *loop, tern_id id, void *arg)
     if (r % 97 == 0) {
         int rc = tern_group_pause(group);
         if (rc == 0) {
-            in_exclusive((int)m->index);
+            in_exclusive((int)m->index, loop, m);
             tern_group_resume(group);
             atomic_fetch_add(&member_pauses, 1);
         } else if (rc != -ESHUTDOWN) {
@@ -264,7 +273,7 @@ static void *outside_pauser(void *arg)
             atomic_fetch_add(&violations, 1);
             break;
         }
-        in_exclusive(OUTSIDE);
+        in_exclusive(OUTSIDE, NULL, NULL);
         tern_group_resume(group);
         atomic_fetch_add(&pauses, 1);
         struct timespec ts = {0, (long)(rnd(&x) % 2000000)}; /* pacing, not synchronisation */
