@@ -127,7 +127,8 @@ TERN_EXTERN int tern_pool_shutdown(int mode, uint64_t timeout_ns);
 /* ------------------------------------------------------------------ */
 
 enum {
-    TERN_LOOP_RCU = 1u << 0, /* the loop thread is a urcu-qsbr reader */
+    TERN_LOOP_RCU = 1u << 0,       /* the loop thread is a urcu-qsbr reader */
+    TERN_LOOP_KEEPALIVE = 1u << 1, /* the loop stays live with nothing to do, until stopped */
 };
 
 typedef struct tern_loop_options {
@@ -136,7 +137,7 @@ typedef struct tern_loop_options {
     unsigned max_undelivered;     /* pool credits, 1..2^31; default 4096 */
     const tern_pool_config *pool; /* NULL: adopt the running pool or start it with defaults */
     const char *backend;          /* NULL = best; "epoll", "kqueue", "poll" */
-    unsigned flags;               /* TERN_LOOP_RCU */
+    unsigned flags;               /* TERN_LOOP_RCU, TERN_LOOP_KEEPALIVE */
 } tern_loop_options;
 
 /*
@@ -204,6 +205,19 @@ TERN_EXTERN int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns);
  * Threads: any thread (wakes the loop if it sleeps).
  */
 TERN_EXTERN int tern_loop_stop(tern_loop *loop);
+
+/*
+ * tern_loop_keepalive: whether the loop counts as live with nothing else to
+ * do. A kept-alive loop that serves only posts from other threads sleeps
+ * in its backend until a post arrives or it is stopped: tern_loop_run()
+ * returns only when stopped (1), and tern_loop_run_once() waits as any
+ * live loop does. Dropping the keep-alive lets run() return once nothing
+ * else is live. The initial state is TERN_LOOP_KEEPALIVE in the options.
+ * Requires: loop != NULL.
+ * Returns: 0.
+ * Threads: loop-only (from another thread, post a function that calls it).
+ */
+TERN_EXTERN int tern_loop_keepalive(tern_loop *loop, bool on);
 
 /*
  * tern_loop_current: the loop the calling thread is running, or NULL
@@ -482,6 +496,7 @@ TERN_EXTERN void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out
 
 #include "tern/net.h"
 #include "tern/admission.h"
+#include "tern/group.h"
 
 #ifdef __cplusplus
 }

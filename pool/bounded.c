@@ -191,6 +191,9 @@ static void *worker_main(void *argp)
      */
     bool busy = false;
     for (;;) {
+        /* Exclusive mode (gate.c): one relaxed load per job when open. */
+        if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0))
+            tern__bounded_hold(p, &busy);
         tern_job *job = dequeue(p);
         if (job != NULL) {
             if (!busy) {

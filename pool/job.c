@@ -555,7 +555,7 @@ static int check_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn 
 {
     if (work == NULL || done == NULL || (occupancy != TERN_BOUNDED && occupancy != TERN_LONG))
         return -EINVAL;
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+    if (tern__loop_closing(loop))
         return -ESHUTDOWN;
     return 0;
 }

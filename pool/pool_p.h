@@ -153,6 +153,7 @@ struct tern__pool {
     pthread_cond_t park_cond;
     pthread_t *threads;
     unsigned nthreads;
+    unsigned held; /* workers holding at the pause gate (gate.c), under park_lock */
 
     /* The long class (long.c). Lock order: long_lock is a leaf. */
     pthread_mutex_t long_lock;
@@ -234,6 +235,16 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job);
 /* Take everything still queued (shutdown); each job is passed to fn. */
 void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job));
 void tern__bounded_wake_all(struct tern__pool *p);
+
+/*
+ * The pause gate (gate.c): while any hold is taken, bounded workers stop
+ * before their next job. A worker reads the count once per job (relaxed)
+ * and, when it is non-zero, calls tern__bounded_hold, which returns once
+ * every hold is given back (or the pool exits). *busy is the worker's
+ * busy-spell flag: a held worker is not busy.
+ */
+extern _Atomic unsigned tern__pool_holds;
+void tern__bounded_hold(struct tern__pool *p, bool *busy);
 
 int tern__long_init(struct tern__pool *p);
 int tern__long_submit(struct tern__pool *p, tern_job *job);

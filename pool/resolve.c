@@ -176,7 +176,7 @@ int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
     TERN__LOOP_ONLY(loop);
     if (cb == NULL || (host == NULL && service == NULL))
         return -EINVAL;
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+    if (tern__loop_closing(loop))
         return -ESHUTDOWN;
     struct lookup *l = tern__calloc(1, sizeof(*l));
     if (l == NULL)

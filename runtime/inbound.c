@@ -257,8 +257,12 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
                        atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
     int rc = 0;
     struct tern__inbound *in = NULL;
-    if (atomic_load_explicit(&loop->closing, memory_order_seq_cst))
+    if (atomic_load_explicit(&loop->closing, memory_order_seq_cst)) {
+        /* A group's destroy phase: scheduling is a violation, not a refusal. */
+        if (atomic_load_explicit(&loop->sealed, memory_order_relaxed))
+            tern__loop_sealed_failed();
         rc = -ESHUTDOWN;
+    }
     else if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
                            loop->max_operations))
         rc = -EAGAIN;

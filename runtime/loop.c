@@ -36,7 +36,7 @@ tern_loop *tern_loop_current(void)
  * another thread, or from inside the loop's own callbacks, is a contract
  * violation: the loop has exactly one dequeuing thread (G1).
  */
-static tern_loop *claim(tern_loop *loop, const char *fn)
+tern_loop *tern__loop_claim(tern_loop *loop, const char *fn)
 {
     uintptr_t expected = 0;
     if (!atomic_compare_exchange_strong_explicit(&loop->owner, &expected, tern__thread_token(),
@@ -51,7 +51,7 @@ static tern_loop *claim(tern_loop *loop, const char *fn)
     return prev;
 }
 
-static void release(tern_loop *loop, tern_loop *prev)
+void tern__loop_release(tern_loop *loop, tern_loop *prev)
 {
     current_loop = prev;
     /* Unclaimed, the loop counts as asleep: producers must wake its fd. */
@@ -177,7 +177,19 @@ int tern_unref(tern_loop *loop, tern_id id)
 
 bool tern__loop_alive(tern_loop *loop)
 {
-    return loop->refs > 0 || tern__posts_pending(loop) != 0;
+    return loop->refs > 0 || (loop->flags & (TERN_LOOP_KEEPALIVE | TERN__LOOP_HELD)) ||
+           tern__posts_pending(loop) != 0;
+}
+
+int tern_loop_keepalive(tern_loop *loop, bool on)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (on)
+        loop->flags |= TERN_LOOP_KEEPALIVE;
+    else
+        loop->flags &= ~(unsigned)TERN_LOOP_KEEPALIVE;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -206,7 +218,7 @@ static int check_options(const tern_loop_options *o)
         return -EINVAL;
     if (o->max_undelivered < 1 || o->max_undelivered > (1u << 31))
         return -EINVAL;
-    if (o->flags & ~(unsigned)TERN_LOOP_RCU)
+    if (o->flags & ~(unsigned)(TERN_LOOP_RCU | TERN_LOOP_KEEPALIVE))
         return -EINVAL;
     if (tern__backend_find(o->backend) == NULL)
         return -EINVAL;
@@ -288,7 +300,7 @@ fail:
 int tern_loop_run(tern_loop *loop)
 {
     TERN__REQUIRE_LOOP(loop);
-    tern_loop *prev = claim(loop, "tern_loop_run");
+    tern_loop *prev = tern__loop_claim(loop, "tern_loop_run");
     tern__rcu_enter(loop);
     int result = 0;
     while (tern__loop_alive(loop)) {
@@ -300,14 +312,14 @@ int tern_loop_run(tern_loop *loop)
     }
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
     tern__rcu_leave(loop);
-    release(loop, prev);
+    tern__loop_release(loop, prev);
     return result;
 }
 
 int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
 {
     TERN__REQUIRE_LOOP(loop);
-    tern_loop *prev = claim(loop, "tern_loop_run_once");
+    tern_loop *prev = tern__loop_claim(loop, "tern_loop_run_once");
     tern__rcu_enter(loop);
     /*
      * With nothing live the turn must not block, but it still runs (with
@@ -317,7 +329,7 @@ int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
     int alive = tern__loop_alive(loop) ? 1 : 0;
     tern__rcu_leave(loop);
-    release(loop, prev);
+    tern__loop_release(loop, prev);
     return alive;
 }
 
@@ -408,7 +420,7 @@ void tern_loop_free(tern_loop *loop)
         TERN_FATAL("tern_loop_free", "the loop is running: teardown must be serialised with "
                                      "dispatch (not from its own callback, not while another "
                                      "thread runs it)");
-    tern_loop *prev = claim(loop, "tern_loop_free");
+    tern_loop *prev = tern__loop_claim(loop, "tern_loop_free");
     tern__rcu_enter(loop); /* drain passes run callbacks: readers, as in run */
     atomic_store_explicit(&loop->stop_requested, true, memory_order_relaxed);
     /* Pairs with the seq_cst admission in tern_post() and tern_cancel(). */
@@ -418,7 +430,7 @@ void tern_loop_free(tern_loop *loop)
     /* Every kind's cancel must end its op or arrange its final callback. */
     TERN_INSIST(loop->ids.count == 0 && loop->ready_head == NULL && loop->undelivered == 0);
 
-    release(loop, prev);
+    tern__loop_release(loop, prev);
 
     tern__loop_pool_destroy(loop); /* waits out pool threads still handing over */
     loop->backend.ops->close(&loop->backend);
@@ -492,12 +504,12 @@ const char *tern__loop_backend_name(const tern_loop *loop)
 
 void tern__test_claim(tern_loop *loop)
 {
-    (void)claim(loop, "tern__test_claim");
+    (void)tern__loop_claim(loop, "tern__test_claim");
 }
 
 void tern__test_release(tern_loop *loop)
 {
-    release(loop, NULL);
+    tern__loop_release(loop, NULL);
 }
 
 int tern__loop_step(const tern_loop *loop)

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdnoreturn.h>
 
 #include <urcu/wfcqueue.h>
 
@@ -182,6 +183,7 @@ struct tern_loop {
     alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
     _Atomic bool stop_requested;
     _Atomic bool closing;        /* tern_loop_free has begun */
+    _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
     alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */
 
@@ -268,6 +270,37 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
     TERN_REQUIRE((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC)
 
 /*
+ * A group keeps its loops alive with this bit in `flags` (beside the
+ * public TERN_LOOP_* bits, which never reach it), so the application's own
+ * TERN_LOOP_KEEPALIVE stays the application's to set and clear.
+ */
+#define TERN__LOOP_HELD (1u << 30)
+
+/*
+ * Whether the loop is being freed, for every call that schedules work
+ * (starts, posts, defers, submissions): they answer -ESHUTDOWN. A loop of
+ * a group in its destroy phase is also sealed, and there scheduling is a
+ * contract violation, not a refusal: it aborts naming the rule (group.c).
+ */
+noreturn void tern__loop_sealed_failed(void);
+static inline bool tern__loop_closing(tern_loop *loop)
+{
+    if (TERN_LIKELY(!atomic_load_explicit(&loop->closing, memory_order_relaxed)))
+        return false;
+    if (atomic_load_explicit(&loop->sealed, memory_order_relaxed))
+        tern__loop_sealed_failed();
+    return true;
+}
+
+/*
+ * Claim the loop for the calling thread (run, run_once, free; a group's
+ * thread for the group's lifetime) and give it back. claim returns the
+ * loop the thread was running before, for release to restore.
+ */
+tern_loop *tern__loop_claim(tern_loop *loop, const char *fn);
+void tern__loop_release(tern_loop *loop, tern_loop *prev);
+
+/*
  * Admission for a new op on the loop thread: -ESHUTDOWN while closing,
  * -EAGAIN at max_operations; 0 means one unit of `live` is now held and
  * must be handed to tern__op_add or returned with tern__op_unadmit.
@@ -293,7 +326,7 @@ static inline void tern__ops_set(tern_loop *loop, unsigned n)
  */
 static inline int tern__op_admit(tern_loop *loop)
 {
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+    if (tern__loop_closing(loop))
         return -ESHUTDOWN;
     if (TERN_UNLIKELY(loop->ops_local + tern__posts_pending(loop) >= loop->max_operations))
         return -EAGAIN;
@@ -426,5 +459,17 @@ void tern__loop_pool_collect(tern_loop *loop); /* step 1: ring -> ready */
 bool tern__loop_pool_pending(tern_loop *loop); /* anything on the ring now */
 void tern__loop_pool_destroy(tern_loop *loop);
 int tern__loop_pool_init(tern_loop *loop);
+
+/*
+ * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes
+ * every bounded worker stop before its next job and returns once none
+ * runs one (long workers are not held); tern__pool_unhold lets them go.
+ * Holds nest and may come from several threads; each hold is given back
+ * by one unhold. Any thread but a bounded pool worker.
+ */
+void tern__pool_hold(void);
+void tern__pool_unhold(void);
+/* Whether the calling thread is a bounded worker of the running pool. */
+bool tern__pool_on_bounded_worker(void);
 
 #endif

@@ -11,6 +11,9 @@
 #   5. a /slow client that hangs up has its job cancelled (seen in /stats)
 #   6. SIGTERM: no new connections, the stream in flight finishes, final
 #      statistics are printed, exit status 0
+#   7. (before 6) two loops: /stats lists both with their requests, which
+#      add up to the total; SIGHUP swaps the shedding bound on every loop in
+#      exclusive mode
 #
 # Exit 77 (skipped) when curl or wrk is missing, or when the demo was not
 # built (no libhttp-parser-dev / libssl-dev). Every wait is on the
@@ -78,7 +81,7 @@ finish() {
 
 # One pool thread, four queue slots: easy to saturate on purpose. The
 # queue-wait bound is high so that refusals here come from the full queue.
-"$demo" --port 0 --threads 1 --queue 4 --long-max 8 --shed-wait-ms 10000 \
+"$demo" --port 0 --loops 2 --threads 1 --queue 4 --long-max 8 --shed-wait-ms 10000 \
     >"$work/out" 2>"$work/err" &
 pid=$!
 port=
@@ -166,6 +169,27 @@ cancel_counted() {
 wait_for 30 "slow_cancelled to count the job (still $c2)" cancel_counted
 check "the server cancelled the job ($c1 -> $c2)" test "$c2" -eq $((c1 + 1))
 check "the pool counted the cancellation" test "$(counter cancelled)" -ge 1
+
+# 7. Two loops, and SIGHUP's reconfiguration in exclusive mode.
+snapshot "$work/loops"
+nl=$(grep -c '^"loop":' "$work/loops")
+check "/stats lists both loops ($nl)" test "$nl" -eq 2
+# The first "requests" is the server's total; the loops' follow it.
+sum=$(sed -n 's/^"requests":\([0-9]*\)$/\1/p' "$work/loops" | tail -n +2 | awk '{ s += $1 } END { print s }')
+check "the loops' requests add up to the total ($sum = $(field "$work/loops" requests))" \
+    test "$sum" -eq "$(field "$work/loops" requests)"
+check "the shedding bound starts at 10000 ms" test "$(field "$work/loops" shed_wait_ms)" = 10000
+kill -HUP "$pid"
+b=
+for _ in $(seq 50); do
+    b=$(counter shed_wait_ms)
+    [ "$b" = 5000 ] && break
+    sleep 0.1
+done
+check "SIGHUP set it to 5000 ms on every loop ($b)" test "$b" = 5000
+check "in exclusive mode, as the server says" grep -q 'set in exclusive mode' "$work/err"
+check "the server still answers after the reconfiguration" \
+    test "$(get -o /dev/null -w '%{http_code}' "$base/hash?rounds=10")" = 200
 
 # 6. SIGTERM while a /slow stream runs: it finishes, then the server exits 0.
 # The stream is in flight once its first chunk has arrived; it runs for

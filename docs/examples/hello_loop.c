@@ -3,7 +3,9 @@
  *
  * - a repeating timer ticks every 10 ms and stops itself after 5 ticks;
  * - another thread posts 1000 functions to the loop (the only cross-thread
- *   way in) and then writes a byte into a pipe;
+ *   way in), writes a byte into a pipe, and posts a last function that
+ *   lets the loop finish: the loop is kept alive (TERN_LOOP_KEEPALIVE) so
+ *   it sleeps, rather than returning, while it waits for that thread;
  * - an fd watcher sees the byte and stops itself;
  * - a bounded pool job hashes a buffer off the loop and reports back;
  * - when nothing is live, tern_loop_run returns and we print the stats.
@@ -43,14 +45,27 @@ static void on_readable(tern_loop *loop, tern_id id, int fd, unsigned events, vo
     tern_io_stop(loop, id);
 }
 
+/* The producer's last post: nothing more will come, stop keeping the loop alive. */
+static void on_last_post(tern_loop *loop, void *arg)
+{
+    (void)arg;
+    tern_loop_keepalive(loop, false);
+}
+
+static void post_retrying(tern_loop *loop, tern_fn fn)
+{
+    while (tern_post(loop, fn, NULL) == -EAGAIN)
+        ; /* max_operations reached: the loop is behind; try again */
+}
+
 static void *producer(void *arg)
 {
     tern_loop *loop = arg;
     for (int i = 0; i < 1000; i++)
-        while (tern_post(loop, on_post, NULL) == -EAGAIN)
-            ; /* max_operations reached: the loop is behind; try again */
+        post_retrying(loop, on_post);
     if (write(pipe_fds[1], "x", 1) != 1)
         abort();
+    post_retrying(loop, on_last_post); /* runs after the 1000: posts keep their order */
     return NULL;
 }
 
@@ -81,7 +96,10 @@ static void hash_done(tern_loop *loop, tern_id id, int status, void *result, voi
 int main(void)
 {
     tern_loop *loop;
-    int rc = tern_loop_new(&loop, NULL);
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.flags = TERN_LOOP_KEEPALIVE; /* wait for the producer, however slow */
+    int rc = tern_loop_new(&loop, &opts);
     if (rc < 0) {
         fprintf(stderr, "tern_loop_new: %s\n", tern_strerror(rc));
         return 1;
@@ -97,11 +115,9 @@ int main(void)
     pthread_t t;
     pthread_create(&t, NULL, producer, loop);
 
+    /* Returns once the last post dropped the keep-alive and nothing else is live. */
     rc = tern_loop_run(loop);
     pthread_join(t, NULL);
-    /* The producer may have finished its last posts after run returned. */
-    while (posts_seen < 1000)
-        tern_loop_run_once(loop, -1);
 
     tern_loop_stats ls;
     tern_loop_stats_get(loop, &ls);

@@ -1,13 +1,20 @@
 /*
  * The demo server: a small HTTP/1.1 server on tern that sheds load.
  *
- *   main.c    options, the loop and pool, signals, graceful shutdown
+ *   main.c    options, the loop group and pool, signals, graceful shutdown
+ *   loops.c   what spans the loops: totals, per-loop figures, SIGHUP's
+ *             reconfiguration in exclusive mode
  *   http.c    connections: reading, parsing (http-parser), responding
  *   routes.c  the four routes and the load-shedding decision
  *
- * Everything here runs on the one loop thread except the two work
- * functions in routes.c, which run on pool threads and touch only their
- * own job record (and tern_post, to hand chunks back to the loop).
+ * The server runs on a loop group: one `struct server` per loop, each with
+ * its own listener on the shared port (SO_REUSEPORT). Everything of a
+ * server runs on its loop's thread, except the two work functions in
+ * routes.c, which run on pool threads and touch only their own job record
+ * (and tern_post, to hand chunks back to the loop). The counters are
+ * atomics because /stats, served by any loop, adds up every loop's; the
+ * shedding bound is a plain field that only SIGHUP's reconfiguration
+ * writes, with every loop paused (tern_group_pause).
  */
 #ifndef DEMO_H
 #define DEMO_H
@@ -24,23 +31,31 @@
 
 struct conn;
 
-/* What the server counts; /stats and the final report print these. */
+/*
+ * What a loop counts; /stats and the final report add up every loop's.
+ * Written by the loop's thread only, read from any (hence atomics).
+ */
 struct counters {
-    uint64_t accepted, requests, responses;
-    uint64_t ok, not_found, bad_request, shed_refused, shed_wait, shed_long;
-    uint64_t hash_done, slow_started, slow_completed, slow_cancelled;
+    _Atomic uint64_t accepted, requests, responses;
+    _Atomic uint64_t ok, not_found, bad_request, shed_refused, shed_wait, shed_long;
+    _Atomic uint64_t hash_done, slow_started, slow_completed, slow_cancelled;
 };
 
+struct app;
+
+/* One per loop of the group. */
 struct server {
+    struct app *app;
+    unsigned index;        /* the loop's index in the group */
     tern_loop *loop;
     tern_id listener;
-    tern_id sigint, sigterm, drain_timer;
+    tern_id drain_timer;
     unsigned port;
-    uint64_t shed_wait_ns; /* shed when the queue-wait p99 passes this */
+    uint64_t shed_wait_ns; /* shed when the queue-wait p99 passes this (SIGHUP changes it) */
     unsigned max_rounds;
-    bool draining;         /* SIGINT/SIGTERM seen: finish in-flight work, accept nothing */
-    unsigned conns;        /* open connections */
-    unsigned jobs;         /* pool jobs in flight */
+    bool draining;         /* shutting down: finish in-flight work, accept nothing */
+    _Atomic unsigned conns; /* open connections */
+    _Atomic unsigned jobs;  /* pool jobs in flight */
     struct conn *conn_list;
     struct counters n;
 };
@@ -92,5 +107,12 @@ int stats_json(struct server *srv, char *buf, size_t cap);
 
 /* main.c */
 void server_maybe_done(struct server *srv);
+
+/* loops.c */
+/* Every loop's counters added up, with open connections and jobs. */
+void app_totals(const struct server *srv, struct counters *total, unsigned *conns,
+                unsigned *jobs);
+/* "[{"loop":0,"requests":N,...},...]": each loop's share of the work. */
+int app_loops_json(const struct server *srv, char *buf, size_t cap);
 
 #endif

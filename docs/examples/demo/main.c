@@ -1,29 +1,37 @@
 /*
  * tern-demo: a small HTTP/1.1 server that sheds load instead of queueing.
  *
- *   tern-demo [--host 127.0.0.1] [--port 8080] [--threads 2] [--queue 64]
- *             [--long-max 64] [--shed-wait-ms 50] [--max-rounds 1000000]
+ *   tern-demo [--host 127.0.0.1] [--port 8080] [--loops N] [--threads 2]
+ *             [--queue 64] [--long-max 64] [--shed-wait-ms 50]
+ *             [--hup-shed-wait-ms N] [--max-rounds 1000000]
  *
- * On SIGINT or SIGTERM it stops accepting, closes idle keep-alive
- * connections, lets every request in flight finish (a /slow stream runs to
- * its end), prints its final statistics and exits 0. A second signal, or
- * 30 s of draining, cancels what is still running.
+ * It serves on a loop group: --loops loops (default: one per CPU), each on
+ * its own thread with its own listener on the shared port (SO_REUSEPORT),
+ * all sharing one pool. SIGHUP swaps the shedding bound between
+ * --shed-wait-ms and --hup-shed-wait-ms (default: half of it) on every
+ * loop at once, in exclusive mode. On SIGINT or SIGTERM it stops
+ * accepting, closes idle keep-alive connections, lets every request in
+ * flight finish (a /slow stream runs to its end), prints its final
+ * statistics and exits 0. A second signal, or 30 s of draining, cancels
+ * what is still running.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "demo.h"
+#include "loops.h"
 
 #define DRAIN_LIMIT_NS (30ull * 1000 * 1000 * 1000)
 
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--host ADDR] [--port N] [--threads N] [--queue N] [--long-max N]\n"
-            "          [--shed-wait-ms N] [--max-rounds N]\n",
+            "usage: %s [--host ADDR] [--port N] [--loops N] [--threads N] [--queue N]\n"
+            "          [--long-max N] [--shed-wait-ms N] [--hup-shed-wait-ms N] [--max-rounds N]\n",
             argv0);
     exit(2);
 }
@@ -56,15 +64,17 @@ static void drain_limit(tern_loop *loop, tern_id id, void *arg)
     (void)id;
     struct server *srv = arg;
     srv->drain_timer = 0;
-    fprintf(stderr, "tern-demo: drain limit reached, cancelling what is left\n");
+    fprintf(stderr, "tern-demo: loop %u: drain limit reached, cancelling what is left\n",
+            srv->index);
     force_stop(srv);
 }
 
 /*
- * Draining ends when the last connection has closed and the last job has
- * completed. Stopping the loop explicitly (rather than waiting for it to
- * run out of referenced work) also ends the run at once when something
- * unreferenced, like the drain-limit timer, is still armed.
+ * Draining on a loop ends when its last connection has closed and its last
+ * job has completed; the loop then has nothing live, and once every loop
+ * is in that state the group's shutdown moves on to destroy them. The
+ * drain-limit timer is unreferenced (it keeps nothing alive) but is
+ * stopped here so it cannot fire in the meantime.
  */
 void server_maybe_done(struct server *srv)
 {
@@ -74,37 +84,61 @@ void server_maybe_done(struct server *srv)
         tern_timer_stop(srv->loop, srv->drain_timer);
         srv->drain_timer = 0;
     }
-    tern_loop_stop(srv->loop);
 }
 
-static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
+/* A teardown callback: runs on each loop, as ordinary work, at shutdown. */
+static void server_teardown(tern_loop *loop, void *arg)
 {
-    (void)id;
     struct server *srv = arg;
-    if (srv->draining) {
-        fprintf(stderr, "tern-demo: %s again, cancelling what is left\n", strsignal(signo));
-        force_stop(srv);
-        return;
-    }
-    fprintf(stderr, "tern-demo: %s, draining %u connection(s), %u job(s)\n", strsignal(signo),
-            srv->conns, srv->jobs);
     srv->draining = true;
     tern_stream_close(loop, srv->listener);
     srv->listener = 0;
     http_close_idle(srv);
-    /* The watchers stay for a second signal but no longer keep the loop
-     * alive: tern_loop_run returns once the last connection has closed. */
-    tern_unref(loop, srv->sigint);
-    tern_unref(loop, srv->sigterm);
     if (tern_timer_start(loop, DRAIN_LIMIT_NS, 0, drain_limit, srv, &srv->drain_timer) == 0)
         tern_unref(loop, srv->drain_timer);
     server_maybe_done(srv);
 }
 
-static void print_final(struct server *srv)
+static void force_stop_post(tern_loop *loop, void *arg)
 {
-    char buf[2048];
-    stats_json(srv, buf, sizeof(buf));
+    (void)loop;
+    force_stop(arg);
+}
+
+/* SIGINT, SIGTERM and SIGHUP, all watched on loop 0. */
+static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
+{
+    (void)id;
+    struct server *srv0 = arg;
+    struct app *app = srv0->app;
+    if (signo == SIGHUP) {
+        if (!app->draining)
+            app_reconfigure(srv0);
+        return;
+    }
+    if (app->draining) {
+        fprintf(stderr, "tern-demo: %s again, cancelling what is left\n", strsignal(signo));
+        for (unsigned i = 0; i < app->nloops; i++)
+            tern_post(tern_group_loop(app->group, i), force_stop_post, &app->servers[i]);
+        return;
+    }
+    unsigned conns, jobs;
+    struct counters total;
+    app_totals(srv0, &total, &conns, &jobs);
+    fprintf(stderr, "tern-demo: %s, draining %u connection(s), %u job(s) on %u loop(s)\n",
+            strsignal(signo), conns, jobs, app->nloops);
+    app->draining = true;
+    /* The watchers stay for a second signal but no longer keep loop 0 alive. */
+    tern_unref(loop, app->sigint);
+    tern_unref(loop, app->sigterm);
+    tern_unref(loop, app->sighup);
+    tern_group_shutdown(app->group);
+}
+
+static void print_final(const struct app *app)
+{
+    char buf[4096];
+    app_final_json(app, buf, sizeof(buf));
     printf("final statistics:\n%s", buf);
     fflush(stdout);
 }
@@ -112,13 +146,14 @@ static void print_final(struct server *srv)
 int main(int argc, char **argv)
 {
     const char *host = "127.0.0.1";
-    unsigned long port = 8080;
+    unsigned long port = 8080, loops = 0, shed_ms = 50, hup_ms = 0;
+    bool hup_given = false;
     tern_pool_config pool;
     tern_pool_config_init(&pool);
     pool.threads = 2;
     pool.queue_capacity = 64;
     pool.long_threads_max = 64;
-    struct server srv = {.shed_wait_ns = 50ull * 1000 * 1000, .max_rounds = 1000000};
+    unsigned max_rounds = 1000000;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -129,6 +164,8 @@ int main(int argc, char **argv)
             host = v;
         else if (strcmp(a, "--port") == 0)
             port = number(v, argv[0]);
+        else if (strcmp(a, "--loops") == 0)
+            loops = number(v, argv[0]);
         else if (strcmp(a, "--threads") == 0)
             pool.threads = (unsigned)number(v, argv[0]);
         else if (strcmp(a, "--queue") == 0)
@@ -136,43 +173,84 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--long-max") == 0)
             pool.long_threads_max = (unsigned)number(v, argv[0]);
         else if (strcmp(a, "--shed-wait-ms") == 0)
-            srv.shed_wait_ns = number(v, argv[0]) * 1000 * 1000;
-        else if (strcmp(a, "--max-rounds") == 0)
-            srv.max_rounds = (unsigned)number(v, argv[0]);
+            shed_ms = number(v, argv[0]);
+        else if (strcmp(a, "--hup-shed-wait-ms") == 0) {
+            hup_ms = number(v, argv[0]);
+            hup_given = true;
+        } else if (strcmp(a, "--max-rounds") == 0)
+            max_rounds = (unsigned)number(v, argv[0]);
         else
             usage(argv[0]);
     }
+    if (loops > 1024)
+        usage(argv[0]);
 
+    struct app app = {.shed_wait_ns = {shed_ms * 1000 * 1000,
+                                       (hup_given ? hup_ms : shed_ms / 2) * 1000 * 1000}};
     tern_loop_options opts;
     tern_loop_options_init(&opts);
     opts.pool = &pool;
-    int rc = tern_loop_new(&srv.loop, &opts);
+    tern_group_options go;
+    tern_group_options_init(&go);
+    go.loops = (unsigned)loops; /* 0: one per CPU */
+    go.loop = &opts;
+    go.name = "demo";
+    int rc = tern_group_new(&app.group, &go);
     if (rc < 0) {
-        fprintf(stderr, "tern-demo: tern_loop_new: %s\n", tern_strerror(rc));
+        fprintf(stderr, "tern-demo: tern_group_new: %s\n", tern_strerror(rc));
         return 1;
     }
-    rc = tern_tcp_listen(srv.loop, host, (unsigned)port, TERN_TCP_BACKLOG_DEFAULT, 0, http_accept,
-                         &srv, &srv.listener);
+    app.nloops = tern_group_size(app.group);
+    app.servers = calloc(app.nloops, sizeof(*app.servers));
+    if (app.servers == NULL) {
+        tern_group_free(app.group);
+        return 1;
+    }
+    /*
+     * Set every loop up before the group starts (no loop runs yet, so this
+     * thread may make loop-only calls): a listener each on one port, the
+     * first choosing it, and the teardown. Signals are watched on loop 0;
+     * tern_signal_start blocks them in this thread, and the group's
+     * threads block every signal, so loop 0's signalfd receives them.
+     */
+    unsigned shared_port = (unsigned)port;
+    for (unsigned i = 0; i < app.nloops && rc == 0; i++) {
+        struct server *srv = &app.servers[i];
+        *srv = (struct server){.app = &app, .index = i, .loop = tern_group_loop(app.group, i),
+                               .shed_wait_ns = app.shed_wait_ns[0], .max_rounds = max_rounds};
+        rc = tern_tcp_listen(srv->loop, host, shared_port, TERN_TCP_BACKLOG_DEFAULT,
+                             TERN_TCP_REUSEPORT, http_accept, srv, &srv->listener);
+        if (rc == 0)
+            rc = tern_tcp_port(srv->loop, srv->listener, &srv->port);
+        shared_port = srv->port;
+        if (rc == 0)
+            rc = tern_group_on_shutdown(app.group, i, server_teardown, srv);
+    }
+    tern_loop *loop0 = tern_group_loop(app.group, 0);
     if (rc == 0)
-        rc = tern_tcp_port(srv.loop, srv.listener, &srv.port);
+        rc = tern_signal_start(loop0, SIGINT, on_signal, &app.servers[0], &app.sigint);
     if (rc == 0)
-        rc = tern_signal_start(srv.loop, SIGINT, on_signal, &srv, &srv.sigint);
+        rc = tern_signal_start(loop0, SIGTERM, on_signal, &app.servers[0], &app.sigterm);
     if (rc == 0)
-        rc = tern_signal_start(srv.loop, SIGTERM, on_signal, &srv, &srv.sigterm);
+        rc = tern_signal_start(loop0, SIGHUP, on_signal, &app.servers[0], &app.sighup);
+    if (rc == 0)
+        rc = tern_group_start(app.group);
     if (rc < 0) {
         fprintf(stderr, "tern-demo: cannot serve on %s:%lu: %s\n", host, port, tern_strerror(rc));
-        tern_loop_free(srv.loop);
+        tern_group_free(app.group);
+        free(app.servers);
         return 1;
     }
-    printf("tern-demo listening on http://%s:%u (pool: %u threads, queue %u; shed above "
-           "%llu ms queue-wait p99)\n",
-           host, srv.port, pool.threads, pool.queue_capacity,
-           (unsigned long long)(srv.shed_wait_ns / 1000000));
+    printf("tern-demo listening on http://%s:%u (%u loops; pool: %u threads, queue %u; shed "
+           "above %lu ms queue-wait p99, %lu ms after SIGHUP; pid %ld)\n",
+           host, shared_port, app.nloops, pool.threads, pool.queue_capacity, shed_ms,
+           (unsigned long)(app.shed_wait_ns[1] / 1000000), (long)getpid());
     fflush(stdout);
 
-    tern_loop_run(srv.loop);
-    print_final(&srv);
-    tern_loop_free(srv.loop);
+    tern_group_wait(app.group); /* until the shutdown has run its course */
+    print_final(&app);
+    tern_group_free(app.group);
+    free(app.servers);
     tern_pool_shutdown(TERN_POOL_DRAIN, 5ull * 1000 * 1000 * 1000);
     return 0;
 }

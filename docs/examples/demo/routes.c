@@ -10,6 +10,9 @@
  * has emptied a new job would not wait at all, so shedding on the
  * percentile alone could go on refusing work an idle pool could do.
  *
+ * The bound is read here, on the loop, without a lock: SIGHUP rewrites it
+ * only in exclusive mode, when no loop runs (main.c, loops.c).
+ *
  * /slow runs on the long class: it holds its worker for the whole stream,
  * which is what that class is for. Each chunk is posted back to the loop
  * (tern_post) and written there. Posts and the job's completion travel
@@ -63,7 +66,7 @@ static bool query_uint(const char *q, size_t len, const char *name, unsigned lon
     return false;
 }
 
-static void shed(struct conn *c, uint64_t *counter)
+static void shed(struct conn *c, _Atomic uint64_t *counter)
 {
     (*counter)++;
     http_respond(c, 503, "text/plain", "Retry-After: 1\r\n", "overloaded, retry\n", 18);
@@ -303,7 +306,12 @@ int stats_json(struct server *srv, char *buf, size_t cap)
     tern_loop_stats l;
     tern_pool_stats_get(&p);
     tern_loop_stats_get(srv->loop, &l);
-    const struct counters *n = &srv->n;
+    struct counters total; /* every loop's, added up (loops.c) */
+    unsigned conns, jobs;
+    app_totals(srv, &total, &conns, &jobs);
+    const struct counters *n = &total;
+    char loops[1024];
+    app_loops_json(srv, loops, sizeof(loops));
     return snprintf(
         buf, cap,
         "{\"server\":{\"accepted\":%" PRIu64 ",\"connections\":%u,\"requests\":%" PRIu64
@@ -311,7 +319,8 @@ int stats_json(struct server *srv, char *buf, size_t cap)
         ",\"bad_request\":%" PRIu64 ",\"shed\":%" PRIu64 ",\"shed_refused\":%" PRIu64
         ",\"shed_wait\":%" PRIu64 ",\"shed_long\":%" PRIu64 ",\"hash_done\":%" PRIu64
         ",\"slow_started\":%" PRIu64 ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
-        ",\"jobs_in_flight\":%u},\n"
+        ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
+        " \"loops\":%s,\n"
         " \"pool\":{\"threads\":%u,\"busy\":%u,\"queued\":%u,\"queued_peak\":%u,"
         "\"long_threads\":%u,\"long_busy\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
         ",\"cancelled\":%" PRIu64 ",\"refused_queue_full\":%" PRIu64
@@ -320,10 +329,10 @@ int stats_json(struct server *srv, char *buf, size_t cap)
         " \"loop\":{\"turns\":%" PRIu64 ",\"posts\":%" PRIu64 ",\"wake_syscalls\":%" PRIu64
         ",\"events\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"live_operations\":%u,"
         "\"undelivered\":%u,\"undelivered_peak\":%u}}\n",
-        n->accepted, srv->conns, n->requests, n->responses, n->ok, n->not_found, n->bad_request,
+        n->accepted, conns, n->requests, n->responses, n->ok, n->not_found, n->bad_request,
         n->shed_refused + n->shed_wait + n->shed_long, n->shed_refused, n->shed_wait,
         n->shed_long, n->hash_done, n->slow_started, n->slow_completed, n->slow_cancelled,
-        srv->jobs, p.threads, p.busy, p.queued, p.queued_peak, p.long_threads, p.long_busy,
+        jobs, srv->shed_wait_ns / 1000000, loops, p.threads, p.busy, p.queued, p.queued_peak, p.long_threads, p.long_busy,
         p.submitted, p.completed, p.cancelled, p.refused_queue_full, p.refused_long_ceiling,
         p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns, p.run_p99_ns, l.turns, l.posts,
         l.wake_syscalls, l.events, l.idle_ns, l.live_operations, l.undelivered,
@@ -347,7 +356,7 @@ void route_request(struct conn *c, const char *path, size_t path_len, const char
     } else if (is(path, path_len, "/slow")) {
         route_slow(c, query, query_len);
     } else if (is(path, path_len, "/stats")) {
-        char body[2048];
+        char body[4096];
         int n = stats_json(srv, body, sizeof(body));
         srv->n.ok++;
         http_respond(c, 200, "application/json", NULL, body, (size_t)n);
