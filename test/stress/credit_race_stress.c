@@ -193,10 +193,12 @@ static bool submit_one(struct lp *lp)
     tern_id *slot = &lp->later[index % LATER];
     if (*slot != 0) {
         int crc = tern_cancel(lp->loop, *slot);
+        /* Stopped, running, finished (TERN_CANCEL_*), or already delivered. */
         if (crc == -ENOENT)
             atomic_fetch_add(&lp->later_enoent, 1);
-        else if (crc != 0)
-            loop_error(lp, "the later cancel returned neither 0 nor -ENOENT", index, crc);
+        else if (crc < 0)
+            loop_error(lp, "the later cancel failed with neither an outcome nor -ENOENT", index,
+                       crc);
         atomic_fetch_add(&lp->cancels_later, 1);
         *slot = 0;
     }
@@ -204,8 +206,9 @@ static bool submit_one(struct lp *lp)
     unsigned pick = (unsigned)stress_below(&lp->rng, 100);
     bool long_now = r->is_long && v->long_at_once;
     if (long_now ? stress_below(&lp->rng, 2) == 0 : pick < v->now_pct) {
+        /* An outcome; REQUESTED before tern_loop_run, when nobody runs the loop. */
         int crc = tern_cancel(lp->loop, id);
-        if (crc != 0)
+        if (crc < 0)
             loop_error(lp, "cancelling a job just submitted failed", index, crc);
         atomic_fetch_add(&lp->cancels_now, 1);
     } else if (long_now || pick < v->now_pct + v->foreign_pct) {
@@ -287,7 +290,7 @@ static void *canceller_main(void *arg)
                     ;
             int rc = tern_cancel(loops[k].loop, id);
             atomic_fetch_add(&foreign_cancels, 1);
-            if (rc == 0)
+            if (rc == TERN_CANCEL_REQUESTED) /* always queued from here */
                 atomic_fetch_add(&foreign_ok, 1);
             else if (rc == -ENOENT)
                 atomic_fetch_add(&foreign_enoent, 1);
