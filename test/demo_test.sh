@@ -9,6 +9,10 @@
 #      Retry-After, and the server's own counts agree
 #   4. a few seconds of wrk at saturation; the server stays healthy
 #   5. a /slow client that hangs up has its job cancelled (seen in /stats)
+#   5b. /files/<path> from --files DIR: byte-for-byte bodies with
+#      Content-Length, 404, and 403 for every escape attempt (.., encoded
+#      .., absolute paths, symlinks to a file or a directory outside);
+#      shedding with 503 under load; no descriptor left behind
 #   6. SIGTERM: no new connections, the stream in flight finishes, final
 #      statistics are printed, exit status 0
 #
@@ -30,6 +34,18 @@ if [ ! -x "$demo" ]; then
 fi
 
 work=$(mktemp -d)
+# The directory /files/ serves, and things outside it to reach for.
+root="$work/root"
+mkdir -p "$root/sub"
+printf 'hello, files\n' >"$root/hello.txt"
+printf 'inner\n' >"$root/sub/inner.txt"
+head -c 300000 /dev/urandom >"$root/blob.bin"
+head -c 3000000 /dev/urandom >"$root/big.bin"
+printf 'secret\n' >"$work/secret"
+ln -s hello.txt "$root/link_in"
+ln -s "$work/secret" "$root/link_out"
+ln -s "$work" "$root/dir_out"
+ln -s ../../secret "$root/sub/up_out"
 pid=
 cleanup() {
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
@@ -57,7 +73,7 @@ finish() {
 # One pool thread, four queue slots: easy to saturate on purpose. The
 # queue-wait bound is high so that refusals here come from the full queue.
 "$demo" --port 0 --threads 1 --queue 4 --long-max 8 --shed-wait-ms 10000 \
-    >"$work/out" 2>"$work/err" &
+    --files "$root" >"$work/out" 2>"$work/err" &
 pid=$!
 port=
 for _ in $(seq 100); do
@@ -144,6 +160,75 @@ for _ in $(seq 50); do
 done
 check "the server cancelled the job ($c1 -> $c2)" test "$c2" -eq $((c1 + 1))
 check "the pool counted the cancellation" test "$(counter cancelled)" -ge 1
+
+# 5b. /files/<path>
+code() { # code REL: the status of GET /files/REL (sent as is); bodies kept
+    get --path-as-is -o "$work/fbody" -w '%{http_code}' "$base/files/$1"
+    cat "$work/fbody" >>"$work/fbodies"
+}
+fds_before=$(ls "/proc/$pid/fd" | wc -l)
+check "a file is served byte for byte" \
+    bash -c "curl -s --max-time 10 '$base/files/hello.txt' | cmp -s - '$root/hello.txt'"
+check "a binary file too" \
+    bash -c "curl -s --max-time 10 '$base/files/blob.bin' | cmp -s - '$root/blob.bin'"
+check "with its Content-Length" \
+    bash -c "curl -s --max-time 10 -D - -o /dev/null '$base/files/blob.bin' | tr -d '\r' | grep -qx 'Content-Length: 300000'"
+check "a file in a subdirectory" test "$(get "$base/files/sub/inner.txt")" = inner
+check "a symlink inside the directory is followed" test "$(get "$base/files/link_in")" = "hello, files"
+check "a missing file is 404" test "$(code missing.txt)" = 404
+check "a missing directory is 404" test "$(code nowhere/x)" = 404
+check "../ is 403" test "$(code ../secret)" = 403
+check "sub/../../ is 403" test "$(code sub/../../secret)" = 403
+check "encoded %2e%2e is 403" test "$(code %2e%2e/secret)" = 403
+check "encoded %2E%2E%2F is 403" test "$(code sub%2F%2E%2E%2F%2E%2E%2Fsecret)" = 403
+check "./ is 403" test "$(code ./hello.txt)" = 403
+check "an absolute path is 403" test "$(code /etc/passwd)" = 403
+check "an encoded absolute path is 403" test "$(code %2Fetc%2Fpasswd)" = 403
+check "an encoded NUL is 403" test "$(code hello.txt%00.png)" = 403
+check "a symlink to a file outside is 403" test "$(code link_out)" = 403
+check "a symlink to a directory outside is 403" test "$(code dir_out/secret)" = 403
+check "a relative symlink climbing out is 403" test "$(code sub/up_out)" = 403
+check "a directory is 403" test "$(code sub)" = 403
+check "no answer carried the secret" bash -c "! grep -q '^secret$' '$work/fbodies'"
+check "bad encoding is 400" test "$(code %zz)" = 400
+check "the server counted its refusals" test "$(counter forbidden)" -ge 12
+# Under load: /hash fills the 1-thread, 4-slot pool while files are asked for.
+urls=()
+for i in $(seq 40); do urls+=(-o /dev/null "$base/hash?rounds=200000&i=$i"); done
+curl -s --no-progress-meter --max-time 60 --parallel --parallel-max 40 --parallel-immediate \
+    "${urls[@]}" >/dev/null 2>&1 &
+hashes=$!
+furls=()
+for i in $(seq 60); do furls+=(-o /dev/null "$base/files/big.bin?i=$i"); done
+curl -s --no-progress-meter --max-time 60 --parallel --parallel-max 30 --parallel-immediate \
+    -w '%{http_code} %header{retry-after} %{size_download}\n' "${furls[@]}" \
+    >"$work/fcodes" 2>/dev/null
+wait "$hashes"
+# And without the /hash load, many at once: each whole or shed, some whole.
+gurls=()
+for i in $(seq 30); do gurls+=(-o /dev/null "$base/files/big.bin?j=$i"); done
+curl -s --no-progress-meter --max-time 60 --parallel --parallel-max 30 --parallel-immediate \
+    -w '%{http_code} %header{retry-after} %{size_download}\n' "${gurls[@]}" \
+    >>"$work/fcodes" 2>/dev/null
+ftotal=$(wc -l <"$work/fcodes")
+f200=$(grep -c '^200  3000000$' "$work/fcodes")
+f503=$(grep -c '^503 1 ' "$work/fcodes")
+check "every file request answered ($ftotal of 90)" test "$ftotal" -eq 90
+check "each whole (200, all bytes) or shed (503 + Retry-After): $f200 + $f503" \
+    test $((f200 + f503)) -eq 90
+check "some file requests were shed under load ($f503)" test "$f503" -gt 0
+check "some were served whole ($f200)" test "$f200" -gt 0
+wrk -t1 -c16 -d2s --timeout 5s "$base/files/hello.txt" >"$work/wrk_files" 2>&1
+check "wrk on /files ran" grep -q 'requests in' "$work/wrk_files"
+check "files still served after the load" test "$(get "$base/files/sub/inner.txt")" = inner
+fds_after=$(ls "/proc/$pid/fd" | wc -l)
+for _ in $(seq 50); do
+    [ "$fds_after" -le "$fds_before" ] && break
+    sleep 0.1
+    fds_after=$(ls "/proc/$pid/fd" | wc -l)
+done
+check "no descriptor left open by /files ($fds_before -> $fds_after)" \
+    test "$fds_after" -le "$fds_before"
 
 # 6. SIGTERM while a /slow stream runs: it finishes, then the server exits 0.
 get -N --max-time 20 "$base/slow?seconds=2" >"$work/slow2" &

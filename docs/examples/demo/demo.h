@@ -3,7 +3,8 @@
  *
  *   main.c    options, the loop and pool, signals, graceful shutdown
  *   http.c    connections: reading, parsing (http-parser), responding
- *   routes.c  the four routes and the load-shedding decision
+ *   routes.c  the routes and the load-shedding decision
+ *   files.c   /files/<path>: a directory served through tern's file requests
  *
  * Everything here runs on the one loop thread except the two work
  * functions in routes.c, which run on pool threads and touch only their
@@ -29,6 +30,7 @@ struct counters {
     uint64_t accepted, requests, responses;
     uint64_t ok, not_found, bad_request, shed_refused, shed_wait, shed_long;
     uint64_t hash_done, slow_started, slow_completed, slow_cancelled;
+    uint64_t files_served, forbidden;
 };
 
 struct server {
@@ -42,6 +44,7 @@ struct server {
     unsigned conns;        /* open connections */
     unsigned jobs;         /* pool jobs in flight */
     struct conn *conn_list;
+    char *files_root;      /* --files: the real path served under /files/, or NULL */
     struct counters n;
 };
 
@@ -89,6 +92,14 @@ void route_request(struct conn *c, const char *path, size_t path_len, const char
 /* A client went away while its job ran: stop the job. */
 void route_abandon(struct conn *c);
 int stats_json(struct server *srv, char *buf, size_t cap);
+/* Whether a new pool job would wait longer than the bound: shed it. */
+bool server_over_wait_bound(struct server *srv);
+
+/* files.c */
+/* Serve dir under /files/ (its real path is kept): 0 or a negative errno. */
+int files_init(struct server *srv, const char *dir);
+/* GET /files/<rel>: rel is the raw (percent-encoded) rest of the path. */
+void route_files(struct conn *c, const char *rel, size_t len);
 
 /* main.c */
 void server_maybe_done(struct server *srv);

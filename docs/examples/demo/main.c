@@ -3,6 +3,7 @@
  *
  *   tern-demo [--host 127.0.0.1] [--port 8080] [--threads 2] [--queue 64]
  *             [--long-max 64] [--shed-wait-ms 50] [--max-rounds 1000000]
+ *             [--files DIR]
  *
  * On SIGINT or SIGTERM it stops accepting, closes idle keep-alive
  * connections, lets every request in flight finish (a /slow stream runs to
@@ -23,7 +24,7 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--host ADDR] [--port N] [--threads N] [--queue N] [--long-max N]\n"
-            "          [--shed-wait-ms N] [--max-rounds N]\n",
+            "          [--shed-wait-ms N] [--max-rounds N] [--files DIR]\n",
             argv0);
     exit(2);
 }
@@ -119,6 +120,7 @@ int main(int argc, char **argv)
     pool.queue_capacity = 64;
     pool.long_threads_max = 64;
     struct server srv = {.shed_wait_ns = 50ull * 1000 * 1000, .max_rounds = 1000000};
+    const char *files_dir = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -139,10 +141,17 @@ int main(int argc, char **argv)
             srv.shed_wait_ns = number(v, argv[0]) * 1000 * 1000;
         else if (strcmp(a, "--max-rounds") == 0)
             srv.max_rounds = (unsigned)number(v, argv[0]);
+        else if (strcmp(a, "--files") == 0)
+            files_dir = v;
         else
             usage(argv[0]);
     }
 
+    int files_rc = files_dir != NULL ? files_init(&srv, files_dir) : 0;
+    if (files_rc < 0) {
+        fprintf(stderr, "tern-demo: --files %s: %s\n", files_dir, tern_strerror(files_rc));
+        return 1;
+    }
     tern_loop_options opts;
     tern_loop_options_init(&opts);
     opts.pool = &pool;
@@ -174,5 +183,6 @@ int main(int argc, char **argv)
     print_final(&srv);
     tern_loop_free(srv.loop);
     tern_pool_shutdown(TERN_POOL_DRAIN, 5ull * 1000 * 1000 * 1000);
+    free(srv.files_root);
     return 0;
 }
