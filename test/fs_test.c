@@ -654,6 +654,8 @@ Test(fs, cancel_running_open_reports_what_happened)
     cr_assert_eq(tern_fs_open(loop, at("fifo"), O_RDONLY, 0, NULL, rec_cb, &o, &id), 0);
     int wfd = writer_when_reader_blocks(at("fifo"));
     cr_assert_eq(tern_cancel(loop, id), 0);
+    /* A cancel made off the loop's turn is resolved in its next step 1. */
+    tern_loop_run_once(loop, 0);
     cr_assert_eq(write(wfd, "x", 1), 1);
     wait_rec(loop, &o);
     /* The open ran to its end: done says so and hands over the descriptor. */
@@ -682,6 +684,9 @@ Test(fs, cancel_while_a_step_runs_stops_at_the_boundary_and_closes)
     cr_assert_eq(s.reserved, 1u);
     cr_assert_eq(s.queued, 0u);
     cr_assert_eq(tern_cancel(loop, id), 0);
+    /* Resolved in the next step 1: the running job is flagged before the
+     * open can return (it cannot until the data is written). */
+    tern_loop_run_once(loop, 0);
     cr_assert_eq(write(wfd, "data", 4), 4);
     wait_rec(loop, &r);
     cr_assert_eq(r.status, -ECANCELED);
