@@ -1,6 +1,6 @@
 /*
- * File requests (include/tern/fs.h), private to pool/fs.c and
- * pool/fs_whole.c. A request is one malloc'd block: this record, then the
+ * File requests (include/tern/fs.h), private to pool/fs.c, pool/fs_calls.c
+ * and pool/fs_whole.c. A request is one malloc'd block: this record, then the
  * strings and the iovec array it copied. It is the job's arg: the worker
  * writes it while a step runs, the loop reads it in done (the job's state
  * transitions order the two, see steps.c and job.c).
@@ -72,6 +72,8 @@ ssize_t tern__fs_sys_pread(int fd, void *buf, size_t len, int64_t off);
 ssize_t tern__fs_sys_pwrite(int fd, const void *buf, size_t len, int64_t off);
 int tern__fs_sys_rename(const char *from, const char *to);
 
+/* The work function of a single-call request (fs_calls.c). */
+void *tern__fs_one_work(tern_job *job, void *arg);
 /* The work function of a whole-file request: one step per pass (steps.c). */
 void *tern__fs_whole_work(tern_job *job, void *arg);
 /*
