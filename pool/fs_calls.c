@@ -184,7 +184,8 @@ static int list_dir(struct tern__fs_req *r)
     }
     closedir(d);
     if (rc == 0) {
-        qsort(v, n, sizeof(*v), by_name);
+        if (n > 1) /* an empty directory has no array at all: v is NULL */
+            qsort(v, n, sizeof(*v), by_name);
         if ((rc = pack(v, n, bytes, &r->res.listing)) == 0)
             r->res.value = (int64_t)n;
     }
