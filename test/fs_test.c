@@ -678,16 +678,20 @@ Test(fs, cancel_while_a_step_runs_stops_at_the_boundary_and_closes)
     rec r = {0};
     tern_id id;
     cr_assert_eq(tern_fs_read_file(loop, at("fifo"), NULL, rec_cb, &r, &id), 0);
-    int wfd = writer_when_reader_blocks(at("fifo"));
-    /* The open step runs: its slot is a reservation now. */
-    tern_pool_stats s = ph_stats();
-    cr_assert_eq(s.reserved, 1u);
-    cr_assert_eq(s.queued, 0u);
+    /* The open step runs, and cannot return while no writer exists: its
+     * slot is a reservation now. */
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().reserved == 1);
+    cr_assert(ok, "FAIL: the first step never ran (reserved %u)", ph_stats().reserved);
+    cr_assert_eq(ph_stats().queued, 0u);
     cr_assert_eq(tern_cancel(loop, id), 0);
     /* Resolved in the next step 1: the running job is flagged before the
-     * open can return (it cannot until the data is written). */
+     * open can return (it cannot until a writer opens). */
     tern_loop_run_once(loop, 0);
-    cr_assert_eq(write(wfd, "data", 4), 4);
+    /* Opening a writer lets the open return; the request then stops at the
+     * boundary and closes the reading end (so nothing is written here: it
+     * would raise SIGPIPE). */
+    int wfd = writer_when_reader_blocks(at("fifo"));
     wait_rec(loop, &r);
     cr_assert_eq(r.status, -ECANCELED);
     cr_assert_null(r.res.data);
@@ -782,8 +786,11 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
     cr_assert_eq(mkfifo(at("fifo"), 0600), 0);
     rec r = {0};
     cr_assert_eq(tern_fs_read_file(loop, at("fifo"), NULL, rec_cb, &r, NULL), 0);
-    int wfd = writer_when_reader_blocks(at("fifo"));
-    /* The request's step runs on a reservation: one slot of two is taken. */
+    /* Its open step runs on a reservation, and cannot return while no
+     * writer exists: one slot of two is taken, and stays taken. */
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().reserved == 1);
+    cr_assert(ok, "FAIL: the first step never ran (reserved %u)", ph_stats().reserved);
     ph_job fill[2];
     ph_job_init(&fill[0], NULL);
     ph_job_init(&fill[1], NULL);
@@ -795,6 +802,7 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
     tern_pool_stats s = ph_stats();
     cr_assert_eq(s.queued + s.reserved, 2u);
     /* Let the open finish: every later step goes in without a refusal. */
+    int wfd = writer_when_reader_blocks(at("fifo"));
     cr_assert_eq(write(wfd, "fifo data", 9), 9);
     close(wfd);
     wait_rec(loop, &r);
@@ -803,7 +811,6 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
     cr_assert(memcmp(r.res.data, "fifo data", 9) == 0);
     tern_fs_free(r.res.data);
     cr_assert_eq(ph_stats().refused_queue_full, refused + 1, "a later step was refused");
-    bool ok;
     PH_PUMP_UNTIL(ok, loop, atomic_load(&fill[0].done_calls) == 1);
     cr_assert(ok);
     end(loop);
