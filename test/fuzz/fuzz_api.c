@@ -1197,7 +1197,7 @@ static void step_fs(struct input *in)
                "file request: %s", tern_err_name(rc));
     r->accepted = rc == 0;
     if (r->accepted && (c & 0x80))
-        ENSURE(tern_cancel(loop, r->id) == 0, "cancel of a file request just accepted");
+        ENSURE(tern_cancel(loop, r->id) >= 0, "cancel of a file request just accepted");
 }
 
 /* Nothing a finished input did may remain: no temporary, no descriptor. */

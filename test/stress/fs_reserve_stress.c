@@ -257,7 +257,7 @@ static void *run_worker(void *arg)
             struct req *victim = w->live[next_rand(&w->rng) % IN_FLIGHT];
             if (victim != NULL && !victim->cancelled) {
                 victim->cancelled = true;
-                if (tern_cancel(w->loop, victim->id) != 0)
+                if (tern_cancel(w->loop, victim->id) < 0)
                     w->bad_status++;
             }
         }
