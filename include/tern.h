@@ -497,6 +497,7 @@ TERN_EXTERN void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out
 #include "tern/net.h"
 #include "tern/admission.h"
 #include "tern/group.h"
+#include "tern/fs.h"
 
 #ifdef __cplusplus
 }

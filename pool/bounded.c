@@ -54,6 +54,22 @@ struct worker {
     bool loop_slept;
 };
 
+/*
+ * What leaving the queue does to the slot count: a job gives its slot
+ * back, but a request of several steps keeps it as a reservation for its
+ * next step (added with wrap-around, so one add does both halves).
+ */
+static void leave_queue(const tern_job *job)
+{
+    uint64_t delta = job->kind == TERN__JOB_STEPS ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
+                                                  : (uint64_t)0 - TERN__SLOT_QUEUED;
+    uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued, delta,
+                                                memory_order_relaxed);
+    /* A checked counter (check.h): the queued half must not borrow. */
+    if (TERN_UNLIKELY(tern__slots_queued(before) == 0))
+        tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
+}
+
 static tern_job *dequeue(struct tern__pool *p)
 {
     uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
@@ -69,7 +85,7 @@ static tern_job *dequeue(struct tern__pool *p)
                 tern_job *job = c->job;
                 /* Pairs with the producer's acquire load one lap later. */
                 atomic_store_explicit(&c->seq, lap + p->q_mask + 1, memory_order_release);
-                TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
+                leave_queue(job);
                 return job;
             }
         } else if (dif < 0) {
@@ -206,6 +222,11 @@ static void *worker_main(void *argp)
                 tern__lookup_run(p, job, a.index); /* claims it under the cap */
                 continue;
             }
+            if (job->kind == TERN__JOB_STEPS) {
+                /* One step, then requeued or done. */
+                w.loop_slept = tern__steps_run(p, job, a.index);
+                continue;
+            }
             if (!tern__job_claim(job))
                 continue;
             w.loop_slept = tern__job_run(job, a.index);
@@ -224,19 +245,38 @@ static void *worker_main(void *argp)
     return NULL;
 }
 
-int tern__bounded_submit(struct tern__pool *p, tern_job *job)
+/*
+ * Take one slot of kind `unit` (a queued job or a reservation) if queued +
+ * reserved stays within capacity. A compare-and-swap rather than an add
+ * and an undo: a refused submission must never make the count, even for an
+ * instant, exceed what a reader may observe (SPEC §13).
+ */
+static bool take_slot(struct tern__pool *p, uint64_t unit, uint64_t *after)
 {
-    unsigned cap = p->cfg.queue_capacity;
-    unsigned reserved = atomic_load_explicit(&tern__pool_stats.reserved, memory_order_relaxed);
-    unsigned q = atomic_fetch_add_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
-    if (q + reserved >= cap) {
-        TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
-        atomic_fetch_add_explicit(&tern__pool_stats.refused_queue_full, 1, memory_order_relaxed);
-        return -EAGAIN;
-    }
-    if (q + 1 > atomic_load_explicit(&tern__pool_stats.queued_peak, memory_order_relaxed))
-        atomic_store_explicit(&tern__pool_stats.queued_peak, q + 1, memory_order_relaxed);
+    uint64_t cap = p->cfg.queue_capacity;
+    uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_relaxed);
+    do {
+        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) >= cap) {
+            atomic_fetch_add_explicit(&tern__pool_stats.refused_queue_full, 1,
+                                      memory_order_relaxed);
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s, s + unit,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    *after = s + unit;
+    return true;
+}
 
+static void note_peak(uint64_t slots)
+{
+    unsigned q = tern__slots_queued(slots);
+    if (q > atomic_load_explicit(&tern__pool_stats.queued_peak, memory_order_relaxed))
+        atomic_store_explicit(&tern__pool_stats.queued_peak, q, memory_order_relaxed);
+}
+
+/* Put an admitted job into the ring and wake a worker if one sleeps. */
+static void enqueue(struct tern__pool *p, tern_job *job)
+{
     uint64_t pos = atomic_fetch_add_explicit(&p->q_tail, 1, memory_order_relaxed);
     uint64_t lap = pos & ~p->q_mask;
     struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
@@ -256,14 +296,44 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
     /* Pairs with the acquire load in dequeue(). */
     atomic_store_explicit(&c->seq, lap + 1, memory_order_release);
     wake_one(p);
+}
+
+int tern__bounded_submit(struct tern__pool *p, tern_job *job)
+{
+    uint64_t after;
+    if (!take_slot(p, TERN__SLOT_QUEUED, &after))
+        return -EAGAIN;
+    note_peak(after);
+    enqueue(p, job);
     return 0;
+}
+
+void tern__bounded_submit_reserved(struct tern__pool *p, tern_job *job)
+{
+    /* The reservation becomes the queued slot in one add: never refused. */
+    uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued,
+                                                TERN__SLOT_QUEUED - TERN__SLOT_RESERVED,
+                                                memory_order_relaxed);
+    TERN_INSIST(tern__slots_reserved(before) > 0);
+    note_peak(before + TERN__SLOT_QUEUED - TERN__SLOT_RESERVED);
+    enqueue(p, job);
+}
+
+void tern__bounded_unreserve(void)
+{
+    uint64_t before = atomic_fetch_sub_explicit(&tern__pool_stats.queued, TERN__SLOT_RESERVED,
+                                                memory_order_relaxed);
+    TERN_INSIST(tern__slots_reserved(before) > 0);
 }
 
 void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job))
 {
     tern_job *job;
-    while ((job = dequeue(p)) != NULL)
+    while ((job = dequeue(p)) != NULL) {
+        if (job->kind == TERN__JOB_STEPS)
+            tern__bounded_unreserve(); /* no step of it will run again */
         fn(job);
+    }
 }
 
 int tern__bounded_start(struct tern__pool *p)

@@ -308,12 +308,13 @@ void tern_pool_stats_get(tern_pool_stats *out)
     TERN_REQUIRE(out != NULL);
     struct tern__pool_counters *c = &tern__pool_stats;
 #define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
+    uint64_t slots = LOAD(queued); /* queued and reserved at one instant */
     *out = (tern_pool_stats){
         .threads = LOAD(threads),
         .busy = LOAD(busy),
-        .queued = LOAD(queued),
+        .queued = tern__slots_queued(slots),
         .queued_peak = LOAD(queued_peak),
-        .reserved = LOAD(reserved),
+        .reserved = tern__slots_reserved(slots),
         .long_threads = LOAD(long_threads),
         .long_busy = LOAD(long_busy),
         .submitted = LOAD(submitted),

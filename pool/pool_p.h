@@ -29,7 +29,12 @@ enum tern__job_state {
     TERN__JOB_POOL_DONE = 5,  /* tombstone: the pool has dropped it */
 };
 
-enum tern__job_kind { TERN__JOB_WORK = 0, TERN__JOB_LOOKUP = 1 };
+/*
+ * TERN__JOB_STEPS: a request of several steps (steps.c). Its work function
+ * runs one step per pass and returns NULL while another step follows; the
+ * job then goes back into the bounded queue on its reservation.
+ */
+enum tern__job_kind { TERN__JOB_WORK = 0, TERN__JOB_LOOKUP = 1, TERN__JOB_STEPS = 2 };
 
 struct tern__owner;
 
@@ -92,6 +97,12 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_ki
 bool tern__job_complete(tern_job *job);
 /* A worker found this job; true if it now runs, false if it was a tombstone. */
 bool tern__job_claim(tern_job *job);
+/*
+ * Around a claimed job's work (or each step of one): note the cancelling
+ * shutdowns begun so far, and latch a cancel if one ran meanwhile.
+ */
+void tern__job_started(tern_job *job);
+void tern__job_returned(tern_job *job);
 /* A worker runs a claimed job and completes it (stats recorded); as complete. */
 bool tern__job_run(tern_job *job, unsigned worker_index);
 
@@ -169,9 +180,13 @@ struct tern__pool {
 
 /* Counters live outside the pool so a reader never races a free. */
 struct tern__pool_counters {
-    alignas(TERN_CACHELINE) _Atomic unsigned queued;
+    /*
+     * The bounded queue's slots: jobs queued in the low 32 bits (TERN__SLOT_QUEUED),
+     * reservations in the high 32 (TERN__SLOT_RESERVED). One word, so admission
+     * bounds queued + reserved exactly and a reader sees both at one instant.
+     */
+    alignas(TERN_CACHELINE) _Atomic uint64_t queued;
     _Atomic unsigned queued_peak;
-    _Atomic unsigned reserved;
     alignas(TERN_CACHELINE) _Atomic unsigned threads, busy, long_threads, long_busy;
     /* Workers spinning for a job (as the pool's `spinners`, readable with no pool). */
     _Atomic unsigned spinning;
@@ -182,6 +197,25 @@ struct tern__pool_counters {
 };
 
 extern struct tern__pool_counters tern__pool_stats;
+
+#define TERN__SLOT_QUEUED UINT64_C(1)
+#define TERN__SLOT_RESERVED (UINT64_C(1) << 32)
+static inline unsigned tern__slots_queued(uint64_t slots)
+{
+    return (unsigned)(slots & 0xffffffffu);
+}
+static inline unsigned tern__slots_reserved(uint64_t slots)
+{
+    return (unsigned)(slots >> 32);
+}
+/* Give one queued slot back: a checked counter (check.h) on the low half. */
+static inline void tern__slots_unqueue(void)
+{
+    uint64_t before = atomic_fetch_sub_explicit(&tern__pool_stats.queued, TERN__SLOT_QUEUED,
+                                                memory_order_relaxed);
+    if (TERN_UNLIKELY(tern__slots_queued(before) == 0))
+        tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
+}
 /* Per worker histograms; index TERN__MAX_THREADS is shared by long workers. */
 extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
@@ -232,6 +266,26 @@ int tern__bounded_start(struct tern__pool *p);
 void tern__bounded_stop(struct tern__pool *p);
 /* Admit and enqueue; -EAGAIN when the queue is full. */
 int tern__bounded_submit(struct tern__pool *p, tern_job *job);
+/*
+ * Reservations (SPEC §13): one queue slot promised to an accepted request
+ * of several steps, so its next step is never refused. A TERN__JOB_STEPS
+ * job's slot turns into a reservation when a worker dequeues it (one atomic
+ * step, so no other submission can take it meanwhile); the runner then
+ * either queues the next step into it or gives it back.
+ *
+ * tern__bounded_submit_reserved: queue a job into a reservation the caller
+ * holds. Never fails. Any thread.
+ * tern__bounded_unreserve: give a held reservation back. Any thread.
+ */
+void tern__bounded_submit_reserved(struct tern__pool *p, tern_job *job);
+void tern__bounded_unreserve(void);
+
+/*
+ * A worker found a TERN__JOB_STEPS job: run one step (steps.c). True, as
+ * for tern__job_run, when the request ended and its loop had to be woken.
+ */
+bool tern__steps_run(struct tern__pool *p, tern_job *job, unsigned worker_index);
+
 /* Take everything still queued (shutdown); each job is passed to fn. */
 void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job));
 void tern__bounded_wake_all(struct tern__pool *p);

@@ -269,7 +269,7 @@ void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker)
         pthread_mutex_lock(&p->lookup_lock);
         job = pop_waiting(p);
         if (job != NULL)
-            TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
+            tern__slots_unqueue();
         else
             TERN_DECREMENT(p->lookups_active);
         pthread_mutex_unlock(&p->lookup_lock);
@@ -282,7 +282,7 @@ void tern__lookup_drain(struct tern__pool *p, void (*fn)(tern_job *job))
         pthread_mutex_lock(&p->lookup_lock);
         tern_job *job = pop_waiting(p);
         if (job != NULL)
-            TERN_ATOMIC_DECREMENT(tern__pool_stats.queued, memory_order_relaxed);
+            tern__slots_unqueue();
         pthread_mutex_unlock(&p->lookup_lock);
         if (job == NULL)
             return;

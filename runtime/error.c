@@ -48,7 +48,17 @@
     X(EALREADY, "operation already in progress")                         \
     X(EINPROGRESS, "operation in progress")                              \
     X(ECANCELED, "operation cancelled")                                  \
-    X(EOVERFLOW, "value too large")
+    X(EOVERFLOW, "value too large")                                      \
+    X(ENAMETOOLONG, "file name too long")                                \
+    X(EFBIG, "file too large")                                           \
+    X(EISDIR, "is a directory")                                          \
+    X(ENOTDIR, "not a directory")                                        \
+    X(ENOTEMPTY, "directory not empty")                                  \
+    X(EXDEV, "cross-device link")                                        \
+    X(EROFS, "read-only file system")                                    \
+    X(ELOOP, "too many levels of symbolic links")                        \
+    X(ESPIPE, "illegal seek")                                            \
+    X(EDQUOT, "disk quota exceeded")
 
 #define TERN_EAI_ERRORS(X)                                               \
     X(NONAME, "host or service not known")                               \

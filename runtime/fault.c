@@ -16,6 +16,7 @@ static _Atomic unsigned armed_mask;
 static _Atomic uint64_t target;
 static _Atomic uint64_t counted;
 static _Atomic bool fired;
+static _Atomic int fs_errno = -EIO;
 
 void tern__fault_arm(unsigned mask, uint64_t nth)
 {
@@ -123,4 +124,14 @@ int tern__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 int tern__fd_fault(void)
 {
     return tern__fault_hit(TERN__FAULT_FD) ? -EMFILE : 0;
+}
+
+void tern__fault_fs_errno(int err)
+{
+    atomic_store(&fs_errno, err < 0 ? err : -err);
+}
+
+int tern__fs_fault(void)
+{
+    return tern__fault_hit(TERN__FAULT_FS) ? atomic_load(&fs_errno) : 0;
 }

@@ -17,8 +17,9 @@
 enum tern__fault_site {
     TERN__FAULT_ALLOC = 1u << 0,  /* malloc, calloc, realloc */
     TERN__FAULT_THREAD = 1u << 1, /* pthread_create */
-    TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe */
-    TERN__FAULT_ALL = 7u,
+    TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe, open */
+    TERN__FAULT_FS = 1u << 3,     /* each system call of a file request (pool/fs*.c) */
+    TERN__FAULT_ALL = 15u,
 };
 
 /*
@@ -64,5 +65,14 @@ int tern__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
  * when a failure is injected (so nothing has to be closed again).
  */
 int tern__fd_fault(void);
+
+/*
+ * Called just before each system call of a file request: 0 to go ahead,
+ * or the negative errno set with tern__fault_fs_errno (-EIO unless set)
+ * when a failure is injected, so a test can make any step of a request
+ * fail with ENOSPC, EINTR or whatever it needs.
+ */
+int tern__fs_fault(void);
+void tern__fault_fs_errno(int err);
 
 #endif

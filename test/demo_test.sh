@@ -9,6 +9,10 @@
 #      Retry-After, and the server's own counts agree
 #   4. a few seconds of wrk at saturation; the server stays healthy
 #   5. a /slow client that hangs up has its job cancelled (seen in /stats)
+#   5b. /files/<path> from --files DIR: byte-for-byte bodies with
+#      Content-Length, 404, and 403 for every escape attempt (.., encoded
+#      .., absolute paths, symlinks to a file or a directory outside);
+#      shedding with 503 under load; no descriptor left behind
 #   6. SIGTERM: no new connections, the stream in flight finishes, final
 #      statistics are printed, exit status 0
 #   7. (before 6) two loops: /stats lists both with their requests, which
@@ -36,6 +40,18 @@ if [ ! -x "$demo" ]; then
 fi
 
 work=$(mktemp -d)
+# The directory /files/ serves, and things outside it to reach for.
+root="$work/root"
+mkdir -p "$root/sub"
+printf 'hello, files\n' >"$root/hello.txt"
+printf 'inner\n' >"$root/sub/inner.txt"
+head -c 300000 /dev/urandom >"$root/blob.bin"
+head -c 3000000 /dev/urandom >"$root/big.bin"
+printf 'secret\n' >"$work/secret"
+ln -s hello.txt "$root/link_in"
+ln -s "$work/secret" "$root/link_out"
+ln -s "$work" "$root/dir_out"
+ln -s ../../secret "$root/sub/up_out"
 pid=
 cleanup() {
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
@@ -82,7 +98,7 @@ finish() {
 # One pool thread, four queue slots: easy to saturate on purpose. The
 # queue-wait bound is high so that refusals here come from the full queue.
 "$demo" --port 0 --loops 2 --threads 1 --queue 4 --long-max 8 --shed-wait-ms 10000 \
-    >"$work/out" 2>"$work/err" &
+    --files "$root" >"$work/out" 2>"$work/err" &
 pid=$!
 port=
 read_port() {

@@ -42,6 +42,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -1421,4 +1422,167 @@ Test(fault, stream_open_write_read, .timeout = TEST_TIMEOUT)
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_stream, (void *)tern__backend_names[i]);
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* File requests: every step of the whole-file requests                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * An atomic write of 3 steps' worth of bytes, a whole-file read of it and
+ * a directory listing, one after the other (so only one thread at a time
+ * makes checked calls: the worker running a step while the loop waits).
+ * Every allocation, descriptor and system call of every step is made to
+ * fail once, with `err` for the system calls (ENOSPC, EINTR). Each
+ * failure must reach the callback as that errno, -ENOMEM or -EMFILE;
+ * whatever failed must leave no descriptor, no temporary file, and never
+ * a partial target file.
+ */
+#define FS_BYTES 3000
+#define FS_STEP 1000
+
+struct fsrec {
+    tern_id id;
+    bool accepted;
+    atomic_uint calls;
+    int status;
+    tern_fs_result res;
+};
+
+static int fs_err;
+static char fs_dir[64];
+
+static void fs_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, void *arg)
+{
+    (void)loop;
+    struct fsrec *r = arg;
+    cr_assert(r->accepted, "a refused file request called back");
+    cr_assert_eq(id, r->id);
+    cr_assert(status == 0 || status == -ENOMEM || status == -EMFILE || status == -fs_err,
+              "file request failed with %s, which was not injected", tern_err_name(status));
+    if (status != 0)
+        cr_assert(res->data == NULL && res->listing == NULL, "a failed request returned memory");
+    r->status = status;
+    r->res = *res;
+    atomic_fetch_add(&r->calls, 1);
+}
+
+static bool fs_called(void *arg)
+{
+    struct fsrec *r = arg;
+    return !r->accepted || atomic_load(&r->calls) == 1;
+}
+
+static unsigned fs_temporaries(void)
+{
+    DIR *d = opendir(fs_dir);
+    cr_assert_not_null(d);
+    unsigned n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strstr(e->d_name, ".tern-") != NULL)
+            n++;
+    closedir(d);
+    return n;
+}
+
+/*
+ * ARMED for a file request. Its first step may run on a worker before the
+ * submitting call has returned, so a failure injected during an accepted
+ * call can belong to that step: then the callback must report it (it is
+ * counted as a notice), and end_armed() still insists that someone did.
+ */
+static bool fs_outcome(const char *what, bool fired_before, int rc)
+{
+    if (rc == 0)
+        return true;
+    return armed_outcome(what, fired_before, rc);
+}
+#define FS_ARMED(what, expr) (fired_mark = tern__fault_fired(), fs_outcome((what), fired_mark, (expr)))
+
+static bool step_fs(uint64_t n, void *ctx)
+{
+    (void)ctx;
+    static unsigned char data[FS_BYTES];
+    for (unsigned i = 0; i < FS_BYTES; i++)
+        data[i] = (unsigned char)(i * 7 + 3);
+    char path[96];
+    snprintf(path, sizeof path, "%s/f", fs_dir);
+    unlink(path);
+    int fds = count_open_fds();
+    tern_pool_stats before = pool_stats();
+    tern_loop *loop = new_loop(NULL);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.step_bytes = FS_STEP;
+    struct fsrec w = {0}, r = {0}, l = {0};
+    unsigned notices = 0;
+
+    arm(n);
+    w.accepted = FS_ARMED("tern_fs_write_file",
+                       tern_fs_write_file(loop, path, data, FS_BYTES, &o, fs_cb, &w, &w.id));
+    cr_assert(run_until(loop, fs_called, &w), "the write never called back");
+    notices += w.accepted && w.status != 0;
+    bool exists = access(path, F_OK) == 0;
+    r.accepted = FS_ARMED("tern_fs_read_file",
+                       tern_fs_read_file(loop, exists ? path : "/proc/self/cmdline", &o, fs_cb,
+                                         &r, &r.id));
+    cr_assert(run_until(loop, fs_called, &r), "the read never called back");
+    notices += r.accepted && r.status != 0;
+    l.accepted = FS_ARMED("tern_fs_list", tern_fs_list(loop, fs_dir, &o, fs_cb, &l, &l.id));
+    cr_assert(run_until(loop, fs_called, &l), "the listing never called back");
+    notices += l.accepted && l.status != 0;
+    bool fired = end_armed(notices);
+
+    /* The target is whole or absent; it exists after a success. */
+    if (w.accepted && w.status == 0)
+        cr_assert(exists, "write_file said 0 but the file is not there");
+    if (exists) {
+        FILE *f = fopen(path, "rb");
+        unsigned char back[FS_BYTES + 1];
+        size_t got = fread(back, 1, sizeof back, f);
+        fclose(f);
+        cr_assert(got == FS_BYTES && memcmp(back, data, FS_BYTES) == 0,
+                  "a partial file replaced the target (%zu bytes)", got);
+    }
+    if (exists && r.accepted && r.status == 0) {
+        cr_assert_eq(r.res.value, FS_BYTES);
+        cr_assert(memcmp(r.res.data, data, FS_BYTES) == 0, "read_file returned other bytes");
+    }
+    tern_fs_free(r.res.data);
+    tern_fs_free(l.res.listing);
+    cr_assert_eq(fs_temporaries(), 0, "a temporary file was left behind");
+    free_clean(loop);
+    cr_assert_eq(count_open_fds(), fds, "a descriptor leaked");
+    assert_pool_settled(&before, (uint64_t)w.accepted + r.accepted + l.accepted);
+    cr_assert_eq(pool_stats().reserved, 0);
+    pool_end();
+    return fired;
+}
+
+static void fs_walk(int err)
+{
+    snprintf(fs_dir, sizeof fs_dir, "/tmp/tern_fault_fs.XXXXXX");
+    cr_assert_not_null(mkdtemp(fs_dir));
+    fs_err = err;
+    tern__fault_fs_errno(-err);
+    uint64_t calls = walk(tern_err_name(-err), step_fs, NULL);
+    /* open, write x3, fsync, close, rename, open/fsync/close of the
+     * directory; open, fstat, read, read (end), close; the listing. */
+    cr_assert_geq(calls, 16, "the walk cannot have reached every step: %llu calls",
+                  (unsigned long long)calls);
+    char path[96];
+    snprintf(path, sizeof path, "%s/f", fs_dir);
+    unlink(path);
+    cr_assert_eq(rmdir(fs_dir), 0, "the scratch directory is not empty");
+}
+
+Test(fault, fs_steps_enospc, .timeout = TEST_TIMEOUT)
+{
+    fs_walk(ENOSPC);
+}
+
+Test(fault, fs_steps_eintr, .timeout = TEST_TIMEOUT)
+{
+    fs_walk(EINTR);
 }

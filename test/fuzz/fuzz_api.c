@@ -49,7 +49,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,7 +110,7 @@ static unsigned u16(struct input *in)
 /* Records: what the harness expects of every accepted operation       */
 /* ------------------------------------------------------------------ */
 
-enum kind { K_TIMER = 1, K_JOB, K_LOOKUP, K_POST, K_DEFER, K_WATCH, K_STREAM, K_WRITE, K_SHUT };
+enum kind { K_TIMER = 1, K_JOB, K_LOOKUP, K_POST, K_DEFER, K_WATCH, K_STREAM, K_WRITE, K_SHUT, K_FS };
 
 struct rec {
     enum kind kind;
@@ -126,6 +129,8 @@ struct rec {
     unsigned closes;   /* stream: close callbacks */
     unsigned work;     /* job: what the work does */
     struct rec *stream; /* write/shutdown: its stream */
+    unsigned fs_op;     /* file request: which (step_fs) */
+    char buf[32];       /* file request: a read's buffer, until its callback */
 };
 
 static struct rec recs[MAX_RECS];
@@ -1069,6 +1074,147 @@ static void step_stream_call(struct input *in)
         FAIL("a stream call succeeded on an id that is no open stream here (op %u)", c % 8);
 }
 
+/* ------------------------------------------------------------------ */
+/* File requests on a scratch directory                                */
+/* ------------------------------------------------------------------ */
+
+static char scratch[64];
+
+static const char *scratch_path(unsigned which)
+{
+    static char paths[6][96];
+    static const char *const names[] = {"a", "b", "d", "d/x", "missing/x", ""};
+    which %= 6;
+    snprintf(paths[which], sizeof paths[which], "%s/%s", scratch, names[which]);
+    return paths[which];
+}
+
+static void fs_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "file request");
+    ENSURE(id == r->id, "file request: wrong id");
+    ENSURE(r->calls == 0, "file request: a second callback");
+    ENSURE(res != NULL, "file request: NULL result");
+    sane_rc(status, "file request status");
+    if (status != 0)
+        ENSURE(res->data == NULL && res->listing == NULL,
+               "file request: memory returned with status %s", tern_err_name(status));
+    if (status == 0 && r->fs_op == 1)
+        ENSURE(res->data != NULL && ((char *)res->data)[res->value] == '\0',
+               "read_file: no data or no NUL after it");
+    if (status == 0 && r->fs_op == 5)
+        ENSURE(res->listing != NULL && res->listing->count == (size_t)res->value,
+               "list: count disagrees");
+    if (status == 0 && r->fs_op == 2) {
+        ENSURE(res->value >= 0, "open: no descriptor");
+        close((int)res->value); /* ours now */
+    }
+    tern_fs_free(res->data);
+    tern_fs_free(res->listing);
+    r->calls++;
+}
+
+static void step_fs(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in), p = u8(in);
+    struct rec *r = rec_new(K_FS, s);
+    if (r == NULL)
+        return;
+    static const char payload_bytes[256] = "tern file payload";
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    if (c & 0x40)
+        o.step_bytes = 16; /* many steps */
+    if (p & 0x80)
+        o.max_bytes = 8; /* some reads refused with -EFBIG */
+    r->fs_op = c % 8;
+    int rc = 0;
+    int want = 1; /* 1: any outcome a good call may have */
+    switch (r->fs_op) {
+    case 0:
+        rc = tern_fs_write_file(loop, scratch_path(p), payload_bytes, p % 200, &o, fs_cb, r,
+                                &r->id);
+        if (p % 6 == 5)
+            want = -EISDIR; /* the path ends in '/' */
+        break;
+    case 1:
+        rc = tern_fs_read_file(loop, (p & 7) == 7 ? scratch : scratch_path(p), &o, fs_cb, r,
+                               &r->id);
+        break;
+    case 2:
+        rc = tern_fs_open(loop, scratch_path(p), (p & 8) ? O_RDWR | O_CREAT : O_RDONLY, 0600, &o,
+                          fs_cb, r, &r->id);
+        break;
+    case 3:
+        rc = (p & 8) ? tern_fs_lstat(loop, scratch_path(p), &o, fs_cb, r, &r->id)
+                     : tern_fs_stat(loop, scratch_path(p), &o, fs_cb, r, &r->id);
+        break;
+    case 4:
+        rc = (p & 8) ? tern_fs_rmdir(loop, scratch_path(2), &o, fs_cb, r, &r->id)
+                     : tern_fs_mkdir(loop, scratch_path(2), 0700, &o, fs_cb, r, &r->id);
+        break;
+    case 5:
+        rc = tern_fs_list(loop, (p & 1) ? scratch_path(2) : scratch, &o, fs_cb, r, &r->id);
+        break;
+    case 6:
+        rc = (p & 8) ? tern_fs_unlink(loop, scratch_path(p), &o, fs_cb, r, &r->id)
+                     : tern_fs_rename(loop, scratch_path(p), scratch_path(p >> 4), &o, fs_cb, r,
+                                      &r->id);
+        break;
+    default:
+        /* Bad values: the documented errno, nothing started. */
+        switch (p % 4) {
+        case 0:
+            rc = tern_fs_read_file(loop, NULL, &o, fs_cb, r, &r->id);
+            want = -EINVAL;
+            break;
+        case 1:
+            rc = tern_fs_read(loop, -1, r->buf, sizeof r->buf, 0, &o, fs_cb, r, &r->id);
+            want = -EBADF;
+            break;
+        case 2:
+            rc = tern_fs_write(loop, 0, NULL, 1, 0, &o, fs_cb, r, &r->id);
+            want = -EINVAL;
+            break;
+        default:
+            rc = tern_fs_stat(loop, scratch_path(p), &o, NULL, r, &r->id);
+            want = -EINVAL;
+            break;
+        }
+    }
+    sane_rc(rc, "file request");
+    if (want != 1)
+        ENSURE(rc == want, "file request with a bad value: %s, want %s", tern_err_name(rc),
+               tern_err_name(want));
+    else
+        /* -EINVAL: the loop asks for a pool other than the running one. */
+        ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
+               "file request: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+    if (r->accepted && (c & 0x80))
+        ENSURE(tern_cancel(loop, r->id) >= 0, "cancel of a file request just accepted");
+}
+
+/* Nothing a finished input did may remain: no temporary, no descriptor. */
+static void scratch_clean(void)
+{
+    DIR *d = opendir(scratch);
+    ENSURE(d != NULL, "the scratch directory went away");
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        ENSURE(strstr(e->d_name, ".tern-") == NULL, "a temporary was left: %s", e->d_name);
+    closedir(d);
+    unlink(scratch_path(3));
+    rmdir(scratch_path(2));
+    unlink(scratch_path(0));
+    unlink(scratch_path(1));
+}
+
 static void step_fault(struct input *in)
 {
     unsigned c = u8(in);
@@ -1129,6 +1275,7 @@ static void expect_free_settled(int s)
         case K_DEFER:
         case K_WRITE:
         case K_SHUT:
+        case K_FS:
             ENSURE(r->calls == 1, "kind %d id %" PRIu64 ": %u completions by the end of "
                    "tern_loop_free (want exactly 1)", r->kind, r->id, r->calls);
             break;
@@ -1174,6 +1321,7 @@ static void finish(void)
         }
     for (unsigned i = 0; i < nstream_fds; i++)
         close(stream_fds[i]);
+    scratch_clean();
     /*
      * With every loop freed, the pool owes no completion: each job it ever
      * accepted has been counted completed or cancelled. (All three counters
@@ -1192,6 +1340,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     tern__set_getaddrinfo(local_getaddrinfo);
+    snprintf(scratch, sizeof scratch, "/tmp/tern_fuzz_fs.XXXXXX");
+    if (mkdtemp(scratch) == NULL)
+        abort();
     if (pthread_create(&foreign.thread, NULL, foreign_main, NULL) != 0)
         abort();
     return 0;
@@ -1203,7 +1354,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct input in = {data, size};
     reset();
     for (unsigned step = 0; step < MAX_STEPS && in.left > 0; step++) {
-        switch (u8(&in) % 25) {
+        unsigned op = u8(&in);
+        /* Bytes 250..255, which % 25 would fold onto 0..5, select the file
+         * requests, so the committed corpus keeps most of its meaning. */
+        if (op >= 250) {
+            step_fs(&in);
+            continue;
+        }
+        switch (op % 25) {
         case 0: step_loop_new(&in); break;
         case 1: step_loop_free(&in); break;
         case 2: case 3: step_timer(&in); break;

@@ -5,7 +5,8 @@
  *   loops.c   what spans the loops: totals, per-loop figures, SIGHUP's
  *             reconfiguration in exclusive mode
  *   http.c    connections: reading, parsing (http-parser), responding
- *   routes.c  the four routes and the load-shedding decision
+ *   routes.c  the routes and the load-shedding decision
+ *   files.c   /files/<path>: a directory served through tern's file requests
  *
  * The server runs on a loop group: one `struct server` per loop, each with
  * its own listener on the shared port (SO_REUSEPORT). Everything of a
@@ -39,6 +40,7 @@ struct counters {
     _Atomic uint64_t accepted, requests, responses;
     _Atomic uint64_t ok, not_found, bad_request, shed_refused, shed_wait, shed_long;
     _Atomic uint64_t hash_done, slow_started, slow_completed, slow_cancelled;
+    _Atomic uint64_t files_served, forbidden;
 };
 
 struct app;
@@ -57,6 +59,7 @@ struct server {
     _Atomic unsigned conns; /* open connections */
     _Atomic unsigned jobs;  /* pool jobs in flight */
     struct conn *conn_list;
+    char *files_root;      /* --files: the real path served under /files/, or NULL */
     struct counters n;
 };
 
@@ -104,6 +107,14 @@ void route_request(struct conn *c, const char *path, size_t path_len, const char
 /* A client went away while its job ran: stop the job. */
 void route_abandon(struct conn *c);
 int stats_json(struct server *srv, char *buf, size_t cap);
+/* Whether a new pool job would wait longer than the bound: shed it. */
+bool server_over_wait_bound(struct server *srv);
+
+/* files.c */
+/* Serve dir under /files/ (its real path is kept): 0 or a negative errno. */
+int files_init(struct server *srv, const char *dir);
+/* GET /files/<rel>: rel is the raw (percent-encoded) rest of the path. */
+void route_files(struct conn *c, const char *rel, size_t len);
 
 /* main.c */
 void server_maybe_done(struct server *srv);

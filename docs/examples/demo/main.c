@@ -3,7 +3,7 @@
  *
  *   tern-demo [--host 127.0.0.1] [--port 8080] [--loops N] [--threads 2]
  *             [--queue 64] [--long-max 64] [--shed-wait-ms 50]
- *             [--hup-shed-wait-ms N] [--max-rounds 1000000]
+ *             [--hup-shed-wait-ms N] [--max-rounds 1000000] [--files DIR]
  *
  * It serves on a loop group: --loops loops (default: one per CPU), each on
  * its own thread with its own listener on the shared port (SO_REUSEPORT),
@@ -31,7 +31,8 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--host ADDR] [--port N] [--loops N] [--threads N] [--queue N]\n"
-            "          [--long-max N] [--shed-wait-ms N] [--hup-shed-wait-ms N] [--max-rounds N]\n",
+            "          [--long-max N] [--shed-wait-ms N] [--hup-shed-wait-ms N] [--max-rounds N]\n"
+            "          [--files DIR]\n",
             argv0);
     exit(2);
 }
@@ -154,6 +155,7 @@ int main(int argc, char **argv)
     pool.queue_capacity = 64;
     pool.long_threads_max = 64;
     unsigned max_rounds = 1000000;
+    const char *files_dir = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -179,6 +181,8 @@ int main(int argc, char **argv)
             hup_given = true;
         } else if (strcmp(a, "--max-rounds") == 0)
             max_rounds = (unsigned)number(v, argv[0]);
+        else if (strcmp(a, "--files") == 0)
+            files_dir = v;
         else
             usage(argv[0]);
     }
@@ -187,6 +191,13 @@ int main(int argc, char **argv)
 
     struct app app = {.shed_wait_ns = {shed_ms * 1000 * 1000,
                                        (hup_given ? hup_ms : shed_ms / 2) * 1000 * 1000}};
+    /* --files: one real path, shared by every loop's server. */
+    struct server files = {0};
+    int files_rc = files_dir != NULL ? files_init(&files, files_dir) : 0;
+    if (files_rc < 0) {
+        fprintf(stderr, "tern-demo: --files %s: %s\n", files_dir, tern_strerror(files_rc));
+        return 1;
+    }
     tern_loop_options opts;
     tern_loop_options_init(&opts);
     opts.pool = &pool;
@@ -217,7 +228,8 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < app.nloops && rc == 0; i++) {
         struct server *srv = &app.servers[i];
         *srv = (struct server){.app = &app, .index = i, .loop = tern_group_loop(app.group, i),
-                               .shed_wait_ns = app.shed_wait_ns[0], .max_rounds = max_rounds};
+                               .shed_wait_ns = app.shed_wait_ns[0], .max_rounds = max_rounds,
+                               .files_root = files.files_root};
         rc = tern_tcp_listen(srv->loop, host, shared_port, TERN_TCP_BACKLOG_DEFAULT,
                              TERN_TCP_REUSEPORT, http_accept, srv, &srv->listener);
         if (rc == 0)
@@ -252,5 +264,6 @@ int main(int argc, char **argv)
     tern_group_free(app.group);
     free(app.servers);
     tern_pool_shutdown(TERN_POOL_DRAIN, 5ull * 1000 * 1000 * 1000);
+    free(files.files_root);
     return 0;
 }

@@ -38,6 +38,7 @@
     "<li><a href=\"/hash?rounds=1000\">/hash?rounds=N</a> PBKDF2 on the pool</li>\n" \
     "<li><a href=\"/slow?seconds=3\">/slow?seconds=S</a> a chunk a second</li>\n" \
     "<li><a href=\"/stats\">/stats</a> pool and loop statistics</li>\n"           \
+    "<li>/files/PATH a file from the --files directory</li>\n"                   \
     "</ul>\n</body></html>\n"
 
 /* The value of name in a query string, as an unsigned number. */
@@ -72,7 +73,7 @@ static void shed(struct conn *c, _Atomic uint64_t *counter)
     http_respond(c, 503, "text/plain", "Retry-After: 1\r\n", "overloaded, retry\n", 18);
 }
 
-static bool over_wait_bound(struct server *srv)
+bool server_over_wait_bound(struct server *srv)
 {
     tern_pool_stats ps;
     tern_pool_stats_get(&ps);
@@ -137,7 +138,7 @@ static void route_hash(struct conn *c, const char *q, size_t qlen)
         http_respond(c, 400, "text/plain", NULL, "rounds must be 1..max\n", 22);
         return;
     }
-    if (over_wait_bound(srv)) {
+    if (server_over_wait_bound(srv)) {
         shed(c, &srv->n.shed_wait);
         return;
     }
@@ -319,9 +320,10 @@ int stats_json(struct server *srv, char *buf, size_t cap)
         ",\"bad_request\":%" PRIu64 ",\"shed\":%" PRIu64 ",\"shed_refused\":%" PRIu64
         ",\"shed_wait\":%" PRIu64 ",\"shed_long\":%" PRIu64 ",\"hash_done\":%" PRIu64
         ",\"slow_started\":%" PRIu64 ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
+        ",\"files_served\":%" PRIu64 ",\"forbidden\":%" PRIu64
         ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
         " \"loops\":%s,\n"
-        " \"pool\":{\"threads\":%u,\"busy\":%u,\"queued\":%u,\"queued_peak\":%u,"
+        " \"pool\":{\"threads\":%u,\"busy\":%u,\"queued\":%u,\"queued_peak\":%u,\"reserved\":%u,"
         "\"long_threads\":%u,\"long_busy\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
         ",\"cancelled\":%" PRIu64 ",\"refused_queue_full\":%" PRIu64
         ",\"refused_long_ceiling\":%" PRIu64 ",\"wait_p50_ns\":%" PRIu64
@@ -332,7 +334,8 @@ int stats_json(struct server *srv, char *buf, size_t cap)
         n->accepted, conns, n->requests, n->responses, n->ok, n->not_found, n->bad_request,
         n->shed_refused + n->shed_wait + n->shed_long, n->shed_refused, n->shed_wait,
         n->shed_long, n->hash_done, n->slow_started, n->slow_completed, n->slow_cancelled,
-        jobs, srv->shed_wait_ns / 1000000, loops, p.threads, p.busy, p.queued, p.queued_peak, p.long_threads, p.long_busy,
+        n->files_served, n->forbidden, jobs, srv->shed_wait_ns / 1000000, loops, p.threads,
+        p.busy, p.queued, p.queued_peak, p.reserved, p.long_threads, p.long_busy,
         p.submitted, p.completed, p.cancelled, p.refused_queue_full, p.refused_long_ceiling,
         p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns, p.run_p99_ns, l.turns, l.posts,
         l.wake_syscalls, l.events, l.idle_ns, l.live_operations, l.undelivered,
@@ -355,6 +358,8 @@ void route_request(struct conn *c, const char *path, size_t path_len, const char
         route_hash(c, query, query_len);
     } else if (is(path, path_len, "/slow")) {
         route_slow(c, query, query_len);
+    } else if (path_len > 7 && memcmp(path, "/files/", 7) == 0) {
+        route_files(c, path + 7, path_len - 7);
     } else if (is(path, path_len, "/stats")) {
         char body[4096];
         int n = stats_json(srv, body, sizeof(body));

@@ -1,0 +1,87 @@
+/*
+ * File requests (include/tern/fs.h), private to pool/fs.c, pool/fs_calls.c
+ * and pool/fs_whole.c. A request is one malloc'd block: this record, then the
+ * strings and the iovec array it copied. It is the job's arg: the worker
+ * writes it while a step runs, the loop reads it in done (the job's state
+ * transitions order the two, see steps.c and job.c).
+ */
+#ifndef TERN_FS_P_H
+#define TERN_FS_P_H
+
+#include <sys/types.h>
+
+#include "pool_p.h"
+
+enum tern__fs_op {
+    TERN__FS_OPEN,
+    TERN__FS_CLOSE,
+    TERN__FS_READ,
+    TERN__FS_WRITE,
+    TERN__FS_STAT,
+    TERN__FS_LSTAT,
+    TERN__FS_FSTAT,
+    TERN__FS_FSYNC,
+    TERN__FS_FDATASYNC,
+    TERN__FS_FTRUNCATE,
+    TERN__FS_RENAME,
+    TERN__FS_UNLINK,
+    TERN__FS_MKDIR,
+    TERN__FS_RMDIR,
+    TERN__FS_LIST,
+    TERN__FS_COPY,
+    TERN__FS_SENDFILE,
+    TERN__FS_READ_FILE,  /* steps: open, fstat, read..., close */
+    TERN__FS_WRITE_FILE, /* steps: open temporary, write..., fsync, close, rename */
+};
+
+struct tern__fs_req {
+    uint8_t op;      /* enum tern__fs_op */
+    uint8_t step;    /* whole-file requests: the step the next pass runs */
+    bool tmp_made;   /* write_file: the temporary exists and is ours to remove */
+    int fd, fd2;     /* the caller's descriptors (single-step requests) */
+    int own_fd;      /* whole-file requests: the descriptor it opened, or -1 */
+    int flags;
+    unsigned mode;
+    int status;      /* the outcome, once the work has finished */
+    int64_t off, off2;
+    size_t len;      /* bytes to move; read_file: bytes read so far */
+    size_t done;     /* whole-file requests: bytes moved so far */
+    size_t cap;      /* read_file: bytes allocated in res.data (plus one for the NUL) */
+    uint64_t max_bytes;
+    size_t step_bytes;
+    const char *path, *path2; /* inside this block */
+    char *tmp;                /* write_file: the temporary's path, inside this block */
+    struct iovec *iov;        /* inside this block (read, write: one entry) */
+    unsigned iovcnt;
+    const void *wdata; /* write_file: the caller's bytes */
+    tern_fs_result res;
+    tern_fs_cb cb;
+    void *arg;
+};
+
+/*
+ * The system calls of file requests, each through the fault seam
+ * (runtime/fault.h): 0 or a result >= 0, or a negative errno.
+ */
+int tern__fs_sys_open(const char *path, int flags, unsigned mode);
+int tern__fs_sys_close(int fd);
+int tern__fs_sys_fstat(int fd, struct stat *st);
+int tern__fs_sys_fsync(int fd);
+ssize_t tern__fs_sys_read(int fd, void *buf, size_t len);
+ssize_t tern__fs_sys_pread(int fd, void *buf, size_t len, int64_t off);
+ssize_t tern__fs_sys_pwrite(int fd, const void *buf, size_t len, int64_t off);
+int tern__fs_sys_rename(const char *from, const char *to);
+
+/* The work function of a single-call request (fs_calls.c). */
+void *tern__fs_one_work(tern_job *job, void *arg);
+/* The work function of a whole-file request: one step per pass (steps.c). */
+void *tern__fs_whole_work(tern_job *job, void *arg);
+/*
+ * Undo what the finished steps of a whole-file request left: close its
+ * descriptor, remove its temporary, free its buffer. Never fails. Called
+ * by the worker when a request stops, or by the loop when a request was
+ * cancelled in the queue between steps.
+ */
+void tern__fs_abandon(struct tern__fs_req *r);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * Requests of several steps (SPEC §13): one job, one id, one credit, run
+ * as a sequence of passes through the bounded queue. Between passes the
+ * worker is free for other work, so a large file read in chunks never
+ * holds a worker for its whole length.
+ *
+ * The slot. A steps job holds exactly one slot of the bounded queue from
+ * acceptance to its last step: queued while a step waits, reserved while
+ * a step runs (dequeue() turns one into the other in a single atomic add).
+ * When a step says another follows, the reservation becomes the queued
+ * slot again, so the next step can never be refused for a full queue; when
+ * the request ends, the reservation is given back.
+ *
+ * Cancellation. Between passes the job is QUEUED again, so tern_cancel
+ * tombstones it exactly as it does an ordinary queued job: the loop
+ * delivers done at once with a NULL result (the request's done function
+ * then closes what the finished steps opened), and the worker that later
+ * meets the tombstone gives the reservation back. A cancel that lands
+ * while a step runs is seen by the work function at the start of its next
+ * pass.
+ */
+#include "pool_p.h"
+
+bool tern__steps_run(struct tern__pool *p, tern_job *job, unsigned worker)
+{
+    if (!tern__job_claim(job)) {
+        /* A tombstone (maybe freed, and counted out of tern__pool_inflight,
+         * by the claim): only its slot is left. */
+        tern__bounded_unreserve();
+        return false;
+    }
+    uint64_t start = tern__ticks();
+    if (job->t_submit != 0)
+        tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, false);
+    tern__job_started(job);
+    void *result = job->work(job, job->arg);
+    tern__job_returned(job);
+    uint64_t end = tern__ticks();
+    tern__hist_record(&tern__pool_run_hist[worker], end - start, false);
+    if (result == NULL) {
+        /*
+         * Another step follows. Once the state says QUEUED the loop may
+         * tombstone the job and free the request behind job->arg, so
+         * nothing here reads the request after this store; the job record
+         * itself stays ours until a worker claims it from the queue.
+         * The release pairs with the acquire of job_cancel()'s CAS (which
+         * reads what this step wrote into the request) and of the claim.
+         */
+        job->t_submit = end;
+        atomic_store_explicit(&job->state, TERN__JOB_QUEUED, memory_order_release);
+        tern__bounded_submit_reserved(p, job);
+        return false; /* nothing handed back: the loop was not woken */
+    }
+    tern__bounded_unreserve();
+    job->result = result;
+    atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
+    return tern__job_complete(job); /* and out of tern__pool_inflight: one accept, one leave */
+}
