@@ -62,12 +62,18 @@ static bool shutdown_cancelled(const tern_job *job)
                job->cancel_window;
 }
 
-void tern__job_started(tern_job *job)
+bool tern__job_started(tern_job *job)
 {
     job->cancel_window =
         (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed);
-    if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
-        atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
+    if (TERN_LIKELY(!atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
+        return true;
+    /*
+     * Taken off the queue during a cancelling shutdown (its drain had not
+     * reached it yet): it counts as queued, so its work never starts.
+     */
+    atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
+    return false;
 }
 
 void tern__job_returned(tern_job *job)
@@ -79,14 +85,17 @@ void tern__job_returned(tern_job *job)
 
 bool tern__job_run(tern_job *job, unsigned worker)
 {
-    tern__job_started(job);
-    bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
-    uint64_t start = tern__ticks();
-    if (job->t_submit != 0)
-        tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, shared);
-    job->result = job->work(job, job->arg);
-    tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
-    tern__job_returned(job);
+    if (TERN_UNLIKELY(!tern__job_started(job))) {
+        job->result = NULL;
+    } else {
+        bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
+        uint64_t start = tern__ticks();
+        if (job->t_submit != 0)
+            tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, shared);
+        job->result = job->work(job, job->arg);
+        tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
+        tern__job_returned(job);
+    }
     atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
     return tern__job_complete(job);
 }

@@ -277,8 +277,12 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
         return 0;
     }
     bool cancel = mode == TERN_POOL_CANCEL;
-    if (cancel)
+    if (cancel) {
+        /* Queued jobs first, so none is taken by a worker freed by the flag. */
+        tern__bounded_drain(p, cancel_queued);
+        tern__lookup_drain(p, cancel_queued);
         atomic_fetch_add_explicit(&tern__pool_cancel_windows, 1, memory_order_seq_cst);
+    }
     atomic_store_explicit(&tern__pool_cancel_all, cancel, memory_order_seq_cst);
     if (!wait_idle(p, cancel, timeout_ns)) {
         /* Running jobs keep their threads and the pool goes on as it was. */

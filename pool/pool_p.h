@@ -100,8 +100,10 @@ bool tern__job_claim(tern_job *job);
 /*
  * Around a claimed job's work (or each step of one): note the cancelling
  * shutdowns begun so far, and latch a cancel if one ran meanwhile.
+ * started is false when a cancelling shutdown is under way: the job counts
+ * as queued and its work (or its next step) must not start.
  */
-void tern__job_started(tern_job *job);
+bool tern__job_started(tern_job *job);
 void tern__job_returned(tern_job *job);
 /* A worker runs a claimed job and completes it (stats recorded); as complete. */
 bool tern__job_run(tern_job *job, unsigned worker_index);
