@@ -220,7 +220,8 @@ Test(admission, closing_an_owner_cancels_queued_and_running_but_not_finished)
     cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &finished, &jo,
                                   &finished.id), 0);
     bool ok;
-    PH_WAIT_UNTIL(ok, atomic_load(&finished.returned) == 1);
+    /* Returned and handed back: the worker runs dry only after its hand-back. */
+    PH_WAIT_UNTIL(ok, atomic_load(&finished.returned) == 1 && ph_stats().busy == 0);
     cr_assert(ok);
     cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &running, &jo,
                                   &running.id), 0);
@@ -469,7 +470,8 @@ Test(admission, cancel_says_stopped_running_finished_or_requested)
     ph_job_init(&foreign, NULL);
     cr_assert_eq(ph_submit(loop, TERN_LONG, &finished), 0);
     bool ok;
-    PH_WAIT_UNTIL(ok, atomic_load(&finished.returned) == 1);
+    /* Returned and handed back: the long worker counts itself idle only after. */
+    PH_WAIT_UNTIL(ok, atomic_load(&finished.returned) == 1 && ph_stats().long_busy == 0);
     cr_assert(ok);
     cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &running), 0);
     cr_assert(ph_gate_wait_entered(&gate, 1));
