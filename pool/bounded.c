@@ -44,7 +44,6 @@ struct worker_arg {
 
 struct worker {
     struct tern__pool *pool;
-    unsigned index;
     struct tern__spin spin;
     /*
      * The last completion had to wake its loop with a syscall: that loop
@@ -197,7 +196,7 @@ static void *worker_main(void *argp)
     struct worker_arg a = *(struct worker_arg *)argp;
     free(argp);
     struct tern__pool *p = a.pool;
-    struct worker w = {.pool = p, .index = a.index};
+    struct worker w = {.pool = p};
     tern__spin_init(&w.spin);
     atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
     /*

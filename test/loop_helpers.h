@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_helpers.h"
 #include "tern.h"
 #include "testing.h"
 
@@ -159,17 +160,8 @@ static inline pid_t thread_tid(void)
  * /proc/self/task/<tid>/syscall; `what` gets the line read. */
 static inline bool thread_in_backend_wait(pid_t tid, char *what, size_t what_len)
 {
-    char path[64], line[256] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        snprintf(what, what_len, "%s: %s", path, strerror(errno));
-        return false;
-    }
-    bool got = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(what, what_len, "%s", got ? line : "(empty)");
+    char line[256];
+    bool got = task_syscall_line(tid, line, sizeof line, what, what_len);
     long nr;
     if (!got || sscanf(line, "%ld", &nr) != 1)
         return false; /* "running" */

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_helpers.h"
 #include "tern.h"
 #include "testing.h"
 
@@ -98,17 +99,8 @@ static inline void ph_sleep_ns(uint64_t ns)
  */
 static inline bool ph_thread_parked(pid_t tid, char *what, size_t what_len)
 {
-    char path[64], line[256] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        snprintf(what, what_len, "%s: %s", path, strerror(errno));
-        return false;
-    }
-    bool got = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(what, what_len, "%s", got ? line : "(empty)");
+    char line[256];
+    bool got = task_syscall_line(tid, line, sizeof line, what, what_len);
     long nr;
     uint64_t addr, op, val, timeout;
     if (!got || sscanf(line, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &nr, &addr, &op,
