@@ -16,6 +16,13 @@
  * atomics because /stats, served by any loop, adds up every loop's; the
  * shedding bound is a plain field that only SIGHUP's reconfiguration
  * writes, with every loop paused (tern_group_pause).
+ *
+ * Each connection is a tern owner with a small cap on its /hash jobs in
+ * flight, so one client that pipelines hundreds of requests is refused
+ * (503) beyond its cap instead of filling the pool's queue for everybody;
+ * closing the connection closes the owner, which cancels its queued
+ * hashes. Each connection also has one timer on its loop's deadline heap
+ * that bounds how long it may sit idle or hold a request half-sent.
  */
 #ifndef DEMO_H
 #define DEMO_H
@@ -41,6 +48,12 @@ struct counters {
     _Atomic uint64_t ok, not_found, bad_request, shed_refused, shed_wait, shed_long;
     _Atomic uint64_t hash_done, slow_started, slow_completed, slow_cancelled;
     _Atomic uint64_t files_served, forbidden;
+    _Atomic uint64_t hash_cancelled;   /* the client left: done got -ECANCELED, wrote nothing */
+    _Atomic uint64_t hash_never_ran;   /* ... and its work never started (it was queued) */
+    _Atomic uint64_t slowloris_closed; /* closed with a request still incomplete after the bound */
+    _Atomic uint64_t idle_closed;      /* keep-alive connections closed after the idle bound */
+    /* Every -EAGAIN from tern_submit_with, by its cause (tern_loop_last_refusal). */
+    _Atomic uint64_t refused[TERN_REFUSED_SHUTDOWN + 1];
 };
 
 struct app;
@@ -55,20 +68,48 @@ struct server {
     unsigned port;
     uint64_t shed_wait_ns; /* shed when the queue-wait p99 passes this (SIGHUP changes it) */
     unsigned max_rounds;
+    unsigned owner_cap;    /* /hash jobs in flight per connection (its owner's cap) */
+    uint64_t request_ns;   /* a started request must be complete within this (slowloris) */
+    uint64_t idle_ns;      /* a keep-alive connection may wait this long for its next request */
     bool draining;         /* shutting down: finish in-flight work, accept nothing */
     _Atomic unsigned conns; /* open connections */
     _Atomic unsigned jobs;  /* pool jobs in flight */
+    _Atomic unsigned owners;     /* open owners (one per connection) */
+    _Atomic unsigned owner_jobs; /* /hash jobs in flight, every one counted by an owner */
     struct conn *conn_list;
     char *files_root;      /* --files: the real path served under /files/, or NULL */
     struct counters n;
 };
 
-/* A pool job that answers a request; both job kinds start with this. */
+/* A pool job that answers a request; every job kind starts with this. */
 struct job_base {
     struct server *srv;
     struct conn *conn; /* NULL once the client went away */
     tern_id id;
     bool is_slow;
+};
+
+/*
+ * One answer owed on a connection, in request order. HTTP/1.1 answers
+ * pipelined requests in the order they came, so a /hash answer that is
+ * ready early waits behind the ones before it; an answer made at once (a
+ * 503, a 404) is queued the same way.
+ */
+struct reply {
+    struct reply *next;
+    struct job_base *job; /* the /hash job that will fill it, or NULL */
+    char *msg;            /* the whole response once filled */
+    size_t len;
+    bool keep;            /* the request allowed keep-alive (and no drain had begun) */
+    bool close;           /* filled with "Connection: close": the last answer */
+    bool ready;
+};
+
+/* What the connection's timer is bounding right now. */
+enum conn_wait {
+    WAIT_NONE,    /* the server owes an answer: no bound on the client */
+    WAIT_IDLE,    /* between requests (keep-alive): the idle bound */
+    WAIT_REQUEST, /* a request has begun and is incomplete: the request bound */
 };
 
 struct conn {
@@ -82,10 +123,19 @@ struct conn {
     size_t url_len;
     bool url_too_long;
     bool keep_alive;   /* of the request being answered */
-    bool busy;         /* answering asynchronously (a pool job) */
+    bool busy;         /* answering /slow or /files (a pool job that owns the connection) */
+    bool held;         /* a parsed /slow or /files waits until earlier answers are out */
+    bool in_request;   /* the parser is inside a request (its first byte has come) */
     bool reading;
     bool closing;
-    struct job_base *job;
+    bool shutting;     /* the last answer is out; closing once the write side is shut */
+    struct job_base *job; /* the /slow or /files job, while busy */
+    tern_id owner;     /* this connection's /hash jobs count against it */
+    struct reply *replies, *replies_tail; /* answers owed, oldest first */
+    unsigned nreplies;
+    size_t held_path, held_path_len, held_query, held_query_len; /* offsets into url */
+    tern_id timer;     /* the idle or request bound, 0 when none runs */
+    enum conn_wait waiting;
 };
 
 /* http.c */
@@ -93,20 +143,29 @@ void http_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, 
 /* Answer the current request with a complete response (copied). */
 void http_respond(struct conn *c, int code, const char *type, const char *extra_headers,
                   const char *body, size_t body_len);
+/* A place for the current request's answer, to be filled later; NULL if out of memory. */
+struct reply *http_reserve(struct conn *c);
+/* Fill a reserved answer (copied) and send what is ready, in order. */
+void http_fill(struct conn *c, struct reply *r, int code, const char *type,
+               const char *extra_headers, const char *body, size_t body_len);
 /* Write raw bytes (copied) on the connection. */
 void http_write(struct conn *c, const char *data, size_t len);
-/* The asynchronous answer is complete: parse what waits, or close. */
+/* The /slow or /files answer is complete: go on as http_continue does. */
 void http_request_done(struct conn *c);
+/* Something was answered: send what is ready, start a held request, parse on. */
+void http_continue(struct conn *c);
 void http_close(struct conn *c);
 /* Close every idle connection (draining). */
 void http_close_idle(struct server *srv);
 
 /* routes.c */
-void route_request(struct conn *c, const char *path, size_t path_len, const char *query,
+/* Answer one request; false if it must wait until the answers before it are out. */
+bool route_request(struct conn *c, const char *path, size_t path_len, const char *query,
                    size_t query_len);
 /* A client went away while its job ran: stop the job. */
 void route_abandon(struct conn *c);
-int stats_json(struct server *srv, char *buf, size_t cap);
+/* /stats as asked on c (its own owner's counts included). */
+int stats_json(struct conn *c, char *buf, size_t cap);
 /* Whether a new pool job would wait longer than the bound: shed it. */
 bool server_over_wait_bound(struct server *srv);
 
@@ -120,9 +179,14 @@ void route_files(struct conn *c, const char *rel, size_t len);
 void server_maybe_done(struct server *srv);
 
 /* loops.c */
-/* Every loop's counters added up, with open connections and jobs. */
-void app_totals(const struct server *srv, struct counters *total, unsigned *conns,
-                unsigned *jobs);
+/* What is open or in flight now, every loop's added up. */
+struct gauges {
+    unsigned conns, jobs, owners, owner_jobs;
+};
+/* Every loop's counters and gauges added up. */
+void app_totals(const struct server *srv, struct counters *total, struct gauges *g);
+/* "{"queue_full":N,...,"owner_cap":N,...}": tern's refusals in total, by cause. */
+int app_refusals_json(const struct counters *total, char *buf, size_t cap);
 /* "[{"loop":0,"requests":N,...},...]": each loop's share of the work. */
 int app_loops_json(const struct server *srv, char *buf, size_t cap);
 

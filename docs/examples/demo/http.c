@@ -1,11 +1,32 @@
 /*
- * Connections: bytes in, http-parser over them, responses out.
+ * Connections: bytes in, http-parser over them, answers out.
  *
- * One request is answered at a time per connection: the parser pauses on
- * each complete message, and parsing resumes only when its answer has been
- * queued (at once for static answers, when the pool job finishes for
- * /hash and /slow). Bytes that arrive meanwhile wait in `in`; reading goes
- * on, so a client that hangs up is noticed even while its job runs.
+ * Pipelining. A client may send requests without waiting for the answers
+ * (HTTP/1.1 pipelining), and the answers must go back in the order the
+ * requests came. So each parsed request takes its place in the
+ * connection's queue of answers owed (http_reserve): an answer known at
+ * once (a 404, a 503) fills its place at once, a /hash fills it when its
+ * job's done runs, and whatever is ready at the head of the queue is
+ * written. One connection can thus have several /hash jobs in flight, at
+ * most its owner's cap (routes.c); beyond that tern refuses the job and
+ * the request is answered 503 in its turn. /slow and /files own the
+ * connection while they run (a stream of chunks, a chain of file
+ * requests), so such a request waits ("held") until the answers before it
+ * are out, and parsing stops until it is done. Parsing also stops at
+ * PIPELINE_MAX answers owed. Bytes that arrive meanwhile wait in `in`;
+ * reading goes on up to IN_MAX, so a client that hangs up is noticed even
+ * while its jobs run, and its hang-up closes its owner: the hashes it
+ * still had queued never run.
+ *
+ * Bounds on the client. Each connection has one timer on its loop's
+ * deadline heap, running only while the server owes the client nothing:
+ * the idle bound (--idle-timeout-ms) while it is between requests, the
+ * request bound (--request-timeout-ms) once a request has begun and is
+ * still incomplete. Bytes that arrive do not restart either bound; only a
+ * change of state does (a request completed, the answers owed went out),
+ * so a client that trickles a request a byte at a time (a slowloris) is
+ * closed when the request bound passes, like one that sends half a
+ * request and stops. Either close is counted for /stats.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -17,14 +38,19 @@
 
 #include "demo.h"
 
-/* Unparsed bytes a busy connection may hold before we stop reading it. */
+/* Unparsed bytes a connection may hold before we stop reading it. */
 #define IN_MAX (64 * 1024)
+/* Answers a connection may owe before we stop parsing its requests. */
+#define PIPELINE_MAX 64
+
+static void conn_watch(struct conn *c);
 
 static int on_message_begin(http_parser *p)
 {
     struct conn *c = p->data;
     c->url_len = 0;
     c->url_too_long = false;
+    c->in_request = true;
     return 0;
 }
 
@@ -45,6 +71,7 @@ static int on_message_complete(http_parser *p)
 {
     struct conn *c = p->data;
     c->keep_alive = http_should_keep_alive(p) != 0;
+    c->in_request = false;
     http_parser_pause(p, 1);
     return 0;
 }
@@ -102,16 +129,72 @@ static void shut_then_close(tern_loop *loop, tern_id stream, int status, void *a
     http_close(arg);
 }
 
-void http_respond(struct conn *c, int code, const char *type, const char *extra_headers,
-                  const char *body, size_t body_len)
+/* The last answer is queued: close once it is out (shutdown waits for the queue). */
+static void shut_down(struct conn *c)
+{
+    c->shutting = true;
+    c->keep_alive = false;
+    conn_watch(c);
+    if (tern_stream_shutdown(c->srv->loop, c->id, shut_then_close, c) < 0)
+        http_close(c);
+}
+
+/* Write every answer that is ready at the head of the queue, in order. */
+static void flush(struct conn *c)
+{
+    struct reply *r;
+    while (!c->closing && !c->shutting && (r = c->replies) != NULL && r->ready) {
+        c->replies = r->next;
+        if (c->replies == NULL)
+            c->replies_tail = NULL;
+        c->nreplies--;
+        bool close = r->close;
+        tern_buf b = {r->msg, r->len};
+        int rc = tern_stream_write(c->srv->loop, c->id, &b, 1, write_done, r->msg);
+        if (rc < 0)
+            free(r->msg);
+        free(r);
+        if (rc < 0)
+            http_close(c);
+        else if (close)
+            shut_down(c);
+    }
+}
+
+struct reply *http_reserve(struct conn *c)
+{
+    struct reply *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        http_close(c);
+        return NULL;
+    }
+    /* A request without keep-alive, or one parsed once the drain began, is the last. */
+    r->keep = c->keep_alive && !c->srv->draining;
+    if (!r->keep)
+        c->keep_alive = false;
+    if (c->replies_tail != NULL)
+        c->replies_tail->next = r;
+    else
+        c->replies = r;
+    c->replies_tail = r;
+    c->nreplies++;
+    return r;
+}
+
+void http_fill(struct conn *c, struct reply *r, int code, const char *type,
+               const char *extra_headers, const char *body, size_t body_len)
 {
     struct server *srv = c->srv;
-    bool keep = c->keep_alive && !srv->draining;
+    /*
+     * Draining: the last answer owed says so. One with answers still owed
+     * after it keeps the connection; the drain closes it once they are out.
+     */
+    bool close = !r->keep || (srv->draining && r->next == NULL);
     char head[512];
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nServer: tern-demo\r\nContent-Type: %s\r\n"
                      "Content-Length: %zu\r\nConnection: %s\r\n%s\r\n",
-                     code, reason(code), type, body_len, keep ? "keep-alive" : "close",
+                     code, reason(code), type, body_len, close ? "close" : "keep-alive",
                      extra_headers ? extra_headers : "");
     char *msg = malloc((size_t)n + body_len);
     if (msg == NULL) {
@@ -121,18 +204,20 @@ void http_respond(struct conn *c, int code, const char *type, const char *extra_
     memcpy(msg, head, (size_t)n);
     memcpy(msg + n, body, body_len);
     srv->n.responses++;
-    tern_buf b = {msg, (size_t)n + body_len};
-    if (tern_stream_write(srv->loop, c->id, &b, 1, write_done, msg) < 0) {
-        free(msg);
-        http_close(c);
-        return;
-    }
-    if (!keep) {
-        c->keep_alive = false;
-        /* Close once the answer is out: shutdown waits for the queue. */
-        if (tern_stream_shutdown(srv->loop, c->id, shut_then_close, c) < 0)
-            http_close(c);
-    }
+    r->msg = msg;
+    r->len = (size_t)n + body_len;
+    r->close = close;
+    r->job = NULL;
+    r->ready = true;
+    flush(c);
+}
+
+void http_respond(struct conn *c, int code, const char *type, const char *extra_headers,
+                  const char *body, size_t body_len)
+{
+    struct reply *r = http_reserve(c);
+    if (r != NULL)
+        http_fill(c, r, code, type, extra_headers, body, body_len);
 }
 
 static void handle(struct conn *c)
@@ -156,20 +241,23 @@ static void handle(struct conn *c)
         http_respond(c, 400, "text/plain", NULL, "bad URL\n", 8);
         return;
     }
-    const char *query = "";
-    size_t query_len = 0;
+    c->held_path = u.field_data[UF_PATH].off;
+    c->held_path_len = u.field_data[UF_PATH].len;
+    c->held_query = c->held_query_len = 0;
     if (u.field_set & (1 << UF_QUERY)) {
-        query = c->url + u.field_data[UF_QUERY].off;
-        query_len = u.field_data[UF_QUERY].len;
+        c->held_query = u.field_data[UF_QUERY].off;
+        c->held_query_len = u.field_data[UF_QUERY].len;
     }
-    route_request(c, c->url + u.field_data[UF_PATH].off, u.field_data[UF_PATH].len, query,
-                  query_len);
+    /* The url stays put while held: parsing, which would overwrite it, waits too. */
+    c->held = !route_request(c, c->url + c->held_path, c->held_path_len,
+                             c->url + c->held_query, c->held_query_len);
 }
 
-/* Parse and answer what is buffered, one request at a time. */
+/* Parse and answer what is buffered, one request at a time, while allowed. */
 static void process(struct conn *c)
 {
-    while (!c->busy && !c->closing && c->keep_alive && c->in_off < c->in_len) {
+    while (!c->busy && !c->held && !c->closing && !c->shutting && c->keep_alive &&
+           !c->srv->draining && c->nreplies < PIPELINE_MAX && c->in_off < c->in_len) {
         size_t n = http_parser_execute(&c->parser, &settings, c->in + c->in_off,
                                        c->in_len - c->in_off);
         c->in_off += n;
@@ -181,6 +269,7 @@ static void process(struct conn *c)
             c->srv->n.requests++;
             c->srv->n.bad_request++;
             c->keep_alive = false;
+            c->in_request = false;
             http_respond(c, 400, "text/plain", NULL, "bad request\n", 12);
             return;
         } else {
@@ -192,11 +281,40 @@ static void process(struct conn *c)
 }
 
 static void on_read(tern_loop *loop, tern_id stream, int status, const void *data, size_t len,
+                    void *arg);
+
+void http_continue(struct conn *c)
+{
+    flush(c);
+    if (c->closing || c->shutting)
+        return;
+    if (c->replies == NULL && !c->busy) {
+        if (c->held) {
+            c->held = route_request(c, c->url + c->held_path, c->held_path_len,
+                                    c->url + c->held_query, c->held_query_len) == false;
+        } else if (c->srv->draining) {
+            /* Everything owed went out (with keep-alive, before the drain): close. */
+            shut_down(c);
+            return;
+        }
+    }
+    if (c->closing || c->shutting)
+        return;
+    process(c);
+    if (c->closing || c->shutting)
+        return;
+    if (!c->reading && c->in_len - c->in_off <= IN_MAX &&
+        tern_stream_read_start(c->srv->loop, c->id, on_read, c) == 0)
+        c->reading = true;
+    conn_watch(c);
+}
+
+static void on_read(tern_loop *loop, tern_id stream, int status, const void *data, size_t len,
                     void *arg)
 {
     struct conn *c = arg;
     if (status < 0 || len == 0) {
-        /* The client hung up (or reset): stop any job answering it. */
+        /* The client hung up (or reset): close its owner, stop its jobs. */
         http_close(c);
         return;
     }
@@ -214,7 +332,7 @@ static void on_read(tern_loop *loop, tern_id stream, int status, const void *dat
     }
     memcpy(c->in + c->in_len, data, len);
     c->in_len += len;
-    process(c);
+    http_continue(c);
     if (!c->closing && c->in_len - c->in_off > IN_MAX && c->reading) {
         tern_stream_read_stop(loop, stream);
         c->reading = false;
@@ -225,18 +343,54 @@ void http_request_done(struct conn *c)
 {
     c->busy = false;
     c->job = NULL;
-    if (c->closing)
+    if (!c->closing)
+        http_continue(c);
+}
+
+/* The idle or request bound passed with nothing owed to the client: close it. */
+static void on_bound(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct conn *c = arg;
+    c->timer = 0; /* a one-shot timer's id is stale once its callback starts */
+    if (c->waiting == WAIT_REQUEST)
+        c->srv->n.slowloris_closed++;
+    else
+        c->srv->n.idle_closed++;
+    c->waiting = WAIT_NONE;
+    http_close(c);
+}
+
+/*
+ * Arm the bound the connection's state calls for, if it changed: none while
+ * the server owes an answer, the request bound while a request is
+ * incomplete, the idle bound between requests. The timer is unreferenced:
+ * it guards the stream, which is what keeps the loop busy.
+ */
+static void conn_watch(struct conn *c)
+{
+    enum conn_wait want = WAIT_NONE;
+    if (!c->closing && !c->shutting && !c->busy && !c->held && c->replies == NULL)
+        want = c->in_request ? WAIT_REQUEST : WAIT_IDLE;
+    if (want == c->waiting)
         return;
-    if (c->srv->draining && c->keep_alive) {
-        /* The answer went out with keep-alive before the drain began. */
-        c->keep_alive = false;
-        if (tern_stream_shutdown(c->srv->loop, c->id, shut_then_close, c) < 0)
-            http_close(c);
+    tern_loop *loop = c->srv->loop;
+    if (c->timer != 0) {
+        tern_timer_stop(loop, c->timer);
+        c->timer = 0;
+    }
+    c->waiting = want;
+    if (want == WAIT_NONE)
+        return;
+    uint64_t ns = want == WAIT_REQUEST ? c->srv->request_ns : c->srv->idle_ns;
+    if (tern_timer_start(loop, ns, 0, on_bound, c, &c->timer) < 0) {
+        /* Out of operations or memory: a connection nothing bounds is not kept. */
+        c->waiting = WAIT_NONE;
+        http_close(c);
         return;
     }
-    if (!c->reading && tern_stream_read_start(c->srv->loop, c->id, on_read, c) == 0)
-        c->reading = true;
-    process(c);
+    tern_unref(loop, c->timer);
 }
 
 static void on_close(tern_loop *loop, tern_id stream, void *arg)
@@ -262,16 +416,38 @@ void http_close(struct conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    struct server *srv = c->srv;
+    if (c->timer != 0) {
+        tern_timer_stop(srv->loop, c->timer);
+        c->timer = 0;
+    }
+    c->waiting = WAIT_NONE;
     if (c->job != NULL)
         route_abandon(c);
-    tern_stream_close(c->srv->loop, c->id);
+    /* Nobody will read the answers owed: their jobs finish unheard (conn = NULL). */
+    for (struct reply *r = c->replies, *next; r != NULL; r = next) {
+        next = r->next;
+        if (r->job != NULL)
+            r->job->conn = NULL;
+        free(r->msg);
+        free(r);
+    }
+    c->replies = c->replies_tail = NULL;
+    c->nreplies = 0;
+    if (c->owner != 0) {
+        /* Its queued hashes never run; a running one is flagged. Each done says -ECANCELED. */
+        tern_owner_close(srv->loop, c->owner);
+        c->owner = 0;
+        srv->owners--;
+    }
+    tern_stream_close(srv->loop, c->id);
 }
 
 void http_close_idle(struct server *srv)
 {
     for (struct conn *c = srv->conn_list, *next; c != NULL; c = next) {
         next = c->next;
-        if (!c->busy)
+        if (!c->busy && c->replies == NULL)
             http_close(c);
     }
 }
@@ -289,6 +465,13 @@ void http_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, 
         tern_stream_close(loop, stream);
         return;
     }
+    /* The connection's owner: its /hash jobs in flight count against owner_cap. */
+    if (tern_owner_open(loop, srv->owner_cap, &c->owner) < 0) {
+        free(c);
+        tern_stream_close(loop, stream);
+        return;
+    }
+    srv->owners++;
     c->srv = srv;
     c->id = stream;
     c->keep_alive = true;
@@ -310,4 +493,5 @@ void http_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, 
         return;
     }
     c->reading = true;
+    conn_watch(c); /* the idle bound, until the first request begins */
 }

@@ -15,14 +15,13 @@
 _Static_assert(sizeof(struct counters) == NCOUNTERS * sizeof(_Atomic uint64_t),
                "struct counters holds nothing but its uint64 counters");
 
-void app_totals(const struct server *srv, struct counters *total, unsigned *conns,
-                unsigned *jobs)
+void app_totals(const struct server *srv, struct counters *total, struct gauges *g)
 {
     const struct app *app = srv->app;
     _Atomic uint64_t *t = (_Atomic uint64_t *)total;
     for (size_t k = 0; k < NCOUNTERS; k++)
         atomic_init(&t[k], 0);
-    *conns = *jobs = 0;
+    *g = (struct gauges){0};
     for (unsigned i = 0; i < app->nloops; i++) {
         const struct server *s = &app->servers[i];
         const _Atomic uint64_t *c = (const _Atomic uint64_t *)&s->n;
@@ -31,9 +30,24 @@ void app_totals(const struct server *srv, struct counters *total, unsigned *conn
                                   atomic_load_explicit(&t[k], memory_order_relaxed) +
                                       atomic_load_explicit(&c[k], memory_order_relaxed),
                                   memory_order_relaxed);
-        *conns += atomic_load_explicit(&s->conns, memory_order_relaxed);
-        *jobs += atomic_load_explicit(&s->jobs, memory_order_relaxed);
+        g->conns += atomic_load_explicit(&s->conns, memory_order_relaxed);
+        g->jobs += atomic_load_explicit(&s->jobs, memory_order_relaxed);
+        g->owners += atomic_load_explicit(&s->owners, memory_order_relaxed);
+        g->owner_jobs += atomic_load_explicit(&s->owner_jobs, memory_order_relaxed);
     }
+}
+
+int app_refusals_json(const struct counters *total, char *buf, size_t cap)
+{
+    size_t len = (size_t)snprintf(buf, cap, "{");
+    /* Cause 0 is "none": every other one is named by tern_refusal_name. */
+    for (unsigned k = 1; k < sizeof(total->refused) / sizeof(total->refused[0]) && len < cap; k++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s\"%s\":%" PRIu64, k > 1 ? "," : "",
+                                tern_refusal_name((tern_refusal)k),
+                                atomic_load_explicit(&total->refused[k], memory_order_relaxed));
+    if (len < cap)
+        len += (size_t)snprintf(buf + len, cap - len, "}");
+    return (int)len;
 }
 
 int app_loops_json(const struct server *srv, char *buf, size_t cap)
@@ -91,25 +105,29 @@ void app_reconfigure(struct server *srv)
 int app_final_json(const struct app *app, char *buf, size_t cap)
 {
     struct counters total;
-    unsigned conns, jobs;
-    app_totals(&app->servers[0], &total, &conns, &jobs);
-    char loops[1024];
+    struct gauges g;
+    app_totals(&app->servers[0], &total, &g);
+    char loops[1024], refusals[256];
     app_loops_json(&app->servers[0], loops, sizeof(loops));
+    app_refusals_json(&total, refusals, sizeof(refusals));
     tern_pool_stats p;
     tern_pool_stats_get(&p);
     return snprintf(
         buf, cap,
         "{\"server\":{\"loops\":%u,\"accepted\":%" PRIu64 ",\"requests\":%" PRIu64
         ",\"responses\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"shed\":%" PRIu64
-        ",\"hash_done\":%" PRIu64 ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
-        ",\"reconfigurations\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
+        ",\"hash_done\":%" PRIu64 ",\"hash_cancelled\":%" PRIu64 ",\"slow_completed\":%" PRIu64
+        ",\"slow_cancelled\":%" PRIu64 ",\"slowloris_closed\":%" PRIu64
+        ",\"idle_closed\":%" PRIu64 ",\"reconfigurations\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
+        " \"refusals\":%s,\n"
         " \"loops\":%s,\n"
         " \"pool\":{\"threads\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
         ",\"cancelled\":%" PRIu64 ",\"queued_peak\":%u,\"wait_p50_ns\":%" PRIu64
         ",\"wait_p99_ns\":%" PRIu64 "}}\n",
         app->nloops, total.accepted, total.requests, total.responses, total.ok,
         total.shed_refused + total.shed_wait + total.shed_long, total.hash_done,
-        total.slow_completed, total.slow_cancelled, app->reconfigurations,
-        app->servers[0].shed_wait_ns / 1000000, loops, p.threads, p.submitted, p.completed,
+        total.hash_cancelled, total.slow_completed, total.slow_cancelled, total.slowloris_closed,
+        total.idle_closed, app->reconfigurations, app->servers[0].shed_wait_ns / 1000000,
+        refusals, loops, p.threads, p.submitted, p.completed,
         p.cancelled, p.queued_peak, p.wait_p50_ns, p.wait_p99_ns);
 }

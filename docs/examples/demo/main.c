@@ -4,6 +4,8 @@
  *   tern-demo [--host 127.0.0.1] [--port 8080] [--loops N] [--threads 2]
  *             [--queue 64] [--long-max 64] [--shed-wait-ms 50]
  *             [--hup-shed-wait-ms N] [--max-rounds 1000000] [--files DIR]
+ *             [--owner-cap 4] [--request-timeout-ms 10000]
+ *             [--idle-timeout-ms 30000]
  *
  * It serves on a loop group: --loops loops (default: one per CPU), each on
  * its own thread with its own listener on the shared port (SO_REUSEPORT),
@@ -14,6 +16,12 @@
  * flight finish (a /slow stream runs to its end), prints its final
  * statistics and exits 0. A second signal, or 30 s of draining, cancels
  * what is still running.
+ *
+ * Each connection may have --owner-cap /hash jobs in flight (its owner's
+ * cap); a request beyond that is answered 503 at once. A connection whose
+ * request is still incomplete --request-timeout-ms after it began (with
+ * nothing owed to it) is closed, and so is a keep-alive connection idle
+ * for --idle-timeout-ms.
  */
 #include <errno.h>
 #include <signal.h>
@@ -32,7 +40,8 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--host ADDR] [--port N] [--loops N] [--threads N] [--queue N]\n"
             "          [--long-max N] [--shed-wait-ms N] [--hup-shed-wait-ms N] [--max-rounds N]\n"
-            "          [--files DIR]\n",
+            "          [--files DIR] [--owner-cap N] [--request-timeout-ms N]\n"
+            "          [--idle-timeout-ms N]\n",
             argv0);
     exit(2);
 }
@@ -123,11 +132,11 @@ static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
             tern_post(tern_group_loop(app->group, i), force_stop_post, &app->servers[i]);
         return;
     }
-    unsigned conns, jobs;
+    struct gauges g;
     struct counters total;
-    app_totals(srv0, &total, &conns, &jobs);
+    app_totals(srv0, &total, &g);
     fprintf(stderr, "tern-demo: %s, draining %u connection(s), %u job(s) on %u loop(s)\n",
-            strsignal(signo), conns, jobs, app->nloops);
+            strsignal(signo), g.conns, g.jobs, app->nloops);
     app->draining = true;
     /* The watchers stay for a second signal but no longer keep loop 0 alive. */
     tern_unref(loop, app->sigint);
@@ -156,6 +165,7 @@ int main(int argc, char **argv)
     pool.long_threads_max = 64;
     unsigned max_rounds = 1000000;
     const char *files_dir = NULL;
+    unsigned long owner_cap = 4, request_ms = 10000, idle_ms = 30000;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -183,10 +193,18 @@ int main(int argc, char **argv)
             max_rounds = (unsigned)number(v, argv[0]);
         else if (strcmp(a, "--files") == 0)
             files_dir = v;
+        else if (strcmp(a, "--owner-cap") == 0)
+            owner_cap = number(v, argv[0]);
+        else if (strcmp(a, "--request-timeout-ms") == 0)
+            request_ms = number(v, argv[0]);
+        else if (strcmp(a, "--idle-timeout-ms") == 0)
+            idle_ms = number(v, argv[0]);
         else
             usage(argv[0]);
     }
-    if (loops > 1024)
+    /* tern_owner_open takes caps 1..2^31; a day bounds the timeouts well below 2^62 ns. */
+    if (loops > 1024 || owner_cap < 1 || owner_cap > (1ul << 31) || request_ms < 1 ||
+        request_ms > 86400000 || idle_ms < 1 || idle_ms > 86400000)
         usage(argv[0]);
 
     struct app app = {.shed_wait_ns = {shed_ms * 1000 * 1000,
@@ -229,6 +247,9 @@ int main(int argc, char **argv)
         struct server *srv = &app.servers[i];
         *srv = (struct server){.app = &app, .index = i, .loop = tern_group_loop(app.group, i),
                                .shed_wait_ns = app.shed_wait_ns[0], .max_rounds = max_rounds,
+                               .owner_cap = (unsigned)owner_cap,
+                               .request_ns = request_ms * 1000 * 1000,
+                               .idle_ns = idle_ms * 1000 * 1000,
                                .files_root = files.files_root};
         rc = tern_tcp_listen(srv->loop, host, shared_port, TERN_TCP_BACKLOG_DEFAULT,
                              TERN_TCP_REUSEPORT, http_accept, srv, &srv->listener);
@@ -254,9 +275,11 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("tern-demo listening on http://%s:%u (%u loops; pool: %u threads, queue %u; shed "
-           "above %lu ms queue-wait p99, %lu ms after SIGHUP; pid %ld)\n",
+           "above %lu ms queue-wait p99, %lu ms after SIGHUP; %lu hashes in flight per "
+           "connection; requests complete within %lu ms, idle %lu ms; pid %ld)\n",
            host, shared_port, app.nloops, pool.threads, pool.queue_capacity, shed_ms,
-           (unsigned long)(app.shed_wait_ns[1] / 1000000), (long)getpid());
+           (unsigned long)(app.shed_wait_ns[1] / 1000000), owner_cap, request_ms, idle_ms,
+           (long)getpid());
     fflush(stdout);
 
     tern_group_wait(app.group); /* until the shutdown has run its course */

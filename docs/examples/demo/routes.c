@@ -2,13 +2,22 @@
  * The routes, and when to say 503 instead of queueing.
  *
  * Shedding. A request that needs the pool is refused at once, with
- * Retry-After, when (a) the bounded pool refuses the job (tern_submit says
- * -EAGAIN: its queue is full), or (b) jobs are queued right now and the
- * recent queue-wait p99 has passed the configured bound: queueing one more
- * would only make it wait longer than we promised. The "queued right now"
- * half matters: the percentile describes recent jobs, and once the queue
- * has emptied a new job would not wait at all, so shedding on the
+ * Retry-After, when (a) tern refuses the job (tern_submit_with says
+ * -EAGAIN; tern_loop_last_refusal names the limit: the connection's owner
+ * cap, the pool's full queue, ...), or (b) jobs are queued right now and
+ * the recent queue-wait p99 has passed the configured bound: queueing one
+ * more would only make it wait longer than we promised. The "queued right
+ * now" half matters: the percentile describes recent jobs, and once the
+ * queue has emptied a new job would not wait at all, so shedding on the
  * percentile alone could go on refusing work an idle pool could do.
+ *
+ * Fairness. Every /hash job is submitted with its connection's owner
+ * (http.c opens one per connection, cap --owner-cap), so a client that
+ * pipelines hundreds of /hash requests has at most owner_cap of them in
+ * the pool at once and the rest are refused with the cause "owner_cap",
+ * while the queue stays open to everybody else. When the client goes
+ * away, closing its owner cancels its queued hashes: their done gets
+ * -ECANCELED and writes nothing (counted in hash_cancelled).
  *
  * The bound is read here, on the loop, without a lock: SIGHUP rewrites it
  * only in exclusive mode, when no loop runs (main.c, loops.c).
@@ -67,10 +76,28 @@ static bool query_uint(const char *q, size_t len, const char *name, unsigned lon
     return false;
 }
 
-static void shed(struct conn *c, _Atomic uint64_t *counter)
+/*
+ * Answer 503 with Retry-After into r (NULL: a new place for the current
+ * request), the cause in the body: a tern_refusal_name, or "queue_wait".
+ */
+static void shed(struct conn *c, struct reply *r, _Atomic uint64_t *counter, const char *cause)
 {
     (*counter)++;
-    http_respond(c, 503, "text/plain", "Retry-After: 1\r\n", "overloaded, retry\n", 18);
+    char body[64];
+    int n = snprintf(body, sizeof(body), "overloaded (%s), retry\n", cause);
+    if (r == NULL)
+        http_respond(c, 503, "text/plain", "Retry-After: 1\r\n", body, (size_t)n);
+    else
+        http_fill(c, r, 503, "text/plain", "Retry-After: 1\r\n", body, (size_t)n);
+}
+
+/* tern refused a submission (-EAGAIN): count its cause, return its name. */
+static const char *count_refusal(struct server *srv)
+{
+    tern_refusal cause = tern_loop_last_refusal(srv->loop);
+    if ((unsigned)cause < sizeof(srv->n.refused) / sizeof(srv->n.refused[0]))
+        srv->n.refused[cause]++;
+    return tern_refusal_name(cause);
 }
 
 bool server_over_wait_bound(struct server *srv)
@@ -85,7 +112,9 @@ bool server_over_wait_bound(struct server *srv)
 /* ------------------------------------------------------------------ */
 
 struct hash_job {
-    struct job_base base;
+    struct job_base base; /* .conn is NULL once the connection closed */
+    struct reply *reply;  /* its place among the connection's answers */
+    bool ran;             /* the work started (read in done: the completion orders it) */
     unsigned rounds;
     int ok;
     unsigned char digest[32];
@@ -95,6 +124,7 @@ static void *hash_work(tern_job *job, void *arg)
 {
     (void)job;
     struct hash_job *h = arg;
+    h->ran = true;
     static const unsigned char salt[] = "tern-demo-salt";
     h->ok = PKCS5_PBKDF2_HMAC("tern", 4, salt, sizeof(salt) - 1, (int)h->rounds, EVP_sha256(),
                               (int)sizeof(h->digest), h->digest);
@@ -109,7 +139,16 @@ static void hash_done(tern_loop *loop, tern_id id, int status, void *result, voi
     struct hash_job *h = arg;
     struct conn *c = h->base.conn;
     struct server *srv = h->base.srv;
-    if (c != NULL) {
+    srv->jobs--;
+    srv->owner_jobs--;
+    if (c == NULL) {
+        /* The client left and its owner was closed: nobody to answer. */
+        if (status == -ECANCELED) {
+            srv->n.hash_cancelled++;
+            if (!h->ran)
+                srv->n.hash_never_ran++; /* it was still queued: tombstoned */
+        }
+    } else {
         if (status == 0 && h->ok == 1) {
             char hex[2 * sizeof(h->digest) + 2];
             for (size_t i = 0; i < sizeof(h->digest); i++)
@@ -117,14 +156,13 @@ static void hash_done(tern_loop *loop, tern_id id, int status, void *result, voi
             hex[2 * sizeof(h->digest)] = '\n';
             srv->n.ok++;
             srv->n.hash_done++;
-            http_respond(c, 200, "text/plain", NULL, hex, sizeof(hex) - 1);
+            http_fill(c, h->reply, 200, "text/plain", NULL, hex, sizeof(hex) - 1);
         } else {
-            http_respond(c, 500, "text/plain", NULL, "hash failed\n", 12);
+            http_fill(c, h->reply, 500, "text/plain", NULL, "hash failed\n", 12);
         }
-        http_request_done(c);
+        http_continue(c);
     }
     free(h);
-    srv->jobs--;
     server_maybe_done(srv);
 }
 
@@ -139,7 +177,7 @@ static void route_hash(struct conn *c, const char *q, size_t qlen)
         return;
     }
     if (server_over_wait_bound(srv)) {
-        shed(c, &srv->n.shed_wait);
+        shed(c, NULL, &srv->n.shed_wait, "queue_wait");
         return;
     }
     struct hash_job *h = calloc(1, sizeof(*h));
@@ -147,21 +185,32 @@ static void route_hash(struct conn *c, const char *q, size_t qlen)
         http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
         return;
     }
+    /* The answer's place comes first: a refusal below is answered in it, in order. */
+    struct reply *r = http_reserve(c);
+    if (r == NULL) {
+        free(h); /* the connection is closed */
+        return;
+    }
     h->base.conn = c;
     h->base.srv = srv;
+    h->reply = r;
     h->rounds = (unsigned)rounds;
-    int rc = tern_submit(srv->loop, TERN_BOUNDED, hash_work, hash_done, h, &h->base.id);
+    tern_job_options opts;
+    tern_job_options_init(&opts);
+    opts.owner = c->owner;
+    int rc = tern_submit_with(srv->loop, TERN_BOUNDED, hash_work, hash_done, h, &opts,
+                              &h->base.id);
     if (rc < 0) {
         free(h);
         if (rc == -EAGAIN)
-            shed(c, &srv->n.shed_refused);
+            shed(c, r, &srv->n.shed_refused, count_refusal(srv));
         else
-            http_respond(c, 500, "text/plain", NULL, "submit failed\n", 14);
+            http_fill(c, r, 500, "text/plain", NULL, "submit failed\n", 14);
         return;
     }
+    r->job = &h->base;
     srv->jobs++;
-    c->busy = true;
-    c->job = &h->base;
+    srv->owner_jobs++;
 }
 
 /* ------------------------------------------------------------------ */
@@ -281,7 +330,7 @@ static void route_slow(struct conn *c, const char *q, size_t qlen)
     if (rc < 0) {
         free(s);
         if (rc == -EAGAIN)
-            shed(c, &srv->n.shed_long);
+            shed(c, NULL, &srv->n.shed_long, count_refusal(srv));
         else
             http_respond(c, 500, "text/plain", NULL, "submit failed\n", 14);
         return;
@@ -301,27 +350,40 @@ static void route_slow(struct conn *c, const char *q, size_t qlen)
 /* /, /stats, dispatch                                                 */
 /* ------------------------------------------------------------------ */
 
-int stats_json(struct server *srv, char *buf, size_t cap)
+int stats_json(struct conn *c, char *buf, size_t cap)
 {
+    struct server *srv = c->srv;
     tern_pool_stats p;
     tern_loop_stats l;
     tern_pool_stats_get(&p);
     tern_loop_stats_get(srv->loop, &l);
     struct counters total; /* every loop's, added up (loops.c) */
-    unsigned conns, jobs;
-    app_totals(srv, &total, &conns, &jobs);
+    struct gauges g;
+    app_totals(srv, &total, &g);
     const struct counters *n = &total;
-    char loops[1024];
+    char loops[1024], refusals[256];
     app_loops_json(srv, loops, sizeof(loops));
+    app_refusals_json(n, refusals, sizeof(refusals));
+    /* The asking connection's own owner: what tern_owner_stats_get says of it. */
+    tern_owner_stats mine = {0};
+    tern_owner_stats_get(srv->loop, c->owner, &mine);
     return snprintf(
         buf, cap,
         "{\"server\":{\"accepted\":%" PRIu64 ",\"connections\":%u,\"requests\":%" PRIu64
         ",\"responses\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"not_found\":%" PRIu64
         ",\"bad_request\":%" PRIu64 ",\"shed\":%" PRIu64 ",\"shed_refused\":%" PRIu64
         ",\"shed_wait\":%" PRIu64 ",\"shed_long\":%" PRIu64 ",\"hash_done\":%" PRIu64
-        ",\"slow_started\":%" PRIu64 ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
+        ",\"hash_cancelled\":%" PRIu64 ",\"hash_never_ran\":%" PRIu64
+        ",\"slow_started\":%" PRIu64
+        ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
         ",\"files_served\":%" PRIu64 ",\"forbidden\":%" PRIu64
-        ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
+        ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 ",\"owner_cap\":%u"
+        ",\"owners\":%u,\"owner_jobs\":%u,\"slowloris_closed\":%" PRIu64
+        ",\"idle_closed\":%" PRIu64 ",\"request_timeout_ms\":%" PRIu64
+        ",\"idle_timeout_ms\":%" PRIu64 "},\n"
+        " \"refusals\":%s,\n"
+        " \"connection_owner\":{\"cap\":%u,\"in_flight\":%u,\"jobs_accepted\":%" PRIu64
+        ",\"jobs_refused\":%" PRIu64 "},\n"
         " \"loops\":%s,\n"
         " \"pool\":{\"threads\":%u,\"busy\":%u,\"queued\":%u,\"queued_peak\":%u,\"reserved\":%u,"
         "\"long_threads\":%u,\"long_busy\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
@@ -331,15 +393,17 @@ int stats_json(struct server *srv, char *buf, size_t cap)
         " \"loop\":{\"turns\":%" PRIu64 ",\"posts\":%" PRIu64 ",\"wake_syscalls\":%" PRIu64
         ",\"events\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"live_operations\":%u,"
         "\"undelivered\":%u,\"undelivered_peak\":%u}}\n",
-        n->accepted, conns, n->requests, n->responses, n->ok, n->not_found, n->bad_request,
+        n->accepted, g.conns, n->requests, n->responses, n->ok, n->not_found, n->bad_request,
         n->shed_refused + n->shed_wait + n->shed_long, n->shed_refused, n->shed_wait,
-        n->shed_long, n->hash_done, n->slow_started, n->slow_completed, n->slow_cancelled,
-        n->files_served, n->forbidden, jobs, srv->shed_wait_ns / 1000000, loops, p.threads,
-        p.busy, p.queued, p.queued_peak, p.reserved, p.long_threads, p.long_busy,
-        p.submitted, p.completed, p.cancelled, p.refused_queue_full, p.refused_long_ceiling,
-        p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns, p.run_p99_ns, l.turns, l.posts,
-        l.wake_syscalls, l.events, l.idle_ns, l.live_operations, l.undelivered,
-        l.undelivered_peak);
+        n->shed_long, n->hash_done, n->hash_cancelled, n->hash_never_ran, n->slow_started,
+        n->slow_completed, n->slow_cancelled, n->files_served, n->forbidden, g.jobs,
+        srv->shed_wait_ns / 1000000, srv->owner_cap, g.owners, g.owner_jobs, n->slowloris_closed, n->idle_closed,
+        srv->request_ns / 1000000, srv->idle_ns / 1000000, refusals, mine.cap, mine.in_flight,
+        mine.accepted, mine.refused, loops, p.threads, p.busy, p.queued, p.queued_peak,
+        p.reserved, p.long_threads, p.long_busy, p.submitted, p.completed, p.cancelled,
+        p.refused_queue_full, p.refused_long_ceiling, p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns,
+        p.run_p99_ns, l.turns, l.posts, l.wake_syscalls, l.events, l.idle_ns, l.live_operations,
+        l.undelivered, l.undelivered_peak);
 }
 
 static bool is(const char *path, size_t len, const char *want)
@@ -347,7 +411,7 @@ static bool is(const char *path, size_t len, const char *want)
     return len == strlen(want) && memcmp(path, want, len) == 0;
 }
 
-void route_request(struct conn *c, const char *path, size_t path_len, const char *query,
+bool route_request(struct conn *c, const char *path, size_t path_len, const char *query,
                    size_t query_len)
 {
     struct server *srv = c->srv;
@@ -356,26 +420,34 @@ void route_request(struct conn *c, const char *path, size_t path_len, const char
         http_respond(c, 200, "text/html; charset=utf-8", NULL, PAGE, sizeof(PAGE) - 1);
     } else if (is(path, path_len, "/hash")) {
         route_hash(c, query, query_len);
-    } else if (is(path, path_len, "/slow")) {
-        route_slow(c, query, query_len);
-    } else if (path_len > 7 && memcmp(path, "/files/", 7) == 0) {
-        route_files(c, path + 7, path_len - 7);
+    } else if (is(path, path_len, "/slow") ||
+               (path_len > 7 && memcmp(path, "/files/", 7) == 0)) {
+        /* These own the connection while they run: after the answers before them. */
+        if (c->replies != NULL)
+            return false;
+        if (path[1] == 's')
+            route_slow(c, query, query_len);
+        else
+            route_files(c, path + 7, path_len - 7);
     } else if (is(path, path_len, "/stats")) {
-        char body[4096];
-        int n = stats_json(srv, body, sizeof(body));
+        char body[8192];
+        int n = stats_json(c, body, sizeof(body));
         srv->n.ok++;
         http_respond(c, 200, "application/json", NULL, body, (size_t)n);
     } else {
         srv->n.not_found++;
         http_respond(c, 404, "text/plain", NULL, "not found\n", 10);
     }
+    return true;
 }
 
 void route_abandon(struct conn *c)
 {
     /* The job record outlives the connection: it learns the client is gone
-     * (conn = NULL) and the job is asked to stop. A /hash job is a single
-     * PBKDF2 call and simply finishes; a /slow job sees tern_job_cancelled. */
+     * (conn = NULL) and the job is asked to stop. A /slow job sees
+     * tern_job_cancelled; a /files request sees conn == NULL at its next
+     * step and closes what it opened. (/hash jobs are never c->job: closing
+     * the connection's owner cancels them.) */
     struct job_base *j = c->job;
     j->conn = NULL;
     c->job = NULL;
