@@ -9,6 +9,9 @@
 #      Retry-After, and the server's own counts agree
 #   4. a few seconds of wrk at saturation; the server stays healthy
 #   5. a /slow client that hangs up has its job cancelled (seen in /stats)
+#   5c. a client that pipelines /hash requests and closes its connection
+#      closes its owner: every accepted hash gets one done, the queued ones
+#      never run (hash_never_ran), and nothing stays in flight
 #   5b. /files/<path> from --files DIR: byte-for-byte bodies with
 #      Content-Length, 404, and 403 for every escape attempt (.., encoded
 #      .., absolute paths, symlinks to a file or a directory outside);
@@ -18,6 +21,14 @@
 #   7. (before 6) two loops: /stats lists both with their requests, which
 #      add up to the total; SIGHUP swaps the shedding bound on every loop in
 #      exclusive mode
+#   8. (before 6, on a second server) fairness: one connection pipelines
+#      hundreds of /hash requests while 32 others send one at a time
+#      (tern-demo-client); the greedy one is refused beyond its owner's cap
+#      (503 + Retry-After, cause owner_cap) and every polite request is
+#      served 200. Then 100 connections that each send half a request are
+#      all closed by the server after the request bound, 5 that send
+#      nothing after the idle bound, /stats counts both, and the server
+#      keeps serving throughout.
 #
 # Exit 77 (skipped) when curl or wrk is missing, or when the demo was not
 # built (no libhttp-parser-dev / libssl-dev). Every wait is on the
@@ -53,10 +64,13 @@ ln -s "$work/secret" "$root/link_out"
 ln -s "$work" "$root/dir_out"
 ln -s ../../secret "$root/sub/up_out"
 pid=
+pid2=
 cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null
-    fi
+    for p in "$pid" "$pid2"; do
+        if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+            kill -KILL "$p" 2>/dev/null
+        fi
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -163,7 +177,9 @@ check "and some were served ($n200)" test "$n200" -gt 0
 # its own answer, so the first /stats' answer falls in between too).
 check "server counted $n requests ($r1 -> $r2)" test $((r2 - r1)) -eq $((n + 1))
 check "server answered each once ($s1 -> $s2)" test $((s2 - s1)) -eq $((n + 1))
-check "refusals came from the full queue (-EAGAIN)" test "$(counter shed_refused)" -gt 0
+check "refusals came from the full queue (-EAGAIN, cause queue_full)" \
+    test "$(counter queue_full)" -gt 0
+check "none from an owner's cap: one request per connection" test "$(counter owner_cap)" -eq 0
 
 # 4. wrk at saturation (bounded: 3 s), then the server still answers.
 wrk -t1 -c32 -d3s --timeout 5s "$base/hash?rounds=100000" >"$work/wrk" 2>&1
@@ -185,6 +201,119 @@ cancel_counted() {
 wait_for 30 "slow_cancelled to count the job (still $c2)" cancel_counted
 check "the server cancelled the job ($c1 -> $c2)" test "$c2" -eq $((c1 + 1))
 check "the pool counted the cancellation" test "$(counter cancelled)" -ge 1
+
+# 5c. A client pipelines four long hashes (its owner's cap; one pool
+# thread, so one runs and three queue), then closes its connection before
+# any answer. Closing the connection closes its owner: the queued hashes
+# are tombstoned (their work never starts), the running one is flagged,
+# and each done comes once with -ECANCELED and writes nothing.
+snapshot "$work/before5c"
+exec 5<>"/dev/tcp/127.0.0.1/$port"
+for i in 1 2 3 4; do
+    printf 'GET /hash?rounds=1000000&n=%d HTTP/1.1\r\nHost: test\r\n\r\n' "$i" >&5
+done
+inflight=
+owned() {
+    inflight=$(counter owner_jobs)
+    [ "$inflight" -eq 4 ]
+}
+wait_for 30 "the connection's four hashes in flight (owner_jobs $inflight)" owned
+exec 5>&- 5<&-
+settled() { # every accepted hash has had its done: answered or cancelled
+    snapshot "$work/after5c"
+    [ "$(field "$work/after5c" owner_jobs)" -eq 0 ]
+}
+wait_for 60 "owner_jobs to drop to 0" settled
+d5=$(($(field "$work/after5c" hash_done) - $(field "$work/before5c" hash_done)))
+c5=$(($(field "$work/after5c" hash_cancelled) - $(field "$work/before5c" hash_cancelled)))
+q5=$(($(field "$work/after5c" hash_never_ran) - $(field "$work/before5c" hash_never_ran)))
+check "each of the 4 hashes had one done (answered $d5 + cancelled $c5)" test $((d5 + c5)) -eq 4
+check "closing the connection cancelled its hashes ($c5)" test "$c5" -ge 1
+check "and the queued ones never ran ($q5)" test "$q5" -ge 1
+check "its owner is closed: one owner per open connection ($(field "$work/after5c" owners))" \
+    test "$(field "$work/after5c" owners)" -eq "$(field "$work/after5c" connections)"
+
+# 8. Fairness and the bounds on slow clients, on a second server: two
+# pool threads and a queue of 64, more than the 32 polite connections plus
+# the greedy one's cap of 4 can fill, and no queue-wait shedding, so
+# only the owner's cap can refuse anything. Short bounds: 1 s for a
+# request to complete, 3 s of keep-alive idleness.
+client="$build/docs/examples/demo/tern-demo-client"
+"$demo" --port 0 --loops 2 --threads 2 --queue 64 --shed-wait-ms 100000 --owner-cap 4 \
+    --request-timeout-ms 1000 --idle-timeout-ms 3000 >"$work/out2" 2>"$work/err2" &
+pid2=$!
+port2=
+read_port2() {
+    port2=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/out2")
+    [ -n "$port2" ]
+}
+if wait_for 30 "the second server to print its port" read_port2 &&
+    wait_for 30 "port $port2 to accept connections" connectable "$port2"; then
+    base2="http://127.0.0.1:$port2"
+    snap2() { get "$base2/stats" | tr ',{}' '\n\n\n' >"$1"; }
+    timeout 300 "$client" fairness --port "$port2" --polite 32 --requests 20 --depth 100 \
+        --greedy-min 300 --rounds 2000 >"$work/fair" 2>&1
+    rc=$?
+    cat "$work/fair"
+    check "the fairness run got an answer to every request (rc $rc)" test "$rc" -eq 0
+    side() { # side NAME FIGURE: one figure of the greedy or polite line
+        sed -n "s/^$1: .*$2: \([0-9]*\).*/\1/p" "$work/fair"
+    }
+    sent() { sed -n "s/^$1: sent \([0-9]*\),.*/\1/p" "$work/fair"; }
+    g503=$(side greedy "refused 503")
+    check "the greedy connection was refused beyond its cap (${g503:-?} of $(sent greedy))" \
+        test "${g503:-0}" -gt 0
+    check "every one of its 503s carried Retry-After" \
+        test "$(side greedy "with Retry-After")" = "$g503"
+    check "and it was still served its share ($(side greedy "served 200"))" \
+        test "$(side greedy "served 200")" -gt 0
+    check "every polite request was served 200 ($(side polite "served 200") of $(sent polite))" \
+        test "$(side polite "served 200")" = 640 -a "$(sent polite)" = 640
+    check "no polite request was refused or failed" \
+        test "$(side polite "refused 503")" = 0 -a "$(side polite other)" = 0
+    snap2 "$work/fair_stats"
+    check "/stats names the cause: owner_cap, as often as the greedy side saw 503" \
+        test "$(field "$work/fair_stats" owner_cap)" = "$g503"
+    check "and no other refusal (queue_full $(field "$work/fair_stats" queue_full))" \
+        test "$(field "$work/fair_stats" queue_full)" = 0
+
+    # 100 connections each send half a request and hold it.
+    s0=$(field "$work/fair_stats" slowloris_closed)
+    "$client" slowloris --port "$port2" --connections 100 --deadline-s 60 >"$work/loris" 2>&1 &
+    loris=$!
+    wait_for 30 "the slowloris client to open its connections" grep -q holding "$work/loris"
+    check "the server serves while they hang (/hash)" \
+        test "$(get "$base2/hash?rounds=1000")" = "$want"
+    wait "$loris"
+    rc=$?
+    cat "$work/loris"
+    check "the server closed all 100 half requests, answering none (rc $rc)" test "$rc" -eq 0
+    snap2 "$work/loris_stats"
+    s1=$(field "$work/loris_stats" slowloris_closed)
+    check "/stats counted them in slowloris_closed ($s0 -> $s1)" test $((s1 - s0)) -eq 100
+    # 5 connections that send nothing: the idle bound.
+    i0=$(field "$work/loris_stats" idle_closed)
+    "$client" slowloris --port "$port2" --connections 5 --idle --deadline-s 60 >"$work/idle" 2>&1
+    rc=$?
+    cat "$work/idle"
+    check "the server closed 5 idle connections (rc $rc)" test "$rc" -eq 0
+    snap2 "$work/idle_stats"
+    i1=$(field "$work/idle_stats" idle_closed)
+    check "/stats counted them in idle_closed ($i0 -> $i1)" test $((i1 - i0)) -eq 5
+    check "the server still serves (/hash)" test "$(get "$base2/hash?rounds=1000")" = "$want"
+    kill -TERM "$pid2"
+    exited2() { ! kill -0 "$pid2" 2>/dev/null; }
+    status2=timeout
+    if wait_for 30 "the second server to exit" exited2; then
+        wait "$pid2"
+        status2=$?
+        pid2=
+    fi
+    check "the second server exited with status 0 (got $status2)" test "$status2" = 0
+else
+    fail "the second server did not start"
+    cat "$work/out2" "$work/err2"
+fi
 
 # 7. Two loops, and SIGHUP's reconfiguration in exclusive mode.
 snapshot "$work/loops"

@@ -377,7 +377,7 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         ",\"slow_started\":%" PRIu64
         ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
         ",\"files_served\":%" PRIu64 ",\"forbidden\":%" PRIu64
-        ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 ",\"owner_cap\":%u"
+        ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 ",\"hashes_per_connection\":%u"
         ",\"owners\":%u,\"owner_jobs\":%u,\"slowloris_closed\":%" PRIu64
         ",\"idle_closed\":%" PRIu64 ",\"request_timeout_ms\":%" PRIu64
         ",\"idle_timeout_ms\":%" PRIu64 "},\n"
