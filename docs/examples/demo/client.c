@@ -296,8 +296,9 @@ static int fairness(const struct opts *o)
     unsigned n = o->polite + 1;
     struct conn *conns = calloc(n, sizeof(*conns));
     struct pollfd *pfd = calloc(n, sizeof(*pfd));
+    int rc = 1;
     if (conns == NULL || pfd == NULL)
-        return 1;
+        goto out;
     for (unsigned i = 0; i < n; i++) {
         conns[i] = (struct conn){.fd = connect_to(o), .greedy = i == 0,
                                  .side = i == 0 ? &greedy : &polite};
@@ -315,7 +316,7 @@ static int fairness(const struct opts *o)
                     "answered %u; polite sent %u, answered %u\n",
                     o->deadline_s, open, greedy.sent, greedy.ok + greedy.refused + greedy.other,
                     polite.sent, polite.ok + polite.refused + polite.other);
-            return 1;
+            goto out;
         }
         bool polite_done = polite_all_done(conns, n);
         for (unsigned i = 0; i < n; i++) {
@@ -327,7 +328,7 @@ static int fairness(const struct opts *o)
         }
         if (poll(pfd, n, 100) < 0 && errno != EINTR) {
             perror("poll");
-            return 1;
+            goto out;
         }
         for (unsigned i = 0; i < n; i++) {
             struct conn *c = &conns[i];
@@ -343,11 +344,11 @@ static int fairness(const struct opts *o)
                                     "%u requests unanswered (%s)\n",
                             c->side->name, c->sent - c->answered, c->sent,
                             r < 0 ? strerror(errno) : "end of stream");
-                    return 1;
+                    goto out;
                 }
                 c->in_len += (size_t)r;
                 if (!read_answers(c))
-                    return 1;
+                    goto out;
             }
             bool finished = c->greedy ? polite_all_done(conns, n) && c->sent >= o->greedy_min
                                       : c->sent >= o->requests;
@@ -360,7 +361,11 @@ static int fairness(const struct opts *o)
     }
     print_side(&greedy);
     print_side(&polite);
-    for (unsigned i = 0; i < n; i++) {
+    rc = 0;
+out:
+    for (unsigned i = 0; conns != NULL && i < n; i++) {
+        if (!conns[i].done && conns[i].fd > 0)
+            close(conns[i].fd);
         free(conns[i].sent_at);
         free(conns[i].in);
     }
@@ -370,7 +375,7 @@ static int fairness(const struct opts *o)
     free(greedy.refused_ns.v);
     free(polite.ok_ns.v);
     free(polite.refused_ns.v);
-    return 0;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -382,27 +387,29 @@ static int slowloris(const struct opts *o)
     unsigned n = o->connections;
     struct pollfd *pfd = calloc(n, sizeof(*pfd));
     uint64_t *sent_at = calloc(n, sizeof(*sent_at));
+    unsigned opened = 0, closed = 0, answered = 0, open = n;
+    int rc = 1;
     if (pfd == NULL || sent_at == NULL)
-        return 1;
+        goto out;
     static const char half[] = "GET /hash?rounds=1 HTTP/1.1\r\nHost: slowloris\r\nX-Wait: ";
     for (unsigned i = 0; i < n; i++) {
         pfd[i] = (struct pollfd){.fd = connect_to(o), .events = POLLIN};
+        opened++;
         if (!o->idle && write(pfd[i].fd, half, sizeof(half) - 1) != (ssize_t)sizeof(half) - 1) {
             fprintf(stderr, "FAIL: writing half a request: %s\n", strerror(errno));
-            return 1;
+            goto out;
         }
         sent_at[i] = now_ns();
     }
     printf("slowloris: %u connections holding %s\n", n,
            o->idle ? "nothing sent (idle)" : "half a request each");
     fflush(stdout);
-    unsigned closed = 0, answered = 0, open = n;
     uint64_t min_ns = UINT64_MAX, max_ns = 0;
     uint64_t deadline = now_ns() + (uint64_t)o->deadline_s * 1000000000u;
     while (open > 0 && now_ns() < deadline) {
         if (poll(pfd, n, 100) < 0 && errno != EINTR) {
             perror("poll");
-            return 1;
+            goto out;
         }
         for (unsigned i = 0; i < n; i++) {
             if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -431,12 +438,14 @@ static int slowloris(const struct opts *o)
     if (open > 0)
         fprintf(stderr, "FAIL: %u of %u connections still open after %u s\n", open, n,
                 o->deadline_s);
-    for (unsigned i = 0; i < n; i++)
+    rc = open == 0 && answered == 0 ? 0 : 1;
+out:
+    for (unsigned i = 0; i < opened; i++)
         if (pfd[i].fd >= 0)
             close(pfd[i].fd);
     free(pfd);
     free(sent_at);
-    return open == 0 && answered == 0 ? 0 : 1;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
