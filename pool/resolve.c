@@ -168,12 +168,10 @@ static char *dup_or_null(const char *s, bool *failed)
     return d;
 }
 
-int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
-                      const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
-                      const tern_job_options *opts, tern_id *idp)
+static int lookup_submit(tern_loop *loop, const char *host, const char *service,
+                         const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                         const tern_job_options *opts, tern_id *idp)
 {
-    TERN__REQUIRE_LOOP(loop);
-    TERN__LOOP_ONLY(loop);
     if (cb == NULL || (host == NULL && service == NULL))
         return -EINVAL;
     if (tern__loop_closing(loop))
@@ -205,10 +203,44 @@ int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
     return rc;
 }
 
+int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
+                      const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                      const tern_job_options *opts, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    return lookup_submit(loop, host, service, hints, cb, arg, opts, idp);
+}
+
 int tern_resolve(tern_loop *loop, const char *host, const char *service,
                  const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_id *idp)
 {
     return tern_resolve_with(loop, host, service, hints, cb, arg, NULL, idp);
+}
+
+/*
+ * The runtime's own lookups (a connect's): the job is registered as any
+ * lookup's, then withdrawn from the id map at once, so only the pointer
+ * handed back reaches it. It stays a live op until its done has run.
+ */
+int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
+                       const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                       tern_job **jobp)
+{
+    tern_id id;
+    int rc = lookup_submit(loop, host, service, hints, cb, arg, NULL, &id);
+    if (rc < 0)
+        return rc;
+    struct tern__op *op = tern__op_find(loop, id);
+    TERN_INSIST(op != NULL);
+    tern__op_withdraw_id(loop, op);
+    *jobp = caa_container_of(op, tern_job, op);
+    return 0;
+}
+
+void tern__lookup_cancel(tern_loop *loop, tern_job *job)
+{
+    (void)job->op.cls->cancel(loop, &job->op);
 }
 
 /* ------------------------------------------------------------------ */

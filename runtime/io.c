@@ -1,7 +1,14 @@
 /*
- * fd watchers. Level-triggered: the backend reports a condition for as
- * long as it holds, and each report queues the watcher for the next step 2
- * (reports that arrive while it is still queued merge into one callback).
+ * fd watchers, in two layers. `struct tern__io` (loop_p.h) is one fd's
+ * registration with the backend, embedded in the record that owns the fd
+ * and driven by pointer: streams and signal watchers use it directly, so
+ * the runtime never creates a public operation for itself. The public
+ * watcher (tern_io_start) is an op that embeds one, plus a callback.
+ *
+ * Level-triggered: the backend reports a condition for as long as it
+ * holds; each report reaches the owner's `fired` hook in step 4, which
+ * queues the owner for the next step 2 (reports that arrive while it is
+ * still queued merge into one callback).
  *
  * G4 — one fd, one loop — is kept by a process-wide registry, because two
  * loops watching one fd would each consume readiness meant for the other.
@@ -15,8 +22,7 @@
 
 struct watcher {
     struct tern__op op;
-    int fd;
-    unsigned events;  /* interest */
+    struct tern__io io;
     unsigned revents; /* reported since the last callback */
     tern_io_cb cb;
     void *arg;
@@ -104,29 +110,112 @@ __attribute__((constructor)) static void registry_fork_handlers(void)
 }
 
 /* ------------------------------------------------------------------ */
-/* Watchers                                                            */
+/* Embedded watchers                                                   */
 /* ------------------------------------------------------------------ */
 
-static void stop_watcher(tern_loop *loop, struct watcher *w)
+static int grow_fds(tern_loop *loop, int fd)
 {
+    if ((unsigned)fd < loop->fds_len)
+        return 0;
+    unsigned n = loop->fds_len ? loop->fds_len : 64;
+    while (n <= (unsigned)fd)
+        n *= 2;
+    struct tern__io **f = tern__realloc(loop->fds, n * sizeof(*f));
+    if (f == NULL)
+        return -ENOMEM;
+    for (unsigned i = loop->fds_len; i < n; i++)
+        f[i] = NULL;
+    loop->fds = f;
+    loop->fds_len = n;
+    return 0;
+}
+
+int tern__io_start(tern_loop *loop, struct tern__io *io, int fd, unsigned events)
+{
+    TERN_INSIST(!tern__io_active(io) && fd >= 0 && events != 0);
+    if (fd == loop->wake.fd || fd == loop->backend.fd)
+        return -EEXIST;
+    int rc = grow_fds(loop, fd);
+    if (rc < 0)
+        return rc;
+    if (loop->fds[fd] != NULL)
+        return -EEXIST;
+    if ((rc = tern__fd_claim(fd, loop)) < 0)
+        return rc;
+    if ((rc = loop->backend.ops->modify(&loop->backend, fd, 0, events)) < 0) {
+        tern__fd_release(fd);
+        return rc;
+    }
+    io->fd = fd;
+    io->events = events;
+    loop->fds[fd] = io;
+    loop->io_count++;
+    return 0;
+}
+
+int tern__io_modify(tern_loop *loop, struct tern__io *io, unsigned events)
+{
+    TERN_INSIST(tern__io_active(io) && events != 0);
+    if (events == io->events)
+        return 0;
+    int rc = loop->backend.ops->modify(&loop->backend, io->fd, io->events, events);
+    if (rc < 0)
+        return rc;
+    io->events = events;
+    return 0;
+}
+
+void tern__io_stop(tern_loop *loop, struct tern__io *io)
+{
+    TERN_INSIST(tern__io_active(io) && loop->fds[io->fd] == io);
     /*
      * The delete may fail if the caller already closed the fd (epoll then
      * forgot it by itself); either way the kernel no longer reports it.
      */
-    (void)loop->backend.ops->modify(&loop->backend, w->fd, w->events, 0);
-    loop->fds[w->fd] = NULL;
+    (void)loop->backend.ops->modify(&loop->backend, io->fd, io->events, 0);
+    loop->fds[io->fd] = NULL;
     TERN_DECREMENT(loop->io_count);
-    tern__fd_release(w->fd);
+    tern__fd_release(io->fd);
+    io->fd = -1;
+    io->events = 0;
+}
+
+void tern__io_fired(tern_loop *loop, int fd, unsigned events)
+{
+    if (fd < 0) {
+        tern__signal_fired(loop, TERN__FIRED_SIGNO(fd), events);
+        return;
+    }
+    if ((unsigned)fd >= loop->fds_len || loop->fds[fd] == NULL)
+        return; /* stopped after the kernel reported it */
+    struct tern__io *io = loop->fds[fd];
+    io->fired(loop, io, events);
+}
+
+/* ------------------------------------------------------------------ */
+/* Public watchers                                                     */
+/* ------------------------------------------------------------------ */
+
+static void stop_watcher(tern_loop *loop, struct watcher *w)
+{
+    tern__io_stop(loop, &w->io);
     tern__op_finish(loop, &w->op);
+}
+
+static void watcher_fired(tern_loop *loop, struct tern__io *io, unsigned events)
+{
+    struct watcher *w = caa_container_of(io, struct watcher, io);
+    w->revents |= events;
+    tern__op_ready(loop, &w->op);
 }
 
 static void watcher_dispatch(tern_loop *loop, struct tern__op *op)
 {
     struct watcher *w = (struct watcher *)op;
-    unsigned ev = w->revents & (w->events | TERN_HANGUP | TERN_ERROR);
+    unsigned ev = w->revents & (w->io.events | TERN_HANGUP | TERN_ERROR);
     w->revents = 0;
     if (ev != 0)
-        w->cb(loop, op->id, w->fd, ev, w->arg);
+        w->cb(loop, op->id, w->io.fd, ev, w->arg);
 }
 
 static int watcher_cancel(tern_loop *loop, struct tern__op *op)
@@ -149,39 +238,9 @@ static const struct tern__op_class watcher_class = {
     .refable = true,
 };
 
-void tern__io_fired(tern_loop *loop, int fd, unsigned events)
-{
-    if (fd < 0) {
-        tern__signal_fired(loop, TERN__FIRED_SIGNO(fd), events);
-        return;
-    }
-    if ((unsigned)fd >= loop->fds_len || loop->fds[fd] == NULL)
-        return; /* stopped after the kernel reported it */
-    struct watcher *w = (struct watcher *)loop->fds[fd];
-    w->revents |= events;
-    tern__op_ready(loop, &w->op);
-}
-
 static bool valid_events(unsigned events)
 {
     return events != 0 && (events & ~(unsigned)(TERN_READABLE | TERN_WRITABLE)) == 0;
-}
-
-static int grow_fds(tern_loop *loop, int fd)
-{
-    if ((unsigned)fd < loop->fds_len)
-        return 0;
-    unsigned n = loop->fds_len ? loop->fds_len : 64;
-    while (n <= (unsigned)fd)
-        n *= 2;
-    struct tern__op **f = tern__realloc(loop->fds, n * sizeof(*f));
-    if (f == NULL)
-        return -ENOMEM;
-    for (unsigned i = loop->fds_len; i < n; i++)
-        f[i] = NULL;
-    loop->fds = f;
-    loop->fds_len = n;
-    return 0;
 }
 
 int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void *arg, tern_id *idp)
@@ -192,34 +251,26 @@ int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void 
         return -EBADF;
     if (cb == NULL || !valid_events(events))
         return -EINVAL;
-    if (fd == loop->wake.fd || fd == loop->backend.fd)
+    /* Refused before admission, so a busy fd never reads as -EAGAIN. */
+    if (fd == loop->wake.fd || fd == loop->backend.fd ||
+        ((unsigned)fd < loop->fds_len && loop->fds[fd] != NULL))
         return -EEXIST;
-    int rc = grow_fds(loop, fd);
+    int rc = tern__op_admit(loop);
     if (rc < 0)
-        return rc;
-    if (loop->fds[fd] != NULL)
-        return -EEXIST;
-    if ((rc = tern__op_admit(loop)) < 0)
         return rc;
     struct watcher *w = tern__malloc(sizeof(*w));
     if (w == NULL) {
         tern__op_unadmit(loop);
         return -ENOMEM;
     }
-    *w = (struct watcher){.fd = fd, .events = events, .cb = cb, .arg = arg};
-    if ((rc = tern__fd_claim(fd, loop)) < 0)
+    *w = (struct watcher){.cb = cb, .arg = arg};
+    tern__io_init(&w->io, watcher_fired);
+    if ((rc = tern__io_start(loop, &w->io, fd, events)) < 0)
         goto fail;
-    if ((rc = loop->backend.ops->modify(&loop->backend, fd, 0, events)) < 0) {
-        tern__fd_release(fd);
-        goto fail;
-    }
     if ((rc = tern__op_add(loop, &w->op, &watcher_class)) < 0) {
-        (void)loop->backend.ops->modify(&loop->backend, fd, events, 0);
-        tern__fd_release(fd);
+        tern__io_stop(loop, &w->io);
         goto fail;
     }
-    loop->fds[fd] = &w->op;
-    loop->io_count++;
     if (idp != NULL)
         *idp = w->op.id;
     return 0;
@@ -247,13 +298,7 @@ int tern_io_modify(tern_loop *loop, tern_id id, unsigned events)
         return -ENOENT;
     if (!valid_events(events))
         return -EINVAL;
-    if (events == w->events)
-        return 0;
-    int rc = loop->backend.ops->modify(&loop->backend, w->fd, w->events, events);
-    if (rc < 0)
-        return rc;
-    w->events = events;
-    return 0;
+    return tern__io_modify(loop, &w->io, events);
 }
 
 int tern_io_stop(tern_loop *loop, tern_id id)

@@ -90,8 +90,6 @@ int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_cla
     int rc = tern__idmap_insert(&loop->ids, op);
     if (rc < 0)
         return rc;
-    if (loop->internal > 0)
-        op->flags |= TERN__OP_INTERNAL;
     loop->refs++; /* ops_local counted it at admission */
     return 0;
 }
@@ -105,6 +103,14 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
     op->aux = UINT32_MAX;
     loop->anon++;
     loop->refs++; /* ops_local counted it at admission */
+}
+
+void tern__op_withdraw_id(tern_loop *loop, struct tern__op *op)
+{
+    TERN_INSIST(!(op->flags & TERN__OP_ANON));
+    tern__idmap_remove(&loop->ids, op);
+    op->flags |= TERN__OP_ANON;
+    loop->anon++;
 }
 
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
@@ -142,10 +148,7 @@ void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
 
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
 {
-    struct tern__op *op = id == 0 ? NULL : tern__idmap_find(&loop->ids, id);
-    if (op != NULL && (op->flags & TERN__OP_INTERNAL) && loop->internal == 0)
-        return NULL;
-    return op;
+    return id == 0 ? NULL : tern__idmap_find(&loop->ids, id);
 }
 
 static int ref_common(tern_loop *loop, tern_id id, bool ref)

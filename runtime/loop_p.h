@@ -62,7 +62,6 @@ enum {
     TERN__OP_DEAD = 1u << 1,   /* finished while queued: free when popped */
     TERN__OP_UNREF = 1u << 2,  /* does not keep tern_loop_run() alive */
     TERN__OP_ANON = 1u << 3,   /* has no id (a defer): not in the id map */
-    TERN__OP_INTERNAL = 1u << 4, /* the runtime's own (a stream's watcher): no public call reaches it */
 };
 
 struct tern__op {
@@ -200,7 +199,6 @@ struct tern_loop {
     unsigned refs;       /* referenced ops (keep run() going) */
     unsigned anon;       /* live ops without an id (defers): ops_local - ids.count */
     bool check_books;    /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
-    unsigned internal;   /* >0: the runtime is calling the public API for itself */
     unsigned io_count;   /* fds (and signals the backend reads) registered besides the wake fd */
     uint64_t arm_seq;    /* arming sequence for the heap */
     uint32_t heap_claims; /* ops holding a heap slot (see tern__deadline_claim) */
@@ -213,7 +211,7 @@ struct tern_loop {
     struct tern__slab timers, defers; /* records of timer.c and defer.c */
     struct tern__backend backend;
     struct tern__wake wake; /* -1s when the backend wakes itself (backend.ops->wake) */
-    struct tern__op **fds; /* fd -> watcher op, grown on demand */
+    struct tern__io **fds; /* fd -> its watcher (io.c), grown on demand */
     unsigned fds_len;
     struct tern__fired fired[TERN__FIRED_MAX];
 
@@ -360,26 +358,17 @@ static inline void tern__op_ready(tern_loop *loop, struct tern__op *op)
 }
 void tern__op_finish(tern_loop *loop, struct tern__op *op);
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
-/* The op behind a public id; NULL for the runtime's own unless inside
- * tern__internal_begin/end. */
+/* The op behind a public id, or NULL. */
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
-
 /*
- * The runtime using the public API for itself (a stream's fd watcher, a
- * connect's timeout timer and lookup): ops started between begin and end
- * are internal, and only calls made between begin and end can reach them
- * by id. A caller's stray or off-by-one id then gets -ENOENT, never the
- * runtime's own operation.
+ * Take a registered op out of the id map: it stays live (counted, still
+ * dispatched and finished as before) but no public by-id call reaches it
+ * any more. For an op the runtime starts for itself through a path that
+ * registers an id (a connect's name lookup, a job): it is then reachable
+ * only through the pointer its owner keeps. Loop thread, right after
+ * registration, before any callback could learn the id.
  */
-static inline void tern__internal_begin(tern_loop *loop)
-{
-    loop->internal++;
-}
-
-static inline void tern__internal_end(tern_loop *loop)
-{
-    loop->internal--;
-}
+void tern__op_withdraw_id(tern_loop *loop, struct tern__op *op);
 
 /*
  * Deadlines on the one heap (timers and internal deadlines alike). An op
@@ -394,6 +383,19 @@ void tern__deadline_disarm(tern_loop *loop, struct tern__op *op);
 static inline bool tern__deadline_armed(const struct tern__op *op)
 {
     return op->aux != UINT32_MAX;
+}
+/*
+ * An internal deadline (a connect's timeout, a listener's back-off): an op
+ * embedded in its owner's record that lives only on the heap. It has no
+ * id, is never registered, counted or queued, so no public call can reach
+ * it; its class needs only an `expired` hook, which runs in step 5 (after
+ * the heap let go of it) and must not call user code. The owner claims a
+ * heap slot before arming it and gives the claim back when it disarms it
+ * or it expires.
+ */
+static inline void tern__deadline_init(struct tern__op *op, const struct tern__op_class *cls)
+{
+    *op = (struct tern__op){.cls = cls, .aux = UINT32_MAX};
 }
 
 /*
@@ -435,7 +437,46 @@ bool tern__loop_alive(tern_loop *loop);
 /* One turn; max_wait_ns < 0 waits as needed. */
 void tern__loop_turn(tern_loop *loop, int64_t max_wait_ns);
 
-/* Watchers (io.c): readiness from the backend into the ready queue. */
+/*
+ * Watchers (io.c). A `struct tern__io` is the registration of one fd with
+ * the backend, embedded in whatever record owns the fd (a public watcher,
+ * a stream, a signal watcher's descriptor), as libuv embeds uv__io_t. It
+ * has no id and is no op: the owner starts, modifies and stops it by
+ * pointer, so nothing outside the owner can reach it.
+ *
+ * `fired` runs in step 4 for each report with the events the backend saw
+ * (its own interest plus TERN_HANGUP and TERN_ERROR, unmasked). It runs
+ * no user code: it records what it was told and queues its owner's op,
+ * whose dispatch acts on it in step 2.
+ */
+struct tern__io;
+typedef void (*tern__io_fired_fn)(tern_loop *loop, struct tern__io *io, unsigned events);
+struct tern__io {
+    int fd;          /* -1 while stopped */
+    unsigned events; /* the interest the backend holds, 0 while stopped */
+    tern__io_fired_fn fired;
+};
+static inline void tern__io_init(struct tern__io *io, tern__io_fired_fn fired)
+{
+    *io = (struct tern__io){.fd = -1, .fired = fired};
+}
+static inline bool tern__io_active(const struct tern__io *io)
+{
+    return io->fd >= 0;
+}
+/*
+ * Register fd for events (not 0) and claim it in the process-wide
+ * registry (G4). 0; -EEXIST when this or another loop watches fd (or it
+ * is the loop's own wake or backend fd); -ENOMEM; the backend's -errno.
+ * Requires: io stopped.
+ */
+int tern__io_start(tern_loop *loop, struct tern__io *io, int fd, unsigned events);
+/* Change the interest (not 0). 0 or the backend's -errno (nothing changed). */
+int tern__io_modify(tern_loop *loop, struct tern__io *io, unsigned events);
+/* Stop watching (before the fd is closed). A report not yet delivered by
+ * `fired` is dropped; one `fired` already recorded is the owner's to drop. */
+void tern__io_stop(tern_loop *loop, struct tern__io *io);
+/* Step 4: readiness from the backend, handed to the fd's watcher. */
 void tern__io_fired(tern_loop *loop, int fd, unsigned events);
 /* Signals (net/signal.c): the backend itself reported count deliveries of
  * signo (a TERN__FIRED_SIGNAL entry). */
@@ -453,6 +494,18 @@ bool tern__pool_config_conflicts(const tern_pool_config *cfg); /* differs from t
 
 /* Whether any pool worker is on a CPU now (running a job, or spinning for one). */
 bool tern__pool_active(void);
+
+/*
+ * A name lookup the runtime starts for itself (pool/resolve.c): as
+ * tern_resolve, but the job has no public id (see tern__op_withdraw_id);
+ * *jobp is the only way to reach it, valid until cb has run. cancel asks
+ * it to stop (cb then comes with -ECANCELED unless the result was in);
+ * calling it again changes nothing. Loop thread.
+ */
+int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
+                       const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                       tern_job **jobp);
+void tern__lookup_cancel(tern_loop *loop, tern_job *job);
 
 /* Pool hooks the loop calls (pool/job.c). */
 void tern__loop_pool_collect(tern_loop *loop); /* step 1: ring -> ready */

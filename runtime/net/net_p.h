@@ -4,16 +4,22 @@
  * (the write queue), tcp.c (listen, accept, connect) and signal.c.
  *
  * A stream is a loop operation (struct tern__op first, so the id map and
- * the ready queue hold it). Its descriptor is watched through the public
- * fd-watcher API with an unreferenced watcher: whether the stream keeps
- * the loop alive is decided by the stream op's own reference alone.
+ * the ready queue hold it), and the only one: what it runs for itself is
+ * embedded in the record and reached by pointer, never by id. Its
+ * descriptor is watched through an embedded `struct tern__io` (io.c), a
+ * connect's timeout and a listener's back-off are an embedded internal
+ * deadline (`deadline`, on the loop's heap with no id), and a connect's
+ * name lookup is held by its record (tern__lookup_start). So no public
+ * call can reach them, and whether the stream keeps the loop alive is
+ * decided by the stream op's own reference alone.
  *
  * Callbacks the stream owes (connect, write, shutdown, drain, close) are
  * recorded in the record and delivered by the op's dispatch hook in step
  * 2: the stream queues itself on the ready queue (no allocation, so a
- * completion can never be lost to ENOMEM or max_operations). Read and
- * accept callbacks run straight from the watcher callback, which is
- * already in step 2.
+ * completion can never be lost to ENOMEM or max_operations). Readiness
+ * from the watcher queues the stream the same way (`io_revents`); its
+ * dispatch then reads, accepts or flushes first, calling read and accept
+ * callbacks straight from there.
  *
  * Closing marks the record CLOSING at once, so every API call treats the
  * id as stale, but the op stays registered until the close callback has
@@ -63,9 +69,9 @@ struct tern__stream {
     tern_loop *loop;
     enum tern__stream_kind kind;
     unsigned state;
-    int fd;             /* -1 while resolving and after close */
-    tern_id io;         /* the fd watcher, 0 when not watching */
-    unsigned io_events; /* what the watcher waits for now */
+    int fd;              /* -1 while resolving and after close */
+    struct tern__io io;  /* the fd's watcher; io.events is what it waits for now */
+    unsigned io_revents; /* reported by the watcher since the last dispatch */
 
     /* reading */
     tern_read_cb read_cb;
@@ -94,8 +100,10 @@ struct tern__stream {
     void *connect_arg;
     int connect_status;
     bool connect_due;
-    tern_id resolve;          /* the lookup in flight, 0 when none */
-    tern_id timer;            /* the connect timeout or the accept back-off */
+    tern_job *lookup;         /* the lookup in flight, NULL when none */
+    /* The connect timeout or the listener's back-off: an internal deadline
+     * (tcp.c), armed while it holds a heap claim. */
+    struct tern__op deadline;
     struct addrinfo *addrs;   /* what the lookup returned */
     struct addrinfo *next_addr;
     bool addrs_resolved;      /* from tern_resolve (else the inline numeric one) */
@@ -118,6 +126,8 @@ struct tern__stream {
 #define TERN__WRITE_BUFS_MAX 1024u
 
 extern const struct tern__op_class tern__stream_class;
+/* The class of a stream's internal deadline (tcp.c). */
+extern const struct tern__op_class tern__stream_deadline_class;
 
 /* stream.c */
 int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
@@ -128,7 +138,8 @@ void tern__stream_discard(struct tern__stream *s);
 void tern__stream_maybe_finish(struct tern__stream *s);
 /* The open stream named id, or NULL (unknown, stale, not a stream, closing). */
 struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id);
-/* Watch the descriptor for exactly `events` (0 stops the watcher). */
+/* Watch the descriptor for exactly `events` (0 stops the watcher, which
+ * never fails). 0, or -ENOMEM and the backend's errors. */
 int tern__stream_watch(struct tern__stream *s, unsigned events);
 /* Recompute the interest from the stream's state; a failure fails the stream. */
 void tern__stream_rewatch(struct tern__stream *s);
@@ -148,7 +159,7 @@ void tern__write_maybe_shutdown(struct tern__stream *s);
 /* tcp.c: the watcher callback's listener and connect halves. */
 void tern__tcp_accept_ready(struct tern__stream *s);
 void tern__tcp_connect_ready(struct tern__stream *s, unsigned events);
-/* Stop the connect timeout or back-off timer; cancel a lookup in flight. */
+/* Stop the connect timeout or the back-off; cancel a lookup in flight. */
 void tern__tcp_stop_aux(struct tern__stream *s);
 void tern__tcp_free_addrs(struct tern__stream *s);
 

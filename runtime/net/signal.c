@@ -2,8 +2,9 @@
  * Signal watchers. A loop whose backend reports signals itself (kqueue:
  * EVFILT_SIGNAL in the loop's kqueue) gets them as fired entries, which
  * make the watcher ready; any other loop reads a signal source (platform.c:
- * a signalfd on Linux, a handler-written pipe elsewhere) through an fd
- * watcher of its own.
+ * a signalfd on Linux, a handler-written pipe elsewhere) through a watcher
+ * embedded in the record (struct tern__io), which queues the watcher when
+ * the source turns readable; its dispatch reads the source.
  *
  * Why the signal must be blocked (signalfd, kqueue): a signalfd only reads
  * signals that are pending, and a signal is left pending only in threads
@@ -51,7 +52,7 @@ struct tern__signal {
     tern_loop *loop;
     int signo;
     struct tern__sigsource src;
-    tern_id io;
+    struct tern__io io; /* the source's descriptor (not for TERN__SIG_BACKEND) */
     tern_signal_cb cb;
     void *arg;
 };
@@ -99,13 +100,37 @@ static const struct tern__op_class signal_class = {
     .refable = true,
 };
 
+/*
+ * Step 2. A backend-read watcher was queued by a fired entry: deliveries
+ * since the last dispatch merge into one callback. Any other was queued by
+ * its source turning readable: read it, one callback per read.
+ */
 static void signal_dispatch(tern_loop *loop, struct tern__op *op)
 {
-    /* Only backend-read watchers queue themselves; the others call out
-     * from their fd watcher. Deliveries since the last dispatch merge. */
     struct tern__signal *w = (struct tern__signal *)op;
-    TERN_INSIST(w->src.kind == TERN__SIG_BACKEND);
-    w->cb(loop, op->id, w->signo, w->arg);
+    if (w->src.kind == TERN__SIG_BACKEND) {
+        w->cb(loop, op->id, w->signo, w->arg);
+        return;
+    }
+    tern_id id = op->id;
+    for (int i = 0; i < SIGNALS_PER_READY; i++) {
+        /* One callback per read: deliveries one read takes are merged,
+         * as the kernel merges a signal sent again while pending. */
+        if (tern__sigsource_read(&w->src) == 0)
+            return; /* nothing more pending (EINTR: the next turn retries) */
+        w->cb(loop, id, w->signo, w->arg);
+        /* The callback may have stopped this watcher and freed it. */
+        if (tern__op_find(loop, id) != op)
+            return;
+    }
+}
+
+/* Step 4: the source is readable; the dispatch reads it. */
+static void source_fired(tern_loop *loop, struct tern__io *io, unsigned events)
+{
+    (void)events;
+    struct tern__signal *w = caa_container_of(io, struct tern__signal, io);
+    tern__op_ready(loop, &w->op);
 }
 
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count)
@@ -127,34 +152,13 @@ static void signal_free(tern_loop *loop, struct tern__op *op)
     tern__free(op);
 }
 
-static void signal_io(tern_loop *loop, tern_id io, int fd, unsigned events, void *arg)
-{
-    (void)io;
-    (void)events;
-    (void)fd;
-    struct tern__signal *w = arg;
-    tern_id id = w->op.id;
-    for (int i = 0; i < SIGNALS_PER_READY; i++) {
-        /* One callback per read: deliveries one read takes are merged,
-         * as the kernel merges a signal sent again while pending. */
-        if (tern__sigsource_read(&w->src) == 0)
-            return; /* nothing more pending (EINTR: the next turn retries) */
-        w->cb(loop, id, w->signo, w->arg);
-        /* The callback may have stopped this watcher and freed it. */
-        if (tern__op_find(loop, id) != &w->op)
-            return;
-    }
-}
-
 static void stop_watcher(tern_loop *loop, struct tern__signal *w)
 {
     if (w->src.kind == TERN__SIG_BACKEND) {
         (void)loop->backend.ops->signal(&loop->backend, w->signo, false);
         loop->io_count--;
     } else {
-        tern__internal_begin(loop); /* the watcher is the runtime's own */
-        (void)tern_io_stop(loop, w->io); /* -ENOENT if teardown stopped it first */
-        tern__internal_end(loop);
+        tern__io_stop(loop, &w->io);
     }
     tern__sigsource_close(&w->src);
     pthread_mutex_lock(&table_lock);
@@ -203,6 +207,7 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
         goto unadmit;
     }
     *w = (struct tern__signal){.loop = loop, .signo = signo, .cb = cb, .arg = arg};
+    tern__io_init(&w->io, source_fired);
     rcu_helper_with_signals_blocked(loop);
     bool by_loop_backend = loop->backend.ops->signal != NULL;
     if ((rc = tern__sigsource_open(&w->src, signo, by_loop_backend)) < 0)
@@ -220,17 +225,10 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
         by_backend[signo] = w;
         pthread_mutex_unlock(&table_lock);
     } else {
-        tern__internal_begin(loop); /* the fd watcher is the runtime's own */
-        rc = tern_io_start(loop, w->src.fd, TERN_READABLE, signal_io, w, &w->io);
-        if (rc == 0)
-            (void)tern_unref(loop, w->io); /* only the signal op keeps the loop alive */
-        tern__internal_end(loop);
-        if (rc < 0)
+        if ((rc = tern__io_start(loop, &w->io, w->src.fd, TERN_READABLE)) < 0)
             goto close;
         if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
-            tern__internal_begin(loop);
-            (void)tern_io_stop(loop, w->io);
-            tern__internal_end(loop);
+            tern__io_stop(loop, &w->io);
             goto close;
         }
     }

@@ -10,10 +10,13 @@
  *    queued again meanwhile). Every path re-checks TERN__S_CLOSING after
  *    calling out.
  *  - A descriptor is closed only after its watcher stopped, so the
- *    process-wide fd registry (G4) never names a closed fd.
- *  - tern_loop_free cancels every op, in id-map order: the stream's own
- *    watcher or timer may already be gone when the stream is closed, so
- *    stopping them tolerates -ENOENT.
+ *    process-wide fd registry (G4) never names a closed fd. Stopping the
+ *    watcher also drops a report it made for that fd and the stream has
+ *    not acted on yet (`io_revents`): a connect's next socket may get the
+ *    same descriptor number.
+ *  - The watcher and the deadline are embedded, not ops: tern_loop_free's
+ *    walk over the id map reaches them only through the stream, so they
+ *    are never found already stopped when the stream closes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +35,7 @@
 static void stream_dispatch(tern_loop *loop, struct tern__op *op);
 static int stream_cancel(tern_loop *loop, struct tern__op *op);
 static void stream_free(tern_loop *loop, struct tern__op *op);
+static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events);
 
 const struct tern__op_class tern__stream_class = {
     .name = "stream",
@@ -65,6 +69,8 @@ int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
     s->wq_tail = &s->wq;
     s->done_tail = &s->done;
     s->high_water = TERN__HIGH_WATER_DEFAULT;
+    tern__io_init(&s->io, stream_fired);
+    tern__deadline_init(&s->deadline, &tern__stream_deadline_class);
     if ((rc = tern__op_add(loop, &s->op, &tern__stream_class)) < 0) {
         tern__op_unadmit(loop);
         tern__free(s);
@@ -82,7 +88,7 @@ void tern__stream_discard(struct tern__stream *s)
 {
     tern__stream_watch(s, 0);
     tern__tcp_stop_aux(s);
-    TERN_INSIST(s->resolve == 0 && s->wq == NULL && s->done == NULL);
+    TERN_INSIST(s->lookup == NULL && s->wq == NULL && s->done == NULL);
     s->fd = -1;
     s->state |= TERN__S_CLOSING | TERN__S_CLOSE_RAN;
     tern__op_finish(s->loop, &s->op);
@@ -106,43 +112,27 @@ void tern__stream_owe(struct tern__stream *s)
 /* The watcher                                                         */
 /* ------------------------------------------------------------------ */
 
-static void stream_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg);
-
-static int watch(struct tern__stream *s, unsigned events);
-
-/* The watcher is the runtime's own: only the stream can reach it by id. */
-int tern__stream_watch(struct tern__stream *s, unsigned events)
+/* Step 4: note what the backend reported; the stream's dispatch acts on it. */
+static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    tern__internal_begin(s->loop);
-    int rc = watch(s, events);
-    tern__internal_end(s->loop);
-    return rc;
+    struct tern__stream *s = caa_container_of(io, struct tern__stream, io);
+    s->io_revents |= events;
+    tern__op_ready(loop, &s->op);
 }
 
-static int watch(struct tern__stream *s, unsigned events)
+int tern__stream_watch(struct tern__stream *s, unsigned events)
 {
     tern_loop *loop = s->loop;
-    if (events == s->io_events)
+    if (events == s->io.events)
         return 0;
     if (events == 0) {
-        (void)tern_io_stop(loop, s->io); /* -ENOENT if teardown stopped it first */
-        s->io = 0;
-        s->io_events = 0;
+        tern__io_stop(loop, &s->io);
+        s->io_revents = 0; /* about that fd, which may be closed and reused next */
         return 0;
     }
-    int rc;
-    if (s->io == 0) {
-        tern_id io;
-        if ((rc = tern_io_start(loop, s->fd, events, stream_io, s, &io)) < 0)
-            return rc;
-        /* Only the stream op decides whether the stream keeps the loop alive. */
-        (void)tern_unref(loop, io);
-        s->io = io;
-    } else if ((rc = tern_io_modify(loop, s->io, events)) < 0) {
-        return rc;
-    }
-    s->io_events = events;
-    return 0;
+    if (!tern__io_active(&s->io))
+        return tern__io_start(loop, &s->io, s->fd, events);
+    return tern__io_modify(loop, &s->io, events);
 }
 
 static unsigned wanted_events(const struct tern__stream *s)
@@ -165,11 +155,11 @@ static unsigned wanted_events(const struct tern__stream *s)
  * Interest that drops to nothing is dropped lazily: the watcher stays
  * registered until it next reports (stream_io then stops it). A stream
  * that stops and restarts reading, or a connect followed at once by
- * read_start, so costs one epoll_ctl MOD instead of a DEL and an ADD (and
- * an fd-watcher op). Before its descriptor is closed a stream always stops
- * the watcher for real (tern__stream_watch(s, 0)).
+ * read_start, so costs one epoll_ctl MOD instead of a DEL and an ADD.
+ * Before its descriptor is closed a stream always stops the watcher for
+ * real (tern__stream_watch(s, 0)).
  *
- * Only starting or modifying a watcher can fail (ENOMEM, max_operations).
+ * Only starting or modifying a watcher can fail (ENOMEM, or the backend).
  * A stream that cannot be watched cannot make progress, so its queued
  * writes fail with the cause and reading stops with it.
  */
@@ -214,12 +204,9 @@ static void read_once(struct tern__stream *s)
     s->read_cb(s->loop, s->op.id, status, NULL, 0, s->read_arg);
 }
 
-static void stream_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+/* Step 2: act on what the watcher reported (events within its interest). */
+static void stream_io(struct tern__stream *s, unsigned events)
 {
-    (void)loop;
-    (void)id;
-    (void)fd;
-    struct tern__stream *s = arg;
     if (s->state & TERN__S_CLOSING)
         return;
     if (wanted_events(s) == 0) { /* interest dropped lazily: stop now */
@@ -254,12 +241,14 @@ static bool owes(const struct tern__stream *s)
 void tern__stream_maybe_finish(struct tern__stream *s)
 {
     /* A lookup still in flight holds `s` as its argument: wait for it. */
-    if ((s->state & TERN__S_CLOSE_RAN) && s->resolve == 0)
+    if ((s->state & TERN__S_CLOSE_RAN) && s->lookup == NULL)
         tern__op_finish(s->loop, &s->op);
 }
 
 /*
- * Step 2. Order: connect, a read failure, writes (in queue order), then —
+ * Step 2. Order: what the watcher reported (reads, accepts, a connect's
+ * outcome, a flush of the write queue), then the owed callbacks: connect,
+ * a read failure, writes (in queue order), then —
  * once no write completion is left — shutdown, drain, the listener's
  * back-off notice, and finally, once closed and owing nothing else, the
  * close callback, after which the record goes.
@@ -276,6 +265,12 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
 {
     struct tern__stream *s = (struct tern__stream *)op;
     tern_id id = op->id;
+    /* A report made before the interest narrowed counts only for what is
+     * still asked (hang-ups and errors always count). */
+    unsigned ev = s->io_revents & (s->io.events | TERN_HANGUP | TERN_ERROR);
+    s->io_revents = 0;
+    if (ev != 0)
+        stream_io(s, ev);
     if (s->connect_due) {
         s->connect_due = false;
         if (s->connect_status < 0 && !(s->state & TERN__S_CLOSING)) {
@@ -361,7 +356,8 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
 {
     (void)loop;
     struct tern__stream *s = (struct tern__stream *)op;
-    TERN_INSIST(s->fd < 0 && s->io == 0 && s->resolve == 0);
+    TERN_INSIST(s->fd < 0 && !tern__io_active(&s->io) && s->lookup == NULL &&
+                !tern__deadline_armed(&s->deadline));
     tern__write_free_all(s);
     tern__tcp_free_addrs(s);
     tern__free(s);

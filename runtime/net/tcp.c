@@ -1,13 +1,20 @@
 /*
  * TCP: listeners (bind, listen, accept with back-off) and connects (a name
- * lookup through tern_resolve, then a non-blocking connect to each address
- * in turn, all under one tern timer for the timeout).
+ * lookup on the pool, then a non-blocking connect to each address in
+ * turn, all under one deadline for the timeout).
+ *
+ * The timeout and the back-off are the stream's internal deadline: an op
+ * embedded in the record, armed on the loop's heap with no id, whose
+ * `expired` hook acts in step 5 without calling user code (the connect
+ * callback it makes owed is delivered by the stream's dispatch). The
+ * lookup is held by its record and cancelled by pointer. Neither is an
+ * operation a caller's id could name.
  *
  * Quirks worth knowing:
  *  - accept() failing with EMFILE/ENFILE leaves the connection in the
  *    kernel's queue, so a level-triggered listener would be reported ready
  *    again at once and spin. The listener stops watching for a back-off
- *    interval instead, on a tern timer, and logs the first time only.
+ *    interval instead, on its deadline, and logs the first time only.
  *  - A non-blocking connect reports its outcome as writability; SO_ERROR
  *    says whether it worked. On loopback a refused connect can also fail
  *    inside connect() itself, so both paths lead to the next address.
@@ -28,19 +35,55 @@
 #define ACCEPT_BATCH 32 /* connections accepted per readiness */
 #define TIMEOUT_MAX ((uint64_t)1 << 62)
 
+/* ------------------------------------------------------------------ */
+/* The deadline                                                        */
+/* ------------------------------------------------------------------ */
+
+static void connect_done(struct tern__stream *s, int status);
+
+/*
+ * Step 5: the heap has let go of the deadline, so its claim goes back
+ * first. A listener's back-off ends (it watches again); a connect has
+ * timed out (its callback is owed, delivered by dispatch).
+ */
+static void deadline_expired(tern_loop *loop, struct tern__op *op)
+{
+    struct tern__stream *s = caa_container_of(op, struct tern__stream, deadline);
+    tern__deadline_unclaim(loop);
+    if (s->kind == TERN__LISTENER) {
+        s->state &= ~TERN__S_BACKOFF;
+        tern__stream_rewatch(s);
+    } else {
+        connect_done(s, -ETIMEDOUT);
+    }
+}
+
+const struct tern__op_class tern__stream_deadline_class = {
+    .name = "stream deadline",
+    .expired = deadline_expired,
+};
+
+/* Arm the deadline delay_ns from now: 0, or -ENOMEM (no heap slot). */
+static int deadline_start(struct tern__stream *s, uint64_t delay_ns)
+{
+    TERN_INSIST(!tern__deadline_armed(&s->deadline));
+    int rc = tern__deadline_claim(s->loop);
+    if (rc == 0)
+        tern__deadline_arm(s->loop, &s->deadline, s->loop->now + delay_ns);
+    return rc;
+}
+
 void tern__tcp_stop_aux(struct tern__stream *s)
 {
-    /* The timer and the lookup are the runtime's own (see tern__internal_begin). */
-    tern__internal_begin(s->loop);
-    if (s->timer != 0) {
-        (void)tern_timer_stop(s->loop, s->timer); /* -ENOENT if teardown stopped it */
-        s->timer = 0;
+    if (tern__deadline_armed(&s->deadline)) {
+        tern__deadline_disarm(s->loop, &s->deadline);
+        tern__deadline_unclaim(s->loop);
     }
-    /* The lookup's callback still comes (with -ECANCELED); s->resolve stays
-     * set until it does, which keeps the record alive for it. */
-    if (s->resolve != 0)
-        (void)tern__cancel_local(s->loop, s->resolve);
-    tern__internal_end(s->loop);
+    /* The lookup's callback still comes (with -ECANCELED); s->lookup stays
+     * set until it does, which keeps the record alive for it. Cancelling
+     * again (a connect that failed, then closed) changes nothing. */
+    if (s->lookup != NULL)
+        tern__lookup_cancel(s->loop, s->lookup);
 }
 
 void tern__tcp_free_addrs(struct tern__stream *s)
@@ -143,16 +186,6 @@ int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlo
     return 0;
 }
 
-static void backoff_end(tern_loop *loop, tern_id id, void *arg)
-{
-    (void)loop;
-    (void)id;
-    struct tern__stream *s = arg;
-    s->timer = 0; /* a one-shot timer is finished once its callback starts */
-    s->state &= ~TERN__S_BACKOFF;
-    tern__stream_rewatch(s);
-}
-
 /*
  * Out of descriptors or memory: the pending connection stays queued in the
  * kernel, and retrying at once would spin. Pause, say so once on stderr,
@@ -167,19 +200,12 @@ static void backoff(struct tern__stream *s, int status)
                 (unsigned long long)s->op.id, tern_strerror(status),
                 TERN_TCP_ACCEPT_BACKOFF_NS / 1000000ull);
     }
-    tern_id timer;
-    tern__internal_begin(s->loop);
-    int rc = tern_timer_start(s->loop, TERN_TCP_ACCEPT_BACKOFF_NS, 0, backoff_end, s, &timer);
-    if (rc == 0)
-        (void)tern_unref(s->loop, timer);
-    tern__internal_end(s->loop);
-    if (rc == 0) {
-        s->timer = timer;
+    if (deadline_start(s, TERN_TCP_ACCEPT_BACKOFF_NS) == 0) {
         s->state |= TERN__S_BACKOFF;
         tern__stream_rewatch(s);
     }
-    /* Without a timer (the loop is at max_operations) the listener stays
-     * watched and retries on the next turn: busier, but it keeps serving. */
+    /* Without a heap slot (out of memory) the listener stays watched and
+     * retries on the next turn: busier, but it keeps serving. */
     s->backoff_status = status;
     s->backoff_due = true;
     tern__stream_owe(s);
@@ -336,7 +362,7 @@ static void connect_resolved(tern_loop *loop, tern_id id, int status, struct add
     (void)loop;
     (void)id;
     struct tern__stream *s = arg;
-    s->resolve = 0;
+    s->lookup = NULL;
     /* Closed, or already decided (the timeout fired while looking up). */
     if ((s->state & TERN__S_CLOSING) || s->connect_due) {
         tern_freeaddrinfo(res);
@@ -350,15 +376,6 @@ static void connect_resolved(tern_loop *loop, tern_id id, int status, struct add
     s->addrs = s->next_addr = res;
     s->addrs_resolved = true;
     connect_next(s, 0);
-}
-
-static void connect_timeout(tern_loop *loop, tern_id id, void *arg)
-{
-    (void)loop;
-    (void)id;
-    struct tern__stream *s = arg;
-    s->timer = 0;
-    connect_done(s, -ETIMEDOUT);
 }
 
 /*
@@ -398,30 +415,22 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
     s->state |= TERN__S_CONNECTING;
     s->connect_cb = cb;
     s->connect_arg = arg;
-    tern__internal_begin(loop); /* the timeout and the lookup are the runtime's own */
-    if (timeout_ns > 0) {
-        if ((rc = tern_timer_start(loop, timeout_ns, 0, connect_timeout, s, &s->timer)) < 0) {
-            tern__internal_end(loop);
-            goto fail;
-        }
-        (void)tern_unref(loop, s->timer);
-    }
+    if (timeout_ns > 0 && (rc = deadline_start(s, timeout_ns)) < 0)
+        goto fail;
     if (numeric_addr(s, host, port)) {
         connect_next(s, 0); /* any outcome is delivered from dispatch */
     } else {
         struct addrinfo hints = {.ai_family = AF_UNSPEC,
                                  .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_NUMERICSERV};
-        rc = tern_resolve(loop, host, service, &hints, connect_resolved, s, &s->resolve);
+        rc = tern__lookup_start(loop, host, service, &hints, connect_resolved, s, &s->lookup);
     }
-    tern__internal_end(loop);
     if (rc < 0)
         goto fail;
     if (idp != NULL)
         *idp = s->op.id;
     return 0;
 fail:
-    s->resolve = 0;
     tern__stream_discard(s);
     return rc;
 }
