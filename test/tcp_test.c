@@ -90,6 +90,8 @@ struct client {
     size_t got_len;
     atomic_uint echoed;
     atomic_uint closed;
+    atomic_uint written; /* callbacks of the write client_start queues */
+    int write_status;
 };
 
 static const char msg[] = "hello tern";
@@ -114,8 +116,12 @@ static void noop_written(tern_loop *loop, tern_id id, int status, void *arg)
 {
     (void)loop;
     (void)id;
-    (void)arg;
     cr_assert(status == 0 || status == -ECANCELED, "write: %s", tern_err_name(status));
+    struct client *c = arg;
+    if (c != NULL) {
+        c->write_status = status;
+        atomic_fetch_add(&c->written, 1);
+    }
 }
 
 static void client_connected(tern_loop *loop, tern_id id, int status, void *arg)
@@ -142,7 +148,7 @@ static void client_start(tern_loop *loop, struct client *c, const char *host, un
     cr_assert_eq(tern_stream_on_close(loop, c->id, count_close, &c->closed), 0);
     /* Writes may be queued while the connect is in flight. */
     tern_buf b = {msg, sizeof(msg)};
-    cr_assert_eq(tern_stream_write(loop, c->id, &b, 1, noop_written, NULL), 0);
+    cr_assert_eq(tern_stream_write(loop, c->id, &b, 1, noop_written, c), 0);
 }
 
 static void close_listener(tern_loop *loop, struct server *srv)
@@ -487,11 +493,13 @@ BACKEND_TEST(tcp, close_during_connect_cancels_it)
 /* ---------------------------------------------------------------- */
 
 static atomic_bool release_lookup;
+static atomic_bool lookup_entered;
 
 static int stalled_getaddrinfo(const char *host, const char *service,
                                const struct addrinfo *hints, struct addrinfo **res)
 {
     (void)host;
+    atomic_store(&lookup_entered, true);
     uint64_t end = mono_ns() + LIVENESS_NS;
     while (!atomic_load(&release_lookup) && mono_ns() < end)
         sleep_ns(MS);
@@ -515,6 +523,81 @@ BACKEND_TEST(tcp, timeout_during_a_stalled_lookup)
     cr_assert_eq(atomic_load(&c.connected), 1, "exactly one connect callback");
     tern__set_getaddrinfo(NULL);
     loop_free_clean(loop);
+}
+
+/* The connect callback of a teardown lets the stalled lookup return. */
+static void connected_then_release(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    client_connected(loop, id, status, arg);
+    atomic_store(&release_lookup, true);
+}
+
+/*
+ * tern_loop_free while the connect's lookup runs on a worker: the stream
+ * cancels it through the record it holds, and every callback still comes
+ * exactly once (connect -ECANCELED, the queued write -ECANCELED, close);
+ * the lookup returns only once the connect callback has run, so the loop
+ * must keep the record until the lookup's late answer is dropped.
+ */
+BACKEND_TEST(tcp, loop_free_mid_lookup_delivers_every_callback_once)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    atomic_store(&release_lookup, false);
+    atomic_store(&lookup_entered, false);
+    tern__set_getaddrinfo(stalled_getaddrinfo);
+    static struct client c;
+    memset(&c, 0, sizeof(c));
+    cr_assert_eq(tern_tcp_connect(loop, "stalled.example", 9, 20 * SEC, connected_then_release,
+                                  &c, &c.id),
+                 0);
+    cr_assert_eq(tern_stream_on_close(loop, c.id, count_close, &c.closed), 0);
+    tern_buf b = {msg, sizeof(msg)};
+    cr_assert_eq(tern_stream_write(loop, c.id, &b, 1, noop_written, &c), 0);
+    cr_assert(wait_for_flag(&lookup_entered), "the lookup never started");
+    tern_loop_free(loop);
+    tern__set_getaddrinfo(NULL);
+    cr_assert_eq(atomic_load(&c.connected), 1, "connect callbacks: %u", atomic_load(&c.connected));
+    cr_assert_eq(c.status, -ECANCELED, "got %s", tern_err_name(c.status));
+    cr_assert_eq(atomic_load(&c.written), 1, "write callbacks: %u", atomic_load(&c.written));
+    cr_assert_eq(c.write_status, -ECANCELED, "got %s", tern_err_name(c.write_status));
+    cr_assert_eq(atomic_load(&c.closed), 1, "close callbacks: %u", atomic_load(&c.closed));
+}
+
+/*
+ * tern_loop_free while the SYN waits in a full backlog: the connect's
+ * watcher and timeout are stopped by the stream's close, and every
+ * callback comes exactly once.
+ */
+BACKEND_TEST(tcp, loop_free_mid_connect_delivers_every_callback_once)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(l, 0), 0);
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    int fill[8];
+    for (int i = 0; i < 8; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        connect(fill[i], (struct sockaddr *)&a, sizeof(a)); /* EINPROGRESS or done */
+    }
+    wait_accept_queue_full(l);
+    static struct client c;
+    client_start(loop, &c, "127.0.0.1", ntohs(a.sin_port), 20 * SEC);
+    for (int i = 0; i < 3; i++)
+        tern_loop_run_once(loop, 0);
+    cr_assert_eq(atomic_load(&c.connected), 0, "the connect finished: %s",
+                 tern_err_name(c.status));
+    tern_loop_free(loop);
+    cr_assert_eq(atomic_load(&c.connected), 1, "connect callbacks: %u", atomic_load(&c.connected));
+    cr_assert_eq(c.status, -ECANCELED, "got %s", tern_err_name(c.status));
+    cr_assert_eq(atomic_load(&c.written), 1, "write callbacks: %u", atomic_load(&c.written));
+    cr_assert_eq(c.write_status, -ECANCELED, "got %s", tern_err_name(c.write_status));
+    cr_assert_eq(atomic_load(&c.closed), 1, "close callbacks: %u", atomic_load(&c.closed));
+    for (int i = 0; i < 8; i++)
+        close(fill[i]);
+    close(l);
 }
 
 BACKEND_TEST(tcp, a_connect_that_fails_at_once_still_reports_through_dispatch)
