@@ -7,6 +7,15 @@
  *   stopped before their fd is closed (the header says so).
  * - Regular files cannot be added (EPERM); the error is passed on.
  * - EPOLLHUP and EPOLLERR are always reported, whatever the interest.
+ * - A peer's half-close (shutdown(SHUT_WR)) is EPOLLRDHUP, reported only
+ *   when asked for, and tern never asks: a reading stream learns end of
+ *   stream from recv() returning 0 (the fd turns readable anyway), and a
+ *   writer learns of a gone peer from EPOLLERR/EPOLLHUP or its send. Asked
+ *   for, it would only add a bit no caller reads, and on a watcher that
+ *   waits for writability alone it would report on every turn after the
+ *   half-close (level-triggered), spinning the loop. So TERN_HANGUP here
+ *   is EPOLLHUP: both directions are down. (kqueue's EV_EOF differs; see
+ *   kqueue.c.)
  * - The timeout is in milliseconds; nanoseconds are rounded up so a wait
  *   never ends before the deadline it was computed from. Waits longer than
  *   INT_MAX ms are clamped (the loop simply turns again).
@@ -69,7 +78,7 @@ static int epoll_wait_backend(struct tern__backend *b, int64_t timeout_ns,
         uint32_t e = evs[i].events;
         out[i].fd = evs[i].data.fd;
         out[i].events = ((e & EPOLLIN) ? TERN_READABLE : 0) | ((e & EPOLLOUT) ? TERN_WRITABLE : 0) |
-                        ((e & (EPOLLHUP | EPOLLRDHUP)) ? TERN_HANGUP : 0) |
+                        ((e & EPOLLHUP) ? TERN_HANGUP : 0) |
                         ((e & EPOLLERR) ? TERN_ERROR : 0);
     }
     return n;
