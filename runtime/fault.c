@@ -33,11 +33,6 @@ bool tern__fault_fired(void)
     return atomic_load(&fired);
 }
 
-uint64_t tern__fault_count(void)
-{
-    return atomic_load(&counted);
-}
-
 bool tern__fault_hit(enum tern__fault_site site)
 {
     if (__builtin_expect(!(atomic_load_explicit(&armed_mask, memory_order_relaxed) & site), 1))

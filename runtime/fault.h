@@ -31,8 +31,6 @@ enum tern__fault_site {
 void tern__fault_arm(unsigned mask, uint64_t nth);
 /* Whether the armed failure has been injected since the last arm. */
 bool tern__fault_fired(void);
-/* How many checked calls have been counted since the last arm. */
-uint64_t tern__fault_count(void);
 
 /* Called by the runtime at a site: true means "fail this call". */
 bool tern__fault_hit(enum tern__fault_site site);

@@ -294,7 +294,8 @@ bool tern__inbound_quiet(tern_loop *loop)
            !tern__inbound_pending(loop);
 }
 
-int tern__cancel_local(tern_loop *loop, tern_id id)
+/* Resolve a cancel by id on the thread that holds the loop. */
+static int cancel_local(tern_loop *loop, tern_id id)
 {
     struct tern__op *op = tern__op_find(loop, id);
     if (op == NULL)
@@ -321,7 +322,7 @@ int tern_cancel(tern_loop *loop, tern_id id)
     if (id == 0)
         return -EINVAL;
     if (atomic_load_explicit(&loop->owner, memory_order_relaxed) == tern__thread_token())
-        return tern__cancel_local(loop, id);
+        return cancel_local(loop, id);
     /*
      * Count ourselves in before looking at `closing`: tern_loop_free sets
      * `closing` and then waits for this count to drop, so either it sees
@@ -394,7 +395,7 @@ void tern__inbound_drain(tern_loop *loop)
     while (cancels != NULL) {
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;
-        tern__cancel_local(loop, in->u.cancel_id);
+        cancel_local(loop, in->u.cancel_id);
         node_free(in);
     }
 }

@@ -37,7 +37,7 @@ static tern_loop **registry; /* fd -> owning loop; guarded by registry_lock */
 static unsigned registry_len;
 static unsigned registry_used; /* freed when it drops to 0, so exits are valgrind-clean */
 
-int tern__fd_claim(int fd, tern_loop *loop)
+static int fd_claim(int fd, tern_loop *loop)
 {
     int rc = 0;
     pthread_mutex_lock(&registry_lock);
@@ -66,7 +66,7 @@ out:
     return rc;
 }
 
-void tern__fd_release(int fd)
+static void fd_release(int fd)
 {
     pthread_mutex_lock(&registry_lock);
     TERN_INSIST((unsigned)fd < registry_len && registry[fd] != NULL);
@@ -140,10 +140,10 @@ int tern__io_start(tern_loop *loop, struct tern__io *io, int fd, unsigned events
         return rc;
     if (loop->fds[fd] != NULL)
         return -EEXIST;
-    if ((rc = tern__fd_claim(fd, loop)) < 0)
+    if ((rc = fd_claim(fd, loop)) < 0)
         return rc;
     if ((rc = loop->backend.ops->modify(&loop->backend, fd, 0, events)) < 0) {
-        tern__fd_release(fd);
+        fd_release(fd);
         return rc;
     }
     io->fd = fd;
@@ -175,7 +175,7 @@ void tern__io_stop(tern_loop *loop, struct tern__io *io)
     (void)loop->backend.ops->modify(&loop->backend, io->fd, io->events, 0);
     loop->fds[io->fd] = NULL;
     TERN_DECREMENT(loop->io_count);
-    tern__fd_release(io->fd);
+    fd_release(io->fd);
     io->fd = -1;
     io->events = 0;
 }

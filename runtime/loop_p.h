@@ -416,8 +416,6 @@ bool tern__inbound_pending(tern_loop *loop);
 void tern__inbound_drain(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */
 bool tern__inbound_quiet(tern_loop *loop);
-/* Resolve a cancel by id on the thread that holds the loop. */
-int tern__cancel_local(tern_loop *loop, tern_id id);
 
 /* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
 void tern__rcu_enter(tern_loop *loop);
@@ -481,9 +479,6 @@ void tern__io_fired(tern_loop *loop, int fd, unsigned events);
 /* Signals (net/signal.c): the backend itself reported count deliveries of
  * signo (a TERN__FIRED_SIGNAL entry). */
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count);
-/* The process-wide fd registry behind G4. */
-int tern__fd_claim(int fd, tern_loop *loop);
-void tern__fd_release(int fd);
 
 /* Record sizes of the slab-allocated kinds (timer.c, defer.c). */
 extern const size_t tern__timer_size, tern__defer_size;

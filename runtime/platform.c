@@ -37,7 +37,8 @@ int tern__fd_nonblock_cloexec(int fd)
     return 0;
 }
 
-int tern__pipe(int fds[2])
+/* A pipe, both ends non-blocking and close-on-exec. */
+static int make_pipe(int fds[2])
 {
     int rc = tern__fd_fault();
     if (rc < 0)
@@ -149,7 +150,7 @@ int tern__wake_open(struct tern__wake *w)
     return 0;
 #else
     int fds[2];
-    int rc = tern__pipe(fds);
+    int rc = make_pipe(fds);
     if (rc < 0)
         return rc;
     w->fd = fds[0];
@@ -300,7 +301,7 @@ static bool blocked_here(int signo)
 static int open_pipe(struct tern__sigsource *s)
 {
     int fds[2];
-    int rc = tern__pipe(fds);
+    int rc = make_pipe(fds);
     if (rc < 0)
         return rc;
     s->fd = fds[0];

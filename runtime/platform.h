@@ -85,8 +85,6 @@ int tern__accept(int lfd);
  */
 int tern__socket_nosigpipe(int fd);
 
-/* tern__pipe: a pipe, both ends non-blocking and close-on-exec. */
-int tern__pipe(int fds[2]);
 
 /* ------------------------------------------------------------------ */
 /* Threads and clocks                                                  */

@@ -125,7 +125,6 @@ struct tern__stream {
 #define TERN__HIGH_WATER_DEFAULT ((size_t)1 << 20)
 #define TERN__WRITE_BUFS_MAX 1024u
 
-extern const struct tern__op_class tern__stream_class;
 /* The class of a stream's internal deadline (tcp.c). */
 extern const struct tern__op_class tern__stream_deadline_class;
 
@@ -145,8 +144,6 @@ int tern__stream_watch(struct tern__stream *s, unsigned events);
 void tern__stream_rewatch(struct tern__stream *s);
 /* Queue the stream so its dispatch delivers what it owes. */
 void tern__stream_owe(struct tern__stream *s);
-/* Close: the shared body of tern_stream_close and the cancel hook. */
-int tern__stream_close(struct tern__stream *s);
 
 /* write.c */
 void tern__write_flush(struct tern__stream *s);

@@ -36,8 +36,9 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op);
 static int stream_cancel(tern_loop *loop, struct tern__op *op);
 static void stream_free(tern_loop *loop, struct tern__op *op);
 static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events);
+static int stream_close(struct tern__stream *s);
 
-const struct tern__op_class tern__stream_class = {
+static const struct tern__op_class stream_class = {
     .name = "stream",
     .dispatch = stream_dispatch,
     .cancel = stream_cancel,
@@ -71,7 +72,7 @@ int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
     s->high_water = TERN__HIGH_WATER_DEFAULT;
     tern__io_init(&s->io, stream_fired);
     tern__deadline_init(&s->deadline, &tern__stream_deadline_class);
-    if ((rc = tern__op_add(loop, &s->op, &tern__stream_class)) < 0) {
+    if ((rc = tern__op_add(loop, &s->op, &stream_class)) < 0) {
         tern__op_unadmit(loop);
         tern__free(s);
         return rc;
@@ -97,7 +98,7 @@ void tern__stream_discard(struct tern__stream *s)
 struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id)
 {
     struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &tern__stream_class)
+    if (op == NULL || op->cls != &stream_class)
         return NULL;
     struct tern__stream *s = (struct tern__stream *)op;
     return (s->state & TERN__S_CLOSING) ? NULL : s;
@@ -277,7 +278,7 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
             /* A failed connect closes the stream: its id is stale in the
              * callback, and its queued writes are cancelled. */
             s->state &= ~TERN__S_CONNECTING;
-            tern__stream_close(s);
+            stream_close(s);
         }
         s->connect_cb(loop, id, s->connect_status, s->connect_arg);
     }
@@ -314,7 +315,8 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     }
 }
 
-int tern__stream_close(struct tern__stream *s)
+/* Close: the shared body of tern_stream_close and the cancel hook. */
+static int stream_close(struct tern__stream *s)
 {
     if (s->state & TERN__S_CLOSING)
         return -ENOENT;
@@ -349,7 +351,7 @@ int tern__stream_close(struct tern__stream *s)
 static int stream_cancel(tern_loop *loop, struct tern__op *op)
 {
     (void)loop;
-    return tern__stream_close((struct tern__stream *)op);
+    return stream_close((struct tern__stream *)op);
 }
 
 static void stream_free(tern_loop *loop, struct tern__op *op)
@@ -471,7 +473,7 @@ int tern_stream_close(tern_loop *loop, tern_id id)
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
     struct tern__stream *s = tern__stream_get(loop, id);
-    return s == NULL ? -ENOENT : tern__stream_close(s);
+    return s == NULL ? -ENOENT : stream_close(s);
 }
 
 int tern_stream_fd(tern_loop *loop, tern_id id)
