@@ -105,7 +105,7 @@ TERN_EXTERN int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port
  * stream is closed by the time cb runs (its id is stale in cb; queued
  * writes complete with -ECANCELED and a close callback set with
  * tern_stream_on_close runs after cb): -ETIMEDOUT when timeout_ns passed
- * first (a tern timer covering both the lookup and the connect; 0 means no
+ * first (one deadline covering both the lookup and the connect; 0 means no
  * timeout), -ECONNREFUSED and other connect errors (of the last address
  * tried), a TERN_EAI_* code from the lookup, -ECANCELED when closed first.
  * Writes may be queued before the connect completes; they go out once it
