@@ -375,7 +375,11 @@ int64_t tern_loop_next_timeout(const tern_loop *loop)
 /* ------------------------------------------------------------------ */
 
 /*
- * Cancel every live op. A cancel hook may finish its op, and the map's
+ * Cancel every live op that has an id. Ops without one are not walked:
+ * defers run in the drain, and a connect's lookup (withdrawn from the map)
+ * is cancelled by the stream that holds it; what is embedded in a record
+ * (watchers, internal deadlines) is stopped by its owner's cancel.
+ * A cancel hook may finish its op, and the map's
  * backward-shift deletion can then move a later entry behind the walk; so
  * walk again while walks still finish ops. Hooks are idempotent (a job
  * already told to stop is told again), and ops that stay (running jobs)
