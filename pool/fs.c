@@ -10,7 +10,8 @@
  * used, because a cancel that lands while the system call runs changes
  * nothing about what the call did (SPEC §13: "done says what happened").
  * A NULL result means the work never ran, or a whole-file request was
- * stopped in the queue between steps: that is -ECANCELED.
+ * stopped in the queue between steps: that is -ECANCELED, or -ETIMEDOUT
+ * when the request's deadline (tern_fs_options.timeout_ns) stopped it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,12 +42,18 @@ void tern_fs_free(void *p)
 
 static void fs_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
 {
-    (void)status; /* the job's: see the top of this file */
     struct tern__fs_req *r = arg;
     if (result == NULL) {
         tern__fs_abandon(r);
         r->status = -ECANCELED;
     }
+    /*
+     * The job's status matters in one case: a request stopped unstarted or
+     * at a step boundary (-ECANCELED above or from its work) because its
+     * deadline came says so, as a job would.
+     */
+    if (r->status == -ECANCELED && status == -ETIMEDOUT)
+        r->status = -ETIMEDOUT;
     tern_fs_cb cb = r->cb;
     void *cb_arg = r->arg;
     tern_fs_result res = r->res;
@@ -109,7 +116,8 @@ static int req_new(tern_loop *loop, const struct spec *s, const tern_fs_options 
         return -ENOMEM;
     *r = (struct tern__fs_req){.op = s->op, .fd = -1, .fd2 = -1, .own_fd = -1,
                                .max_bytes = opts->max_bytes, .step_bytes = opts->step_bytes,
-                               .mode = opts->mode, .cb = cb, .arg = arg};
+                               .mode = opts->mode, .cb = cb, .arg = arg,
+                               .admit = {.owner = opts->owner, .timeout_ns = opts->timeout_ns}};
     char *p = (char *)(r + 1);
     r->iov = (struct iovec *)p;
     p += iov_bytes;
@@ -131,8 +139,10 @@ static int req_new(tern_loop *loop, const struct spec *s, const tern_fs_options 
 static int submit(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
 {
     bool whole = r->op == TERN__FS_READ_FILE || r->op == TERN__FS_WRITE_FILE;
-    int rc = tern__submit_job(loop, TERN_BOUNDED, whole ? TERN__JOB_STEPS : TERN__JOB_WORK,
-                              whole ? tern__fs_whole_work : tern__fs_one_work, fs_done, r, idp);
+    /* The owner and the timeout are checked here, with the limits. */
+    int rc = tern__submit_job_with(loop, TERN_BOUNDED, whole ? TERN__JOB_STEPS : TERN__JOB_WORK,
+                                   whole ? tern__fs_whole_work : tern__fs_one_work, fs_done, r,
+                                   &r->admit, idp);
     if (rc < 0)
         free(r);
     return rc;

@@ -55,6 +55,7 @@ struct tern__fs_req {
     unsigned iovcnt;
     const void *wdata; /* write_file: the caller's bytes */
     tern_fs_result res;
+    tern_job_options admit; /* owner and timeout, for tern__submit_job_with */
     tern_fs_cb cb;
     void *arg;
 };

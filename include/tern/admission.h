@@ -36,7 +36,8 @@ typedef enum tern_refusal {
 
 /*
  * tern_loop_last_refusal: the cause of the last submission on this loop
- * (tern_submit, tern_submit_with, tern_resolve, tern_resolve_with): a
+ * (tern_submit, tern_submit_with, tern_resolve, tern_resolve_with, and
+ * the file requests of tern/fs.h): a
  * TERN_REFUSED_* value when it returned -EAGAIN, TERN_REFUSED_NONE when it
  * did not. Read it right after the call.
  * Requires: loop != NULL.

@@ -41,13 +41,25 @@
 
 /*
  * Options every file request takes; NULL means the defaults. Set them up
- * with tern_fs_options_init() so fields added later (an owner, a timeout,
- * once tern has them) start at their defaults.
+ * with tern_fs_options_init() so fields added later start at their
+ * defaults.
+ *
+ * owner and timeout_ns admit a request exactly as tern_job_options admits
+ * a job (tern/admission.h): it counts against the owner's cap from
+ * acceptance until cb starts (beyond the cap: -EAGAIN, cause
+ * TERN_REFUSED_OWNER_CAP); closing the owner cancels it; a request not
+ * started when its timeout passes never starts and cb gets -ETIMEDOUT.
+ * A deadline that comes while a system call runs is a cancel like any
+ * other (see the top of this file): the call finishes and cb reports what
+ * it did; a request of several steps stops at the next step boundary,
+ * undoes what it opened, and cb gets -ETIMEDOUT.
  */
 typedef struct tern_fs_options {
     uint64_t max_bytes; /* tern_fs_read_file: a larger file is -EFBIG (1 GiB) */
     size_t step_bytes;  /* whole-file requests: bytes read or written per step (1 MiB) */
     unsigned mode;      /* tern_fs_write_file: mode of a new file, before umask (0666) */
+    tern_id owner;      /* an owner (tern_owner_open) it counts against, or 0 (none) */
+    uint64_t timeout_ns; /* not started by then: cb gets -ETIMEDOUT; 0: none; 1..2^62 */
 } tern_fs_options;
 
 /*
@@ -105,10 +117,13 @@ TERN_EXTERN void tern_fs_free(void *p);
  *     while no thread runs it); otherwise the call aborts with a message.
  * Returns: 0 and the request's id in *idp (idp may be NULL), or a negative
  *     errno with nothing started and nothing changed: the bad values of the
- *     top of this file; -EAGAIN (queue full, max_undelivered,
- *     max_operations); -ENOMEM; -ESHUTDOWN (the loop is being freed);
- *     -EINVAL when the loop's pool configuration conflicts with the running
- *     pool's. On any error cb never runs.
+ *     top of this file; -EINVAL for an unknown or closed opts->owner or an
+ *     opts->timeout_ns over 2^62; -EAGAIN (queue full, max_undelivered,
+ *     max_operations, the owner's cap, a pool shutdown under way:
+ *     tern_loop_last_refusal names which); -ENOMEM; -ESHUTDOWN (the loop
+ *     is being freed); -EINVAL when the loop's pool configuration
+ *     conflicts with the running pool's. On any error cb never runs (a
+ *     refusal for the owner's cap counts in the owner's refused).
  * Ownership: paths and iovec arrays are copied; the buffers stay the
  *     caller's until cb runs; opts is read during the call only.
  * Threads: loop-only; cb runs on the loop's thread, in step 2.
