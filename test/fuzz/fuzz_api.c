@@ -8,6 +8,10 @@
  * and connect over loopback, streams, cancels and stops from a foreign
  * thread, pool start and shutdown, injected allocation/thread/descriptor
  * failures (runtime/fault.h), and loops freed with all of that in flight.
+ * Admission (include/tern/admission.h): owners opened (good and bad caps),
+ * closed, cancelled by id and read; jobs, lookups and file requests
+ * submitted with an owner (live, closed, another loop's, made up) and a
+ * timeout (none, short enough to expire, the largest, too large).
  * Ids passed around include live ones, finished ones, the other loop's,
  * 0 and random values; arguments include NULL callbacks, bad fds, bad
  * events and out-of-range sizes.
@@ -22,6 +26,19 @@
  *     none at all for a refused call;
  *   - no timer or watcher callback after a successful stop or cancel, no
  *     read callback after a close;
+ *   - a job's done: status 0 only if its work ran, and then the work's
+ *     result; NULL and a failure if it never ran; -ETIMEDOUT only for a job
+ *     with a timeout, -ECANCELED only for one a cancel may have reached (by
+ *     id, its owner's close, its loop's free, a cancelling pool shutdown),
+ *     so a job whose deadline passed before it started gets -ETIMEDOUT and
+ *     one queued when its owner closed gets -ECANCELED; likewise lookups
+ *     and file requests for -ETIMEDOUT and -ECANCELED;
+ *   - admission: a refusal is -EAGAIN with the cause of the limit hit
+ *     (the owner's cap exactly when the model's count of the owner's jobs
+ *     in flight is at the cap; max_undelivered and max_operations exactly
+ *     when the loop's stats say so; never "shutdown" from this thread),
+ *     and TERN_REFUSED_NONE after an accepted call; bad options get
+ *     -EINVAL; tern_owner_stats_get equals the model's counts;
  *   - once tern_loop_free returns, everything that loop owed has been
  *     delivered and nothing of it runs again (ASan and LeakSanitizer see
  *     the rest: a use after free, a leak).
@@ -110,7 +127,10 @@ static unsigned u16(struct input *in)
 /* Records: what the harness expects of every accepted operation       */
 /* ------------------------------------------------------------------ */
 
-enum kind { K_TIMER = 1, K_JOB, K_LOOKUP, K_POST, K_DEFER, K_WATCH, K_STREAM, K_WRITE, K_SHUT, K_FS };
+enum kind {
+    K_TIMER = 1, K_JOB, K_LOOKUP, K_POST, K_DEFER, K_WATCH, K_STREAM, K_WRITE, K_SHUT, K_FS,
+    K_OWNER
+};
 
 struct rec {
     enum kind kind;
@@ -131,6 +151,17 @@ struct rec {
     struct rec *stream; /* write/shutdown: its stream */
     unsigned fs_op;     /* file request: which (step_fs) */
     char buf[32];       /* file request: a read's buffer, until its callback */
+    /* Admission. A job, lookup or file request: */
+    struct rec *owner;  /* the owner it counts against, or NULL */
+    uint64_t timeout;   /* its timeout, 0 if none */
+    bool cancel_asked;  /* a cancel may have reached it: -ECANCELED is allowed */
+    atomic_uint ran;    /* job: its work started (written by a worker) */
+    /* An owner (the model of its counts): */
+    bool closed;        /* closed, cancelled or its loop freed: the id is stale */
+    bool close_coming;  /* a close or cancel of it was made: it may be stale already */
+    unsigned cap, in_flight;
+    unsigned maybe;     /* lookups answered early (-ETIMEDOUT) that may still count */
+    uint64_t m_accepted, m_refused;
 };
 
 static struct rec recs[MAX_RECS];
@@ -139,6 +170,7 @@ static unsigned nrecs;
 struct slot {
     tern_loop *loop;
     unsigned port; /* its listener's port, 0 if none */
+    unsigned max_operations, max_undelivered; /* as the loop was made */
 };
 
 static struct slot slots[2];
@@ -189,6 +221,204 @@ static bool injected(int rc)
 }
 
 /* ------------------------------------------------------------------ */
+/* The admission model: owners, cancels that may reach a request       */
+/* ------------------------------------------------------------------ */
+
+/* What the admission steps reached, for fuzz_replay's closing line. */
+static struct {
+    unsigned owners, owned_accepted, owner_cap_refusals, timed_accepted, timed_out, closes;
+} adm_seen;
+
+static bool is_request(const struct rec *r)
+{
+    return r->kind == K_JOB || r->kind == K_LOOKUP || r->kind == K_FS;
+}
+
+/* The live owner `id` names on slot s's loop, or NULL. */
+static struct rec *owner_live(int s, tern_id id)
+{
+    for (unsigned i = 0; i < nrecs; i++) {
+        struct rec *r = &recs[i];
+        if (r->kind == K_OWNER && r->accepted && !r->closed && !r->dead && r->slot == s &&
+            r->id == id && id != 0)
+            return r;
+    }
+    return NULL;
+}
+
+/* A request whose completion has not come yet, so a cancel may reach it. */
+static bool owed(const struct rec *r)
+{
+    return is_request(r) && r->accepted && r->calls == 0 && !r->dead;
+}
+
+/*
+ * A cancel of `id` on slot s is about to be made (marked first: a queued
+ * cancel takes effect while the harness pumps, before it hears back).
+ * Every request with that id may be stopped; if id is a live owner, so
+ * may every request it has in flight.
+ */
+static void cancel_coming(int s, tern_id id)
+{
+    struct rec *o = owner_live(s, id);
+    if (o != NULL)
+        o->close_coming = true;
+    for (unsigned i = 0; i < nrecs; i++) {
+        struct rec *r = &recs[i];
+        if (owed(r) && r->slot == s && (r->id == id || (o != NULL && r->owner == o)))
+            r->cancel_asked = true;
+    }
+}
+
+/* Every request still owed on slot s (or on every slot, s < 0) may be stopped. */
+static void cancel_everything_coming(int s)
+{
+    for (unsigned i = 0; i < nrecs; i++)
+        if (owed(&recs[i]) && (s < 0 || recs[i].slot == s))
+            recs[i].cancel_asked = true;
+}
+
+/* Slot s's loop is about to be freed: its owners close first. */
+static void owners_closing(int s)
+{
+    for (unsigned i = 0; i < nrecs; i++)
+        if (recs[i].kind == K_OWNER && recs[i].slot == s)
+            recs[i].close_coming = true;
+}
+
+/* A cancel of `id` on slot s succeeded: a live owner it named is closed. */
+static void cancel_done(int s, tern_id id)
+{
+    struct rec *o = owner_live(s, id);
+    if (o != NULL)
+        o->closed = true;
+}
+
+/* The owner's stats must equal the model (an early-answered lookup may still count). */
+static void owner_check(struct rec *o, const char *when)
+{
+    if (o == NULL || o->closed || o->dead)
+        return;
+    tern_owner_stats st;
+    int rc = tern_owner_stats_get(o->loop, o->id, &st);
+    if (rc == -ENOENT && o->close_coming)
+        return; /* closed by a cancel the harness has not heard back from, or a free */
+    ENSURE(rc == 0, "%s: tern_owner_stats_get of a live owner: %s", when, tern_err_name(rc));
+    ENSURE(st.cap == o->cap && st.accepted == o->m_accepted && st.refused == o->m_refused &&
+               st.in_flight >= o->in_flight && st.in_flight <= o->in_flight + o->maybe,
+           "%s: owner stats cap %u in_flight %u accepted %" PRIu64 " refused %" PRIu64
+           "; the model says cap %u in_flight %u (+%u) accepted %" PRIu64 " refused %" PRIu64,
+           when, st.cap, st.in_flight, st.accepted, st.refused, o->cap, o->in_flight, o->maybe,
+           o->m_accepted, o->m_refused);
+}
+
+/* A request of o's has completed: its count is released before the callback. */
+static void owner_release(struct rec *r, bool maybe_still_counted)
+{
+    struct rec *o = r->owner;
+    if (o == NULL)
+        return;
+    ENSURE(o->in_flight > 0, "owner: more completions than jobs in flight");
+    o->in_flight--;
+    if (maybe_still_counted)
+        o->maybe++;
+    owner_check(o, "in a completion");
+}
+
+/*
+ * What a request ended with, for every kind: -ETIMEDOUT only with a
+ * timeout; -ECANCELED only if a cancel may have reached it.
+ */
+static void check_stop_status(const struct rec *r, int status, const char *what)
+{
+    adm_seen.timed_out += status == -ETIMEDOUT;
+    if (status == -ETIMEDOUT)
+        ENSURE(r->timeout != 0, "%s: -ETIMEDOUT without a timeout", what);
+    if (status == -ECANCELED)
+        ENSURE(r->cancel_asked, "%s: -ECANCELED though no cancel could have reached it", what);
+}
+
+/* The owner's cap may or may not refuse: an early-answered lookup may still count. */
+#define OWNER_CAP_MAYBE ((tern_refusal)99)
+
+/*
+ * Before a submission on slot s with owner o (NULL: none): the refusal the
+ * harness can predict from its model and the loop's stats, or NONE.
+ * Order as in admission: the owner's cap, max_undelivered, max_operations.
+ */
+static tern_refusal predict_refusal(int s, const struct rec *o, const tern_loop_stats *before)
+{
+    if (o != NULL && o->in_flight + o->maybe >= o->cap)
+        return o->in_flight >= o->cap ? TERN_REFUSED_OWNER_CAP : OWNER_CAP_MAYBE;
+    if (before->undelivered >= slots[s].max_undelivered)
+        return TERN_REFUSED_UNDELIVERED;
+    if (before->live_operations >= slots[s].max_operations)
+        return TERN_REFUSED_OPERATIONS;
+    return TERN_REFUSED_NONE;
+}
+
+/*
+ * After a submission that passed the checks of its values: its return and
+ * tern_loop_last_refusal agree with the limits, and the model follows.
+ * `want` is predict_refusal's answer; is_long: a long-class job.
+ */
+static void admission_after(int s, int rc, tern_refusal want, struct rec *o, bool is_long,
+                            const tern_loop_stats *before, const char *what)
+{
+    tern_loop *loop = slots[s].loop;
+    tern_refusal cause = tern_loop_last_refusal(loop);
+    if (rc == 0) {
+        ENSURE(cause == TERN_REFUSED_NONE, "%s accepted, but the cause says %s", what,
+               tern_refusal_name(cause));
+        ENSURE(want == TERN_REFUSED_NONE || want == OWNER_CAP_MAYBE,
+               "%s accepted past a limit (%s)", what, tern_refusal_name(want));
+        if (o != NULL) {
+            o->in_flight++;
+            o->m_accepted++;
+            adm_seen.owned_accepted++;
+        }
+    } else if (rc == -EAGAIN) {
+        switch (cause) {
+        case TERN_REFUSED_OWNER_CAP:
+            ENSURE(o != NULL && o->in_flight + o->maybe >= o->cap,
+                   "%s: refused for an owner's cap it had not reached", what);
+            o->m_refused++;
+            adm_seen.owner_cap_refusals++;
+            break;
+        case TERN_REFUSED_UNDELIVERED:
+            ENSURE(before->undelivered >= slots[s].max_undelivered,
+                   "%s: refused for max_undelivered at %u of %u", what, before->undelivered,
+                   slots[s].max_undelivered);
+            break;
+        case TERN_REFUSED_OPERATIONS:
+            ENSURE(before->live_operations >= slots[s].max_operations,
+                   "%s: refused for max_operations at %u of %u", what, before->live_operations,
+                   slots[s].max_operations);
+            break;
+        case TERN_REFUSED_LONG_CEILING:
+            ENSURE(is_long, "%s: a bounded request refused for the long ceiling", what);
+            break;
+        case TERN_REFUSED_QUEUE_FULL:
+            ENSURE(!is_long, "%s: a long job refused for the bounded queue", what);
+            break;
+        default:
+            FAIL("%s: -EAGAIN with cause %s (%d)", what, tern_refusal_name(cause), (int)cause);
+        }
+        tern_loop_stats after;
+        tern_loop_stats_get(loop, &after);
+        ENSURE(after.live_operations == before->live_operations &&
+                   after.undelivered == before->undelivered,
+               "%s: a refusal left something (live %u -> %u, undelivered %u -> %u)", what,
+               before->live_operations, after.live_operations, before->undelivered,
+               after.undelivered);
+    }
+    if (want != TERN_REFUSED_NONE && want != OWNER_CAP_MAYBE && !fault_armed)
+        ENSURE(rc == -EAGAIN && cause == want, "%s: %s with cause %s; the limits say %s", what,
+               tern_err_name(rc), tern_refusal_name(cause), tern_refusal_name(want));
+    owner_check(o, what);
+}
+
+/* ------------------------------------------------------------------ */
 /* Callbacks                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -210,6 +440,7 @@ static void *job_work(tern_job *job, void *arg)
 {
     struct rec *r = arg;
     ENSURE(tern_loop_current() == NULL, "work: tern_loop_current() is not NULL on a worker");
+    atomic_store_explicit(&r->ran, 1, memory_order_relaxed);
     if (r->work == 1) {
         for (unsigned i = 0; i < 40 && !tern_job_cancelled(job); i++) {
             struct timespec ts = {0, 50000};
@@ -225,9 +456,18 @@ static void job_done(tern_loop *loop, tern_id id, int status, void *result, void
     arrived(r, loop, "job");
     ENSURE(id == r->id, "job: wrong id");
     ENSURE(r->calls == 0, "job: a second completion");
-    ENSURE(status == 0 || status == -ECANCELED, "job: status %s", tern_err_name(status));
-    ENSURE(result == r || (result == NULL && status == -ECANCELED), "job: wrong result");
+    ENSURE(status == 0 || status == -ECANCELED || status == -ETIMEDOUT, "job: status %s",
+           tern_err_name(status));
+    check_stop_status(r, status, "job");
+    /* The hand-back orders the work's store before this read. */
+    bool ran = atomic_load_explicit(&r->ran, memory_order_relaxed) != 0;
+    ENSURE(ran ? result == r : (result == NULL && status != 0),
+           "job: ran %d, status %s, result %p (want the work's result iff it ran)", ran,
+           tern_err_name(status), result);
+    if (!ran && !r->cancel_asked)
+        ENSURE(status == -ETIMEDOUT, "job: never ran, no cancel: %s", tern_err_name(status));
     r->calls++;
+    owner_release(r, false);
 }
 
 static void lookup_cb(tern_loop *loop, tern_id id, int status, struct addrinfo *res, void *arg)
@@ -239,8 +479,11 @@ static void lookup_cb(tern_loop *loop, tern_id id, int status, struct addrinfo *
     ENSURE((status == 0) == (res != NULL), "lookup: status %s with res %p", tern_err_name(status),
            (void *)res);
     sane_rc(status, "lookup status");
+    check_stop_status(r, status, "lookup");
     tern_freeaddrinfo(res);
     r->calls++;
+    /* Answered at its deadline while getaddrinfo ran, it counts until that returns. */
+    owner_release(r, status == -ETIMEDOUT);
 }
 
 static void post_cb(tern_loop *loop, void *arg)
@@ -514,6 +757,8 @@ static void step_loop_new(struct input *in)
     }
     slots[s].loop = loop;
     slots[s].port = 0;
+    slots[s].max_operations = o.max_operations;
+    slots[s].max_undelivered = o.max_undelivered;
 }
 
 static void step_loop_free(struct input *in)
@@ -595,6 +840,7 @@ static void step_cancel(struct input *in)
     bool queued = (u8(in) & 1) != 0;
     tern_id id = pick_id(in, (enum kind)(1 + u8(in) % 7), s);
     struct rec *r = rec_find(id);
+    cancel_coming(s, id);
     int rc = queued ? tern_cancel(loop, id) : tern__test_cancel_now(loop, id);
     ENSURE(rc <= TERN_CANCEL_REQUESTED, "tern_cancel returned %d", rc);
     if (rc < 0)
@@ -609,13 +855,16 @@ static void step_cancel(struct input *in)
         int alive = tern_loop_run_once(loop, 0);
         ENSURE(alive == 0 || alive == 1, "tern_loop_run_once returned %d", alive);
         stopped_by_id(id, s, true);
+        cancel_done(s, id);
         return;
     }
     if (r == NULL || r->slot != s)
         ENSURE(rc == -ENOENT || id == 0, "tern_cancel of an id this loop never gave: %d", rc);
     ENSURE(rc != TERN_CANCEL_REQUESTED, "a cancel from the loop's own thread was queued");
-    if (rc >= 0)
+    if (rc >= 0) {
         stopped_by_id(id, s, true);
+        cancel_done(s, id);
+    }
 }
 
 static void step_submit(struct input *in)
@@ -832,6 +1081,7 @@ static void step_foreign(struct input *in)
         case 2:
             a->what = F_CANCEL;
             a->id = pick_id(in, (enum kind)(1 + (c >> 3) % 7), s);
+            cancel_coming(s, a->id);
             break;
         default:
             a->what = F_STOP;
@@ -874,6 +1124,7 @@ static void step_foreign(struct input *in)
             struct rec *r = rec_find(a->id);
             if (r != NULL && r->slot == a->slot && r->kind == K_STREAM)
                 r->closing = true;
+            cancel_done(a->slot, a->id);
         }
     }
 }
@@ -1097,6 +1348,7 @@ static void fs_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, 
     ENSURE(r->calls == 0, "file request: a second callback");
     ENSURE(res != NULL, "file request: NULL result");
     sane_rc(status, "file request status");
+    check_stop_status(r, status, "file request");
     if (status != 0)
         ENSURE(res->data == NULL && res->listing == NULL,
                "file request: memory returned with status %s", tern_err_name(status));
@@ -1113,6 +1365,7 @@ static void fs_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, 
     tern_fs_free(res->data);
     tern_fs_free(res->listing);
     r->calls++;
+    owner_release(r, false);
 }
 
 static void step_fs(struct input *in)
@@ -1196,8 +1449,10 @@ static void step_fs(struct input *in)
         ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
                "file request: %s", tern_err_name(rc));
     r->accepted = rc == 0;
-    if (r->accepted && (c & 0x80))
+    if (r->accepted && (c & 0x80)) {
+        cancel_coming(s, r->id);
         ENSURE(tern_cancel(loop, r->id) >= 0, "cancel of a file request just accepted");
+    }
 }
 
 /* Nothing a finished input did may remain: no temporary, no descriptor. */
@@ -1213,6 +1468,304 @@ static void scratch_clean(void)
     rmdir(scratch_path(2));
     unlink(scratch_path(0));
     unlink(scratch_path(1));
+}
+
+/* ------------------------------------------------------------------ */
+/* Admission: owners, and requests with an owner and a timeout          */
+/* ------------------------------------------------------------------ */
+
+/* An owner record of slot s (live or closed), or NULL. */
+static struct rec *pick_owner(struct input *in, int s)
+{
+    unsigned start = u8(in);
+    if (nrecs == 0)
+        return NULL;
+    for (unsigned k = 0; k < nrecs; k++) {
+        struct rec *r = &recs[(start + k) % nrecs];
+        if (r->kind == K_OWNER && r->accepted && r->slot == s)
+            return r;
+    }
+    return NULL;
+}
+
+static void step_owner_open(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    unsigned cap = c % 8 == 0 ? 0 : c % 8 == 1 ? (1u << 31) + 1 : 1 + (c >> 3) % 4;
+    struct rec *o = rec_new(K_OWNER, s);
+    if (o == NULL)
+        return;
+    tern_loop_stats before;
+    tern_loop_stats_get(loop, &before);
+    int rc = tern_owner_open(loop, cap, &o->id);
+    sane_rc(rc, "tern_owner_open");
+    if (cap == 0 || cap > (1u << 31))
+        ENSURE(rc == -EINVAL, "tern_owner_open(cap %u): %s", cap, tern_err_name(rc));
+    else if (before.live_operations >= slots[s].max_operations && !fault_armed)
+        ENSURE(rc == -EAGAIN, "tern_owner_open at max_operations: %s", tern_err_name(rc));
+    else
+        ENSURE(rc == 0 || (fault_armed && injected(rc)), "tern_owner_open: %s",
+               tern_err_name(rc));
+    o->accepted = rc == 0;
+    o->cap = cap;
+    adm_seen.owners += rc == 0;
+    if (rc == 0)
+        owner_check(o, "a new owner");
+}
+
+/* Close an owner: tern_owner_close, or tern_cancel on its id (now or queued). */
+static void step_owner_close(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    struct rec *o = (c & 8) ? NULL : pick_owner(in, s);
+    tern_id id = o != NULL ? o->id : pick_id(in, K_OWNER, s);
+    struct rec *live = owner_live(s, id);
+    cancel_coming(s, id);
+    int rc;
+    switch (c % 4) {
+    case 0:
+    case 1:
+        rc = tern_owner_close(loop, id);
+        sane_rc(rc, "tern_owner_close");
+        if (id == 0)
+            ENSURE(rc == -EINVAL, "tern_owner_close(0): %s", tern_err_name(rc));
+        else if (live != NULL)
+            ENSURE(rc == 0, "tern_owner_close of a live owner: %s", tern_err_name(rc));
+        else
+            ENSURE(rc == -ENOENT, "tern_owner_close of no live owner: %s", tern_err_name(rc));
+        break;
+    case 2:
+        if (live == NULL)
+            return; /* a cancel of any other id is step_cancel's */
+        rc = tern__test_cancel_now(loop, id);
+        ENSURE(rc == TERN_CANCEL_STOPPED, "tern_cancel of a live owner: %d", rc);
+        break;
+    default:
+        if (live == NULL)
+            return;
+        rc = tern_cancel(loop, id);
+        ENSURE(rc == TERN_CANCEL_REQUESTED || (fault_armed && injected(rc)),
+               "a queued tern_cancel of an owner: %d", rc);
+        if (rc != TERN_CANCEL_REQUESTED)
+            return;
+        tern_loop_run_once(loop, 0); /* its step 1 closes the owner */
+        rc = 0;
+        break;
+    }
+    if (rc < 0)
+        return;
+    cancel_done(s, id);
+    adm_seen.closes++;
+    tern_owner_stats st;
+    ENSURE(tern_owner_stats_get(loop, id, &st) == -ENOENT, "a closed owner's id is not stale");
+    ENSURE(tern_owner_close(loop, id) == -ENOENT, "an owner closed twice");
+}
+
+static void step_owner_stats(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    struct rec *o = (c & 1) ? NULL : pick_owner(in, s);
+    tern_id id = o != NULL ? o->id : pick_id(in, K_OWNER, s);
+    struct rec *live = owner_live(s, id);
+    tern_owner_stats st;
+    int rc = tern_owner_stats_get(loop, id, &st);
+    if (id == 0)
+        ENSURE(rc == -EINVAL, "tern_owner_stats_get(0): %s", tern_err_name(rc));
+    else if (live == NULL)
+        ENSURE(rc == -ENOENT, "tern_owner_stats_get of no live owner: %s", tern_err_name(rc));
+    else
+        owner_check(live, "tern_owner_stats_get");
+}
+
+/*
+ * The options of a request: an owner (none, one of this slot's owners,
+ * live or closed, an id from anywhere) and a timeout (none, one short
+ * enough to pass during the input, the largest, one too large).
+ * *bad: the options alone make the call -EINVAL.
+ */
+static struct rec *pick_options(struct input *in, int s, tern_id *owner, uint64_t *timeout,
+                                bool *bad)
+{
+    unsigned c = u8(in);
+    struct rec *o = NULL;
+    *owner = 0;
+    switch (c & 3) {
+    case 0:
+        break;
+    case 1:
+    case 2:
+        if ((o = pick_owner(in, s)) != NULL)
+            *owner = o->id;
+        break;
+    default:
+        *owner = pick_id(in, K_OWNER, s);
+    }
+    o = owner_live(s, *owner); /* whatever the id, the loop sees this */
+    switch ((c >> 2) & 7) {
+    case 0:
+    case 1:
+    case 2:
+        *timeout = 0;
+        break;
+    case 3:
+        *timeout = 1;
+        break;
+    case 4:
+        *timeout = UINT64_C(1) << 62;
+        break;
+    case 5:
+        *timeout = (UINT64_C(1) << 62) + 1 + u8(in);
+        break;
+    default:
+        *timeout = (1 + (uint64_t)u8(in)) * 20 * US; /* 20 us .. 5 ms */
+    }
+    *bad = *timeout > (UINT64_C(1) << 62) || (*owner != 0 && o == NULL);
+    return o;
+}
+
+static void step_submit_with(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    tern_occupancy occ = (c & 1) ? TERN_LONG : TERN_BOUNDED;
+    tern_job_options jo;
+    tern_job_options_init(&jo);
+    bool bad;
+    struct rec *o = pick_options(in, s, &jo.owner, &jo.timeout_ns, &bad);
+    bool null_opts = (c & 0x80) != 0;
+    if (null_opts)
+        o = NULL, bad = false, jo.timeout_ns = 0;
+    struct rec *r = rec_new(K_JOB, s);
+    if (r == NULL)
+        return;
+    r->work = (c >> 1) & 1;
+    r->owner = o;
+    r->timeout = jo.timeout_ns;
+    tern_loop_stats before;
+    tern_loop_stats_get(loop, &before);
+    tern_refusal want = predict_refusal(s, o, &before);
+    int rc = tern_submit_with(loop, occ, job_work, job_done, r, null_opts ? NULL : &jo, &r->id);
+    sane_rc(rc, "tern_submit_with");
+    if (bad) {
+        /* A request allocates before admission checks the options. */
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "tern_submit_with with a bad owner or timeout: %s",
+               tern_err_name(rc));
+        return;
+    }
+    ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
+           "tern_submit_with: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+    adm_seen.timed_accepted += rc == 0 && r->timeout != 0;
+    if (rc == 0 || rc == -EAGAIN)
+        admission_after(s, rc, want, o, occ == TERN_LONG, &before, "tern_submit_with");
+}
+
+static void step_resolve_with(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    static const char *const hosts[] = {"localhost", "127.0.0.1", "::1", "no-such-host.invalid"};
+    unsigned c = u8(in);
+    tern_job_options jo;
+    tern_job_options_init(&jo);
+    bool bad;
+    struct rec *o = pick_options(in, s, &jo.owner, &jo.timeout_ns, &bad);
+    struct rec *r = rec_new(K_LOOKUP, s);
+    if (r == NULL)
+        return;
+    r->owner = o;
+    r->timeout = jo.timeout_ns;
+    tern_loop_stats before;
+    tern_loop_stats_get(loop, &before);
+    tern_refusal want = predict_refusal(s, o, &before);
+    int rc = tern_resolve_with(loop, hosts[c % 4], "80", NULL, lookup_cb, r, &jo, &r->id);
+    sane_rc(rc, "tern_resolve_with");
+    if (bad) {
+        /* A request allocates before admission checks the options. */
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "tern_resolve_with with a bad owner or timeout: %s",
+               tern_err_name(rc));
+        return;
+    }
+    ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
+           "tern_resolve_with: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+    adm_seen.timed_accepted += rc == 0 && r->timeout != 0;
+    if (rc == 0 || rc == -EAGAIN)
+        admission_after(s, rc, want, o, false, &before, "tern_resolve_with");
+}
+
+/* A file request with an owner and a timeout (tern_fs_options). */
+static void step_fs_with(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    tern_fs_options fo;
+    tern_fs_options_init(&fo);
+    bool bad;
+    struct rec *o = pick_options(in, s, &fo.owner, &fo.timeout_ns, &bad);
+    if (c & 0x40)
+        fo.step_bytes = 16; /* many steps, so a deadline can meet a boundary */
+    struct rec *r = rec_new(K_FS, s);
+    if (r == NULL)
+        return;
+    static const char payload_bytes[256] = "tern file payload, owned";
+    r->owner = o;
+    r->timeout = fo.timeout_ns;
+    tern_loop_stats before;
+    tern_loop_stats_get(loop, &before);
+    tern_refusal want = predict_refusal(s, o, &before);
+    int rc;
+    switch (c % 4) {
+    case 0:
+        r->fs_op = 0;
+        rc = tern_fs_write_file(loop, scratch_path(0), payload_bytes, 100, &fo, fs_cb, r, &r->id);
+        break;
+    case 1:
+        r->fs_op = 1;
+        rc = tern_fs_read_file(loop, scratch_path(0), &fo, fs_cb, r, &r->id);
+        break;
+    case 2:
+        r->fs_op = 3;
+        rc = tern_fs_stat(loop, scratch, &fo, fs_cb, r, &r->id);
+        break;
+    default:
+        r->fs_op = 5;
+        rc = tern_fs_list(loop, scratch, &fo, fs_cb, r, &r->id);
+        break;
+    }
+    sane_rc(rc, "file request with options");
+    if (bad) {
+        /* A request allocates before admission checks the options. */
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "a file request with a bad owner or timeout: %s",
+               tern_err_name(rc));
+        return;
+    }
+    ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
+           "file request with options: %s", tern_err_name(rc));
+    r->accepted = rc == 0;
+    adm_seen.timed_accepted += rc == 0 && r->timeout != 0;
+    if (rc == 0 || rc == -EAGAIN)
+        admission_after(s, rc, want, o, false, &before, "file request with options");
 }
 
 static void step_fault(struct input *in)
@@ -1240,6 +1793,8 @@ static void step_pool(struct input *in)
         return;
     }
     int mode = (c & 2) ? TERN_POOL_CANCEL : (c & 4) ? 9 : TERN_POOL_DRAIN;
+    if (mode == TERN_POOL_CANCEL)
+        cancel_everything_coming(-1);
     int rc = tern_pool_shutdown(mode, 10000 * MS);
     if (mode == 9)
         ENSURE(rc == -EINVAL, "tern_pool_shutdown(9): %s", tern_err_name(rc));
@@ -1255,6 +1810,8 @@ static void step_pool(struct input *in)
 static void expect_free_settled(int s)
 {
     tern_loop *loop = slots[s].loop;
+    cancel_everything_coming(s); /* the free cancels what is in flight */
+    owners_closing(s);
     tern_loop_free(loop);
     slots[s].loop = NULL;
     slots[s].port = 0;
@@ -1290,6 +1847,13 @@ static void expect_free_settled(int s)
             break;
         case K_WATCH:
             break;
+        case K_OWNER:
+            /* Closed by the free; every job of it has had its done above. */
+            ENSURE(r->in_flight == 0,
+                   "owner %" PRIu64 ": %u jobs in flight after tern_loop_free", r->id,
+                   r->in_flight);
+            r->closed = true;
+            break;
         }
     }
 }
@@ -1305,6 +1869,10 @@ static void reset(void)
     int rc = tern_loop_new(&slots[0].loop, NULL);
     ENSURE(rc == 0, "tern_loop_new(NULL): %s", tern_err_name(rc));
     slots[0].port = 0;
+    tern_loop_options d;
+    tern_loop_options_init(&d);
+    slots[0].max_operations = d.max_operations;
+    slots[0].max_undelivered = d.max_undelivered;
 }
 
 static void finish(void)
@@ -1356,9 +1924,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (unsigned step = 0; step < MAX_STEPS && in.left > 0; step++) {
         unsigned op = u8(&in);
         /* Bytes 250..255, which % 25 would fold onto 0..5, select the file
-         * requests, so the committed corpus keeps most of its meaning. */
+         * requests, and 244..249 admission, so the committed corpus keeps
+         * most of its meaning. */
         if (op >= 250) {
             step_fs(&in);
+            continue;
+        }
+        /* 244..249: admission (these bytes folded onto 19..24 before). */
+        if (op >= 244) {
+            switch (op) {
+            case 244: step_owner_open(&in); break;
+            case 245: step_owner_close(&in); break;
+            case 246: step_owner_stats(&in); break;
+            case 247: step_submit_with(&in); break;
+            case 248: step_resolve_with(&in); break;
+            default: step_fs_with(&in); break;
+            }
             continue;
         }
         switch (op % 25) {

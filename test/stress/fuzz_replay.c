@@ -124,6 +124,10 @@ int main(int argc, char **argv)
     stress_phase_end();
     printf("fuzz_replay: %u corpus inputs and %u random inputs (seed 0x%" PRIx64
            "), every invariant held\n", corpus, RANDOM_INPUTS, stress_run_seed);
+    printf("fuzz_replay: admission reached: %u owners opened, %u closed; %u owned requests "
+           "accepted, %u refused for the owner's cap; %u with a timeout accepted, %u ended "
+           "-ETIMEDOUT\n", adm_seen.owners, adm_seen.closes, adm_seen.owned_accepted,
+           adm_seen.owner_cap_refusals, adm_seen.timed_accepted, adm_seen.timed_out);
     printf("%u passed, 0 failed\n", replayed);
     return 0;
 }
