@@ -297,6 +297,8 @@ bool tern__inbound_quiet(tern_loop *loop)
 /* Resolve a cancel by id on the thread that holds the loop. */
 static int cancel_local(tern_loop *loop, tern_id id)
 {
+    if (tern__timer_id(id))
+        return tern__timer_cancel(loop, id);
     struct tern__op *op = tern__op_find(loop, id);
     if (op == NULL)
         return -ENOENT;

@@ -76,6 +76,8 @@ tern_id tern__id_next(tern_loop *loop)
     if (TERN_UNLIKELY(loop->id_next == loop->id_end)) {
         loop->id_next = atomic_fetch_add_explicit(&id_counter, ID_BLOCK, memory_order_relaxed);
         loop->id_end = loop->id_next + ID_BLOCK;
+        /* Timer ids have the top bit (timer_table.c); 2^63 is centuries away. */
+        TERN_INSIST(!tern__timer_id(loop->id_end));
     }
     return loop->id_next++;
 }
@@ -148,13 +150,16 @@ void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
 
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
 {
-    return id == 0 ? NULL : tern__idmap_find(&loop->ids, id);
+    /* Timers are not ops: their ids never reach the map. */
+    return id == 0 || tern__timer_id(id) ? NULL : tern__idmap_find(&loop->ids, id);
 }
 
 static int ref_common(tern_loop *loop, tern_id id, bool ref)
 {
     if (id == 0)
         return -EINVAL;
+    if (tern__timer_id(id))
+        return tern__timer_set_ref(loop, id, ref);
     struct tern__op *op = tern__op_find(loop, id);
     if (op == NULL)
         return -ENOENT;
@@ -266,7 +271,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     loop->wake = (struct tern__wake){-1, -1};
     loop->backend.fd = -1;
 
-    tern__slab_init(&loop->timers, tern__timer_size);
+    tern__timers_init(loop);
     tern__slab_init(&loop->defers, tern__defer_size);
     if ((rc = tern__idmap_init(&loop->ids)) < 0)
         goto fail;
@@ -387,6 +392,7 @@ int64_t tern_loop_next_timeout(const tern_loop *loop)
  */
 static void cancel_all(tern_loop *loop)
 {
+    tern__timers_cancel_all(loop);
     size_t before;
     do {
         before = loop->ids.count;
@@ -435,7 +441,8 @@ void tern_loop_free(tern_loop *loop)
     drain(loop);
     tern__rcu_leave(loop);
     /* Every kind's cancel must end its op or arrange its final callback. */
-    TERN_INSIST(loop->ids.count == 0 && loop->ready_head == NULL && loop->undelivered == 0);
+    TERN_INSIST(loop->ids.count == 0 && loop->timers.live == 0 && loop->ready_head == NULL &&
+                loop->undelivered == 0);
 
     tern__loop_release(loop, prev);
 
@@ -445,7 +452,7 @@ void tern_loop_free(tern_loop *loop)
     free(loop->fds);
     tern__heap_destroy(&loop->heap);
     tern__idmap_destroy(&loop->ids);
-    tern__slab_destroy(&loop->timers);
+    tern__timers_destroy(loop);
     tern__slab_destroy(&loop->defers);
     loop->magic = 0;
     free(loop);
@@ -461,12 +468,13 @@ void tern_loop_free(tern_loop *loop)
 void tern__loop_check_books(tern_loop *loop)
 {
     BOOKS(loop->undelivered <= loop->max_undelivered, "undelivered > max_undelivered");
-    BOOKS(loop->ops_local == loop->ids.count + loop->anon,
-          "live operations (ops_local) != id map count + anonymous ops");
+    BOOKS(loop->ops_local == loop->ids.count + loop->anon + loop->timers.live,
+          "live operations (ops_local) != id map count + anonymous ops + live timers");
     BOOKS(atomic_load_explicit(&loop->ops_count, memory_order_relaxed) == loop->ops_local,
           "published ops_count != ops_local");
     BOOKS(loop->refs <= loop->ops_local, "refs > live operations");
-    BOOKS(loop->heap.len <= loop->heap_claims, "heap entries > heap claims");
+    BOOKS(loop->heap.len <= loop->heap.claims, "heap entries > heap claims");
+    BOOKS(loop->timers.due_live <= loop->timers.live, "due timers > live timers");
     unsigned queued = 0;
     for (struct tern__op *op = loop->ready_head; op != NULL; op = op->ready_next)
         queued += !(op->flags & TERN__OP_DEAD);

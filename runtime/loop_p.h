@@ -55,6 +55,14 @@ struct tern__op_class {
     void (*free)(tern_loop *loop, struct tern__op *op);
     /* Whether tern_ref/tern_unref apply (false: always referenced). */
     bool refable;
+    /*
+     * Step 2, for an op that stands for a queue of callbacks (the loop's
+     * due timers, timer.c) instead of being one: run at most `budget` of
+     * them and return how many ran; *more says whether any still wait, and
+     * then the op stays at the head of the ready queue for the next step 2.
+     * NULL: the op is one callback, run through dispatch.
+     */
+    unsigned (*drain)(tern_loop *loop, struct tern__op *op, unsigned budget, bool *more);
 };
 
 enum {
@@ -113,29 +121,123 @@ void tern__slab_free(struct tern__slab *s, void *p);
 void tern__slab_destroy(struct tern__slab *s);
 
 /* ------------------------------------------------------------------ */
-/* The deadline heap, ordered by (deadline, arming sequence).         */
+/* The deadline heap, ordered by (deadline, arming sequence) (heap.c). */
 /* ------------------------------------------------------------------ */
+
+/*
+ * 16 bytes: a million timers cost 16 MB of heap, and a sift moves 4
+ * entries per cache line. `ref` names what is armed: a timer's slot
+ * (timer.c), or, with TERN__HEAP_OP set, an index into `ops`, the armed
+ * ops that live outside the timer table (a job's timeout, a stream's
+ * deadline). The armed thing remembers its entry's index (a timer's
+ * `heap`, an op's `aux`), so removal needs no search.
+ */
+#define TERN__HEAP_OP (UINT32_C(1) << 31)
 
 struct tern__heap_entry {
     uint64_t deadline;
-    uint64_t seq;
-    struct tern__op *op; /* op->aux holds the entry's index */
+    uint32_t seq; /* arming order among equal deadlines; renumbered before it wraps */
+    uint32_t ref;
 };
 
 struct tern__heap {
     struct tern__heap_entry *v;
     uint32_t len, cap;
+    uint32_t next_seq;
+    uint32_t claims;    /* timers and ops holding a heap slot (tern__deadline_claim) */
+    uint32_t op_claims; /* of the claims, ops': `ops` has room for them all */
+    uint32_t ops_cap, ops_free; /* ops_free: a free index + 1, 0 when none */
+    uintptr_t *ops; /* an armed op's pointer, or (next free index + 1) << 1 | 1 */
 };
 
 void tern__heap_destroy(struct tern__heap *h);
-/* Make room for n entries in all, so pushes up to n cannot fail. */
-int tern__heap_reserve(struct tern__heap *h, size_t n);
-void tern__heap_push(struct tern__heap *h, uint64_t deadline, uint64_t seq, struct tern__op *op);
-void tern__heap_remove(struct tern__heap *h, uint32_t index);
 static inline const struct tern__heap_entry *tern__heap_top(const struct tern__heap *h)
 {
     return h->len ? &h->v[0] : NULL;
 }
+/* Step 5: every entry due at loop->now leaves the heap, soonest first. */
+void tern__deadline_fire(tern_loop *loop);
+
+/* ------------------------------------------------------------------ */
+/* Timers (timer.c, timer_table.c): compact records, not ops.          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A timer is a 32-byte record in the loop's timer table, named by its
+ * slot, plus one heap entry: no op header and no id-map entry. Its id
+ * encodes where the record is (see timer_table.c), so a lookup is two
+ * array indexes and a compare. Slots are dense: chunk = slot >> 8.
+ */
+#define TERN__TIMER_CHUNK_BITS 8
+#define TERN__TIMER_CHUNK (1u << TERN__TIMER_CHUNK_BITS)
+#define TERN__SLOT_NONE UINT32_MAX
+
+struct tern__timer {
+    tern_timer_cb cb; /* NULL: the slot is free, or stopped while queued */
+    void *arg;
+    uint32_t heap;    /* index of its heap entry; UINT32_MAX when not armed */
+    uint32_t next;    /* the next slot on the due queue or the free list */
+    uint32_t gen;     /* generation: the live timer's, or the next one's if free */
+    uint32_t bits;    /* TERN__TIMER_* flags | repeat index << 4 (0: one-shot) */
+};
+_Static_assert(sizeof(struct tern__timer) == 32, "a timer record is 32 bytes");
+
+enum {
+    TERN__TIMER_QUEUED = 1u << 0,   /* on the due queue */
+    TERN__TIMER_UNREF = 1u << 1,    /* does not keep tern_loop_run() alive */
+    TERN__TIMER_FLAGS = 15u,
+};
+
+struct tern__timer_table {
+    struct tern__timer **chunks; /* TERN__TIMER_CHUNK records each */
+    uint32_t *chunk_no;          /* each chunk's process-wide number (for ids) */
+    uint32_t nchunks, chunks_cap;
+    uint64_t *map;   /* chunk number -> chunk index: (number + 1) << 32 | index */
+    uint32_t map_mask;
+    uint32_t used;   /* slots ever handed out (they fill chunks in order) */
+    uint32_t free;   /* LIFO of free slots, TERN__SLOT_NONE when empty */
+    uint32_t live;   /* started and not finished */
+    uint64_t *repeat; /* periods of repeating timers by repeat index - 1 */
+    uint32_t repeat_cap, repeat_used, repeat_free; /* repeat_free: index + 1 of a free one */
+    uint32_t due_head, due_tail; /* the due queue: expired timers, in firing order */
+    uint32_t due_live; /* queued timers that are still live */
+    struct tern__op due; /* stands for the due queue on the ready queue */
+};
+
+static inline struct tern__timer *tern__timer_at(const struct tern__timer_table *t, uint32_t slot)
+{
+    return &t->chunks[slot >> TERN__TIMER_CHUNK_BITS][slot & (TERN__TIMER_CHUNK - 1)];
+}
+
+/* Ids with this bit are timers'; the process-wide counter never reaches it. */
+#define TERN__TIMER_ID (UINT64_C(1) << 63)
+static inline bool tern__timer_id(tern_id id)
+{
+    return (id & TERN__TIMER_ID) != 0;
+}
+
+/* The table (timer_table.c). slot_alloc: 0 or -ENOMEM. */
+int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot);
+/* Ends the slot's generation (its ids go stale) and frees it. */
+void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot);
+tern_id tern__timer_id_of(const struct tern__timer_table *t, uint32_t slot);
+/* The live timer an id names here, or TERN__SLOT_NONE. */
+uint32_t tern__timer_slot_of(const struct tern__timer_table *t, tern_id id);
+/* A repeating timer's period: its index (1-based), or 0 when out of memory. */
+uint32_t tern__timer_repeat_alloc(struct tern__timer_table *t, uint64_t period);
+void tern__timer_repeat_free(struct tern__timer_table *t, uint32_t ix);
+void tern__timer_table_destroy(struct tern__timer_table *t);
+
+void tern__timers_init(tern_loop *loop);
+/* Finish every live timer (teardown), internal ones included. */
+void tern__timers_cancel_all(tern_loop *loop);
+/* Give the table's memory back and its chunk numbers to the process. */
+void tern__timers_destroy(tern_loop *loop);
+/* tern_cancel and tern_ref/unref for a timer id: 0 or -ENOENT. */
+int tern__timer_cancel(tern_loop *loop, tern_id id);
+int tern__timer_set_ref(tern_loop *loop, tern_id id, bool ref);
+/* Step 5: the timer in `slot` left the heap, due. */
+void tern__timer_expired(tern_loop *loop, uint32_t slot);
 
 /* ------------------------------------------------------------------ */
 /* The inbound queue: what other threads hand to the loop.            */
@@ -200,15 +302,14 @@ struct tern_loop {
     unsigned anon;       /* live ops without an id (defers): ops_local - ids.count */
     bool check_books;    /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
     unsigned io_count;   /* fds (and signals the backend reads) registered besides the wake fd */
-    uint64_t arm_seq;    /* arming sequence for the heap */
-    uint32_t heap_claims; /* ops holding a heap slot (see tern__deadline_claim) */
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
     int64_t last_wait;   /* step 3's timeout, for tests */
     struct tern__op *ready_head, *ready_tail;
     unsigned ready_count; /* queued ops that are not dead */
     struct tern__idmap ids;
     struct tern__heap heap;
-    struct tern__slab timers, defers; /* records of timer.c and defer.c */
+    struct tern__timer_table timers; /* timer.c, timer_table.c */
+    struct tern__slab defers;        /* records of defer.c */
     struct tern__backend backend;
     struct tern__wake wake; /* -1s when the backend wakes itself (backend.ops->wake) */
     struct tern__io **fds; /* fd -> its watcher (io.c), grown on demand */
@@ -374,7 +475,8 @@ void tern__op_withdraw_id(tern_loop *loop, struct tern__op *op);
  * Deadlines on the one heap (timers and internal deadlines alike). An op
  * that may be armed first claims a heap slot (the only step that can fail,
  * -ENOMEM); while it holds the claim, arming never fails, so a repeating
- * timer can always rearm. An armed op becomes ready in step 5 when due.
+ * timer can always rearm. An armed op becomes ready in step 5 when due
+ * (or its class's `expired` runs). Any op may be armed, embedded anywhere.
  */
 int tern__deadline_claim(tern_loop *loop);
 void tern__deadline_unclaim(tern_loop *loop);
@@ -397,6 +499,11 @@ static inline void tern__deadline_init(struct tern__op *op, const struct tern__o
 {
     *op = (struct tern__op){.cls = cls, .aux = UINT32_MAX};
 }
+/* The same for a timer's slot (timer.c); its record keeps the index. */
+int tern__deadline_claim_timer(tern_loop *loop);
+void tern__deadline_unclaim_timer(tern_loop *loop);
+void tern__deadline_arm_timer(tern_loop *loop, uint32_t slot, uint64_t deadline);
+void tern__deadline_disarm_timer(tern_loop *loop, uint32_t slot);
 
 /*
  * Wake the loop if it is parking or asleep (any thread, after publishing).
@@ -480,8 +587,8 @@ void tern__io_fired(tern_loop *loop, int fd, unsigned events);
  * signo (a TERN__FIRED_SIGNAL entry). */
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count);
 
-/* Record sizes of the slab-allocated kinds (timer.c, defer.c). */
-extern const size_t tern__timer_size, tern__defer_size;
+/* Record size of the slab-allocated defers (defer.c). */
+extern const size_t tern__defer_size;
 
 /* Pool configuration checks the loop calls (pool/pool.c). */
 int tern__pool_config_check(const tern_pool_config *cfg);     /* 0 or -EINVAL */

@@ -52,6 +52,15 @@ static inline int tern__test_cancel_now(tern_loop *loop, tern_id id)
     return rc;
 }
 
+/*
+ * Deadline-heap and timer-id seams. tern__test_heap_seq sets the heap's
+ * next arming sequence (forward only: past every entry's), so a test can
+ * reach the renumbering at 2^32 - 1. tern__test_timer_gen moves a live
+ * timer's generation forward (below 2^30) and returns its new id.
+ */
+void tern__test_heap_seq(tern_loop *loop, uint32_t next);
+tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen);
+
 /* Whether the process-wide pool is running now. */
 bool tern__pool_running(void);
 

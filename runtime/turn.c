@@ -20,6 +20,15 @@
 
 #include "loop_p.h"
 
+static void unqueue_head(tern_loop *loop)
+{
+    struct tern__op *op = loop->ready_head;
+    loop->ready_head = op->ready_next;
+    if (loop->ready_head == NULL)
+        loop->ready_tail = NULL;
+    op->flags &= ~TERN__OP_QUEUED;
+}
+
 static void dispatch(tern_loop *loop)
 {
     /*
@@ -31,11 +40,26 @@ static void dispatch(tern_loop *loop)
     uint64_t ran = 0;
     while (budget > 0 && loop->ready_head != NULL) {
         struct tern__op *op = loop->ready_head;
-        loop->ready_head = op->ready_next;
-        if (loop->ready_head == NULL)
-            loop->ready_tail = NULL;
-        op->flags &= ~TERN__OP_QUEUED;
         bool was_last = op == last;
+        if (op->cls->drain != NULL && !(op->flags & TERN__OP_DEAD)) {
+            /* A queue behind one op (due timers): it stays at the head
+             * until drained, so what waits keeps its place. */
+            bool more;
+            unsigned n = op->cls->drain(loop, op, budget, &more);
+            budget -= n;
+            ran += n;
+            if (more)
+                break;
+            unqueue_head(loop);
+            if (op->flags & TERN__OP_DEAD)
+                op->flags &= ~TERN__OP_DEAD; /* went dead while draining: already uncounted */
+            else
+                TERN_DECREMENT(loop->ready_count);
+            if (was_last)
+                break;
+            continue;
+        }
+        unqueue_head(loop);
         if (op->flags & TERN__OP_DEAD) {
             op->cls->free(loop, op);
         } else {
@@ -166,19 +190,6 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
     return began;
 }
 
-static void fire_deadlines(tern_loop *loop)
-{
-    const struct tern__heap_entry *top;
-    while ((top = tern__heap_top(&loop->heap)) != NULL && top->deadline <= loop->now) {
-        struct tern__op *op = top->op;
-        tern__heap_remove(&loop->heap, 0);
-        if (op->cls->expired != NULL)
-            op->cls->expired(loop, op);
-        else
-            tern__op_ready(loop, op);
-    }
-}
-
 void tern__loop_turn(tern_loop *loop, int64_t max_wait)
 {
     loop->step = 1;
@@ -200,7 +211,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
     if (idle_from != 0 && loop->now > idle_from)
         atomic_fetch_add_explicit(&loop->st_idle_ns, loop->now - idle_from, memory_order_relaxed);
-    fire_deadlines(loop);
+    tern__deadline_fire(loop);
 
     loop->step = 0;
     if (TERN_UNLIKELY(loop->check_books))

@@ -1,0 +1,318 @@
+/*
+ * The timer table: where a loop's timer records live, and what a timer's
+ * id means. (The timers' behaviour is in timer.c.)
+ *
+ * Records sit in chunks of 256, allocated as the loop needs them and kept
+ * until it is freed; a slot is chunk * 256 + offset. Slots are handed out
+ * in order, then reused from a LIFO free list, so a reused record is
+ * usually still in cache.
+ *
+ * Ids. A timer's id is
+ *
+ *     bit 63: 1 (a timer; the process-wide id counter never gets there)
+ *     bits 38..62: the chunk's process-wide number (25 bits)
+ *     bits 30..37: the offset in the chunk (8 bits)
+ *     bits 0..29: the slot's generation (30 bits)
+ *
+ * so finding a timer is a lookup of the chunk number in a small per-loop
+ * map, an index, and a compare of the generation: no per-timer map entry.
+ * An id must never be handed out twice in the process and must never name
+ * another loop's timer; the two halves of that:
+ *
+ * - A slot's generation goes up by one each time a timer in it finishes,
+ *   which makes every id of that slot stale. A slot whose generation
+ *   reaches 2^30 is retired for good (never reused; 32 bytes stay with
+ *   the loop), instead of wrapping.
+ * - Chunk numbers belong to one loop at a time. A process-wide registry
+ *   hands them out; a loop that is freed gives them back with a floor,
+ *   the highest generation any slot of the chunk reached, and the next
+ *   owner starts every slot of it there. So a (number, offset,
+ *   generation) triple is never issued twice, and another loop's id names
+ *   a chunk this loop does not own, or one it owns at generations the
+ *   other never issued: -ENOENT either way. A chunk returned with a floor
+ *   past 2^29 is burned instead (never handed out again): each burned
+ *   number took at least 2^29 timers through one slot, and there are
+ *   2^25 numbers, so the process runs out (tern_timer_start says -ENOMEM)
+ *   only after 2^54 timers started in that one pattern, decades at ten
+ *   million a second.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "loop_p.h"
+#include "testing.h"
+
+#define GEN_BITS 30
+#define GEN_LIMIT (UINT32_C(1) << GEN_BITS) /* a slot at this generation is retired */
+#define GEN_BURN (UINT32_C(1) << (GEN_BITS - 1))
+#define NO_BITS 25
+#define NO_LIMIT (UINT32_C(1) << NO_BITS)
+#define OFFSET_SHIFT GEN_BITS
+#define NO_SHIFT (GEN_BITS + TERN__TIMER_CHUNK_BITS)
+
+/* ------------------------------------------------------------------ */
+/* The process-wide registry of chunk numbers                          */
+/* ------------------------------------------------------------------ */
+
+struct returned {
+    uint32_t no, floor;
+};
+
+/*
+ * Taken only when a loop adds a chunk or is freed: once per 256 timers at
+ * most. The list of returned numbers is never freed (like the fd
+ * registry): it holds at most the process's peak count of chunks.
+ */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t registry_fresh; /* numbers below it have been handed out */
+static struct returned *registry_back;
+static size_t registry_back_len, registry_back_cap;
+
+static int number_take(uint32_t *no, uint32_t *floor)
+{
+    int rc = 0;
+    pthread_mutex_lock(&registry_lock);
+    if (registry_back_len > 0) {
+        struct returned r = registry_back[--registry_back_len];
+        *no = r.no;
+        *floor = r.floor;
+    } else if (registry_fresh < NO_LIMIT) {
+        *no = registry_fresh++;
+        *floor = 0;
+    } else {
+        rc = -ENOMEM;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
+static void number_give_back(uint32_t no, uint32_t floor)
+{
+    if (floor > GEN_BURN)
+        return; /* burned: never handed out again */
+    pthread_mutex_lock(&registry_lock);
+    if (registry_back_len == registry_back_cap) {
+        size_t ncap = registry_back_cap ? 2 * registry_back_cap : 64;
+        /* Plain realloc: a failure here only burns the number. */
+        struct returned *v = realloc(registry_back, ncap * sizeof(*v));
+        if (v != NULL) {
+            registry_back = v;
+            registry_back_cap = ncap;
+        }
+    }
+    if (registry_back_len < registry_back_cap)
+        registry_back[registry_back_len++] = (struct returned){no, floor};
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Chunk numbers -> chunk index (per loop)                             */
+/* ------------------------------------------------------------------ */
+
+static uint32_t map_hash(uint32_t no, uint32_t mask)
+{
+    return (uint32_t)((no * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & mask;
+}
+
+static void map_place(uint64_t *map, uint32_t mask, uint64_t e)
+{
+    uint32_t i = map_hash((uint32_t)(e >> 32) - 1, mask);
+    while (map[i] != 0)
+        i = (i + 1) & mask;
+    map[i] = e;
+}
+
+/* Room for one more chunk: the map stays at most half full. */
+static int map_reserve(struct tern__timer_table *t)
+{
+    uint32_t cap = t->map ? t->map_mask + 1 : 0;
+    if (2 * (t->nchunks + 1) <= cap)
+        return 0;
+    uint32_t ncap = cap ? 2 * cap : 16;
+    uint64_t *map = tern__calloc(ncap, sizeof(*map));
+    if (map == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < cap; i++)
+        if (t->map[i] != 0)
+            map_place(map, ncap - 1, t->map[i]);
+    free(t->map);
+    t->map = map;
+    t->map_mask = ncap - 1;
+    return 0;
+}
+
+static uint32_t map_find(const struct tern__timer_table *t, uint32_t no)
+{
+    if (t->map == NULL)
+        return UINT32_MAX;
+    for (uint32_t i = map_hash(no, t->map_mask); t->map[i] != 0; i = (i + 1) & t->map_mask)
+        if ((uint32_t)(t->map[i] >> 32) == no + 1)
+            return (uint32_t)t->map[i];
+    return UINT32_MAX;
+}
+
+/* ------------------------------------------------------------------ */
+/* Slots                                                               */
+/* ------------------------------------------------------------------ */
+
+static int add_chunk(struct tern__timer_table *t)
+{
+    if (t->nchunks == TERN__HEAP_OP >> TERN__TIMER_CHUNK_BITS)
+        return -ENOMEM; /* slots must stay below TERN__HEAP_OP */
+    if (t->nchunks == t->chunks_cap) {
+        uint32_t ncap = t->chunks_cap ? 2 * t->chunks_cap : 4;
+        struct tern__timer **chunks = tern__realloc(t->chunks, ncap * sizeof(*chunks));
+        if (chunks == NULL)
+            return -ENOMEM;
+        t->chunks = chunks;
+        uint32_t *nos = tern__realloc(t->chunk_no, ncap * sizeof(*nos));
+        if (nos == NULL)
+            return -ENOMEM;
+        t->chunk_no = nos;
+        t->chunks_cap = ncap;
+    }
+    if (map_reserve(t) < 0)
+        return -ENOMEM;
+    struct tern__timer *c = tern__malloc(TERN__TIMER_CHUNK * sizeof(*c));
+    if (c == NULL)
+        return -ENOMEM;
+    uint32_t no, floor;
+    if (number_take(&no, &floor) < 0) {
+        free(c);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < TERN__TIMER_CHUNK; i++)
+        c[i] = (struct tern__timer){.heap = UINT32_MAX, .next = TERN__SLOT_NONE, .gen = floor};
+    t->chunks[t->nchunks] = c;
+    t->chunk_no[t->nchunks] = no;
+    map_place(t->map, t->map_mask, ((uint64_t)no + 1) << 32 | t->nchunks);
+    t->nchunks++;
+    return 0;
+}
+
+int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot)
+{
+    if (t->free != TERN__SLOT_NONE) {
+        *slot = t->free;
+        t->free = tern__timer_at(t, *slot)->next;
+        return 0;
+    }
+    if (t->used == t->nchunks * TERN__TIMER_CHUNK) {
+        int rc = add_chunk(t);
+        if (rc < 0)
+            return rc;
+    }
+    *slot = t->used++;
+    return 0;
+}
+
+void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot)
+{
+    struct tern__timer *r = tern__timer_at(t, slot);
+    r->cb = NULL;
+    r->bits = 0;
+    r->heap = UINT32_MAX;
+    if (++r->gen == GEN_LIMIT)
+        return; /* retired: its ids would come round again */
+    r->next = t->free;
+    t->free = slot;
+}
+
+tern_id tern__timer_id_of(const struct tern__timer_table *t, uint32_t slot)
+{
+    uint32_t chunk = slot >> TERN__TIMER_CHUNK_BITS;
+    uint32_t offset = slot & (TERN__TIMER_CHUNK - 1);
+    return TERN__TIMER_ID | (uint64_t)t->chunk_no[chunk] << NO_SHIFT |
+           (uint64_t)offset << OFFSET_SHIFT | tern__timer_at(t, slot)->gen;
+}
+
+/*
+ * The slot of the live timer `id` names in this table, or TERN__SLOT_NONE
+ * (not a timer id, a chunk this loop does not own, a stale generation,
+ * a free slot). Internal timers are left to the caller.
+ */
+uint32_t tern__timer_slot_of(const struct tern__timer_table *t, tern_id id)
+{
+    if (!tern__timer_id(id))
+        return TERN__SLOT_NONE;
+    uint32_t chunk = map_find(t, (uint32_t)(id >> NO_SHIFT) & (NO_LIMIT - 1));
+    if (chunk == UINT32_MAX)
+        return TERN__SLOT_NONE;
+    uint32_t slot = chunk << TERN__TIMER_CHUNK_BITS |
+                    ((uint32_t)(id >> OFFSET_SHIFT) & (TERN__TIMER_CHUNK - 1));
+    const struct tern__timer *r = tern__timer_at(t, slot);
+    if (r->cb == NULL || r->gen != (uint32_t)(id & (GEN_LIMIT - 1)))
+        return TERN__SLOT_NONE;
+    return slot;
+}
+
+/* ------------------------------------------------------------------ */
+/* Periods of repeating timers                                         */
+/* ------------------------------------------------------------------ */
+
+/* A repeat index for period (1-based, 0 on failure). */
+uint32_t tern__timer_repeat_alloc(struct tern__timer_table *t, uint64_t period)
+{
+    uint32_t ix;
+    if (t->repeat_free != 0) {
+        ix = t->repeat_free - 1;
+        t->repeat_free = (uint32_t)t->repeat[ix];
+    } else {
+        if (t->repeat_used == t->repeat_cap) {
+            uint32_t ncap = t->repeat_cap ? 2 * t->repeat_cap : 16;
+            if (ncap > (UINT32_MAX >> 4))
+                return 0; /* the index has 28 bits in the record */
+            uint64_t *v = tern__realloc(t->repeat, ncap * sizeof(*v));
+            if (v == NULL)
+                return 0;
+            t->repeat = v;
+            t->repeat_cap = ncap;
+        }
+        ix = t->repeat_used++;
+    }
+    t->repeat[ix] = period;
+    return ix + 1;
+}
+
+void tern__timer_repeat_free(struct tern__timer_table *t, uint32_t ix)
+{
+    t->repeat[ix - 1] = t->repeat_free;
+    t->repeat_free = ix;
+}
+
+/* ------------------------------------------------------------------ */
+/* Teardown                                                            */
+/* ------------------------------------------------------------------ */
+
+void tern__timer_table_destroy(struct tern__timer_table *t)
+{
+    for (uint32_t c = 0; c < t->nchunks; c++) {
+        uint32_t floor = 0;
+        for (uint32_t i = 0; i < TERN__TIMER_CHUNK; i++)
+            if (t->chunks[c][i].gen > floor)
+                floor = t->chunks[c][i].gen;
+        number_give_back(t->chunk_no[c], floor);
+        free(t->chunks[c]);
+    }
+    free(t->chunks);
+    free(t->chunk_no);
+    free(t->map);
+    free(t->repeat);
+    t->chunks = NULL;
+    t->chunk_no = NULL;
+    t->map = NULL;
+    t->repeat = NULL;
+    t->nchunks = t->chunks_cap = t->used = 0;
+}
+
+/* Test seam (testing.h): move a live timer's generation forward. */
+tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen)
+{
+    uint32_t slot = tern__timer_slot_of(&loop->timers, id);
+    TERN_INSIST(slot != TERN__SLOT_NONE);
+    struct tern__timer *r = tern__timer_at(&loop->timers, slot);
+    TERN_INSIST(gen >= r->gen && gen < GEN_LIMIT);
+    r->gen = gen;
+    return tern__timer_id_of(&loop->timers, slot);
+}
