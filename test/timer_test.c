@@ -415,3 +415,182 @@ Test(timer, many_timers_all_fire_once, .timeout = TEST_TIMEOUT)
         cr_assert_eq(atomic_load(&hits[i]), 1, "timer %u ran %u times", i, atomic_load(&hits[i]));
     loop_free_clean(loop);
 }
+
+/* ---------------------------------------------------------------- */
+/* ids without a map (runtime/timer_table.c)                         */
+/* ---------------------------------------------------------------- */
+
+/* The process-wide number of the chunk an id's timer lives in. */
+static uint64_t chunk_number(tern_id id)
+{
+    return (id >> 38) & ((UINT64_C(1) << 25) - 1);
+}
+
+/*
+ * A freed loop's chunk numbers go to the next loop with a floor, so the
+ * next loop's timers in the same chunk start past every generation the
+ * first one issued: its ids are new, and the old ids name nothing.
+ */
+Test(timer, ids_stay_unique_when_a_chunk_number_passes_to_another_loop, .timeout = TEST_TIMEOUT)
+{
+    enum { N = 3 };
+    atomic_uint n = 0;
+    tern_id old[2 * N];
+    tern_loop *a = loop_new_default();
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_eq(tern_timer_start(a, HOUR, 0, count_cb, &n, &old[i]), 0);
+    /* Stop and start again: the same slots, one generation on. */
+    for (unsigned i = 0; i < N; i++) {
+        cr_assert_eq(tern_timer_stop(a, old[i]), 0);
+        cr_assert_eq(tern_timer_start(a, HOUR, 0, count_cb, &n, &old[N + i]), 0);
+        cr_assert_neq(old[N + i], old[i]);
+    }
+    cr_assert_eq(loop_live(a), N);
+    tern_loop_free(a); /* cancels the second three */
+
+    tern_loop *b = loop_new_default();
+    tern_id fresh[2 * N];
+    for (unsigned i = 0; i < 2 * N; i++)
+        cr_assert_eq(tern_timer_start(b, HOUR, 0, count_cb, &n, &fresh[i]), 0);
+    cr_assert_eq(chunk_number(fresh[0]), chunk_number(old[0]),
+                 "the freed loop's chunk number was not passed on: this test shows nothing");
+    for (unsigned i = 0; i < 2 * N; i++)
+        for (unsigned j = 0; j < 2 * N; j++)
+            cr_assert_neq(fresh[i], old[j], "id %#llx was handed out twice",
+                          (unsigned long long)fresh[i]);
+    for (unsigned j = 0; j < 2 * N; j++) {
+        cr_assert_eq(tern_timer_stop(b, old[j]), -ENOENT);
+        cr_assert_eq(tern__test_cancel_now(b, old[j]), -ENOENT);
+        cr_assert_eq(tern_unref(b, old[j]), -ENOENT);
+    }
+    cr_assert_eq(loop_live(b), 2 * N);
+    cr_assert_eq(atomic_load(&n), 0);
+    tern_loop_free(b);
+}
+
+/*
+ * A slot whose generation reaches 2^30 is retired rather than wrapped:
+ * the next timer gets another slot, and when the loop is freed the chunk
+ * number is burned, never handed to another loop.
+ */
+Test(timer, a_slot_is_retired_when_its_generation_runs_out, .timeout = TEST_TIMEOUT)
+{
+    atomic_uint n = 0;
+    tern_loop *a = loop_new_default();
+    tern_id id = 0;
+    cr_assert_eq(tern_timer_start(a, HOUR, 0, count_cb, &n, &id), 0);
+    tern_id last = tern__test_timer_gen(a, id, (UINT32_C(1) << 30) - 1);
+    cr_assert_eq(tern_timer_stop(a, id), -ENOENT, "the id before the move still works");
+    cr_assert_eq(last & ((UINT64_C(1) << 30) - 1), (UINT64_C(1) << 30) - 1);
+    cr_assert_eq(tern_timer_stop(a, last), 0);
+    tern_id next = 0;
+    cr_assert_eq(tern_timer_start(a, HOUR, 0, count_cb, &n, &next), 0);
+    cr_assert_neq((next >> 30) & 0xff, (last >> 30) & 0xff, "the exhausted slot was reused");
+    cr_assert_eq(tern_timer_stop(a, last), -ENOENT);
+    cr_assert_eq(tern_timer_stop(a, next), 0);
+    cr_assert_eq(tern_timer_stop(a, next), -ENOENT);
+    loop_free_clean(a);
+
+    tern_loop *b = loop_new_default();
+    tern_id other = 0;
+    cr_assert_eq(tern_timer_start(b, HOUR, 0, count_cb, &n, &other), 0);
+    cr_assert_neq(chunk_number(other), chunk_number(last),
+                  "a chunk with a retired slot went to another loop");
+    cr_assert_eq(tern_timer_stop(b, other), 0);
+    loop_free_clean(b);
+}
+
+/* Ids that carry the timer bit but were never issued name nothing. */
+Test(timer, forged_timer_ids_are_enoent, .timeout = TEST_TIMEOUT)
+{
+    atomic_uint n = 0;
+    tern_loop *loop = loop_new_default();
+    tern_id id = 0, second = 0;
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, count_cb, &n, &id), 0);
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, count_cb, &n, &second), 0);
+    const tern_id forged[] = {
+        id + 1, id - 1, id ^ (UINT64_C(1) << 30), id ^ (UINT64_C(1) << 37),
+        id ^ (UINT64_C(1) << 40), id ^ (UINT64_C(1) << 62), UINT64_MAX, UINT64_C(1) << 63,
+        second + (UINT64_C(1) << 30),
+    };
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        if (forged[i] == id || forged[i] == second)
+            continue;
+        cr_assert_eq(tern_timer_stop(loop, forged[i]), -ENOENT, "forged id %#llx",
+                     (unsigned long long)forged[i]);
+        cr_assert_eq(tern__test_cancel_now(loop, forged[i]), -ENOENT);
+        cr_assert_eq(tern_ref(loop, forged[i]), -ENOENT);
+    }
+    /* Not a watcher, nor any other kind's. */
+    cr_assert_eq(tern_io_stop(loop, id), -ENOENT);
+    cr_assert_eq(loop_live(loop), 2);
+    cr_assert_eq(tern_timer_stop(loop, id), 0);
+    cr_assert_eq(tern_timer_stop(loop, second), 0);
+    loop_free_clean(loop);
+}
+
+/*
+ * The heap's arming sequence is 32 bits and is renumbered, in order,
+ * before it wraps: timers with one deadline armed across the renumbering
+ * still fire in arming order.
+ */
+Test(timer, tie_order_survives_the_sequence_renumbering, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    static struct order o;
+    static struct order_item it[12];
+    for (unsigned i = 0; i < 12; i++)
+        it[i] = (struct order_item){ &o, i };
+    /* A timer with another deadline, so the renumbering sorts a mix. */
+    atomic_uint later = 0;
+    cr_assert_eq(tern_timer_start(loop, 3 * MS, 0, count_cb, &later, NULL), 0);
+    tern__test_heap_seq(loop, UINT32_MAX - 5);
+    for (unsigned i = 0; i < 12; i++)
+        cr_assert_eq(tern_timer_start(loop, 2 * MS, 0, order_cb, &it[i], NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&o.n), 12);
+    for (unsigned i = 0; i < 12; i++)
+        cr_assert_eq(o.seen[i], i, "position %u ran timer %u", i, o.seen[i]);
+    cr_assert_eq(atomic_load(&later), 1);
+    loop_free_clean(loop);
+}
+
+/*
+ * Due timers stand behind one op on the ready queue: with dispatch_batch
+ * 2, six due timers run two per turn, in arming order; one stopped
+ * while it waits never runs (and costs no budget); a defer queued after
+ * they came due runs after them.
+ */
+static void note_defer(tern_loop *loop, void *arg)
+{
+    order_cb(loop, 0, arg);
+}
+
+Test(timer, due_timers_run_within_dispatch_batch_in_order, .timeout = TEST_TIMEOUT)
+{
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.dispatch_batch = 2;
+    tern_loop *loop = loop_new_opts(&opts);
+    static struct order o;
+    static struct order_item it[7];
+    for (unsigned i = 0; i < 7; i++)
+        it[i] = (struct order_item){ &o, i };
+    tern_id ids[6];
+    for (unsigned i = 0; i < 6; i++)
+        cr_assert_eq(tern_timer_start(loop, 0, 0, order_cb, &it[i], &ids[i]), 0);
+    cr_assert_eq(tern_loop_run_once(loop, 0), 1); /* step 5: all six due */
+    cr_assert_eq(atomic_load(&o.n), 0);
+    cr_assert_eq(tern_timer_stop(loop, ids[4]), 0, "a due, queued timer can be stopped");
+    cr_assert_eq(tern_defer(loop, note_defer, &it[6]), 0); /* readied after the timers */
+    unsigned per_turn[8] = {0}, turns = 0;
+    while (turns < 8 && tern_loop_run_once(loop, 0) != 0)
+        per_turn[turns++] = atomic_load(&o.n);
+    cr_assert_eq(atomic_load(&o.n), 6);
+    const unsigned want[] = {0, 1, 2, 3, 5, 6};
+    for (unsigned i = 0; i < 6; i++)
+        cr_assert_eq(o.seen[i], want[i], "position %u ran %u", i, o.seen[i]);
+    cr_assert_eq(per_turn[0], 2, "a turn ran %u callbacks with dispatch_batch 2", per_turn[0]);
+    cr_assert_eq(per_turn[1], 4);
+    loop_free_clean(loop);
+}
