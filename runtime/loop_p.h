@@ -165,8 +165,9 @@ void tern__deadline_fire(tern_loop *loop);
 /*
  * A timer is a 32-byte record in the loop's timer table, named by its
  * slot, plus one heap entry: no op header and no id-map entry. Its id
- * encodes where the record is (see timer_table.c), so a lookup is two
- * array indexes and a compare. Slots are dense: chunk = slot >> 8.
+ * encodes where the record is (see timer_table.c), so a lookup is a probe
+ * of a small per-chunk map, an index and a compare. Slots are dense; the
+ * 256 slots of a chunk share a process-wide chunk number: chunk = slot >> 8.
  */
 #define TERN__TIMER_CHUNK_BITS 8
 #define TERN__TIMER_CHUNK (1u << TERN__TIMER_CHUNK_BITS)
@@ -189,9 +190,17 @@ enum {
 };
 
 struct tern__timer_table {
-    struct tern__timer **chunks; /* TERN__TIMER_CHUNK records each */
+    /*
+     * The records, by slot, in one array: the heap updates a record's
+     * index at every move of its entry, so the address must be one index
+     * away. It grows by doubling (realloc: mremap once it is large, so
+     * growing copies nothing); records are named by slot, never by
+     * pointer, so they may move.
+     */
+    struct tern__timer *rec;
+    uint32_t rec_cap;            /* slots allocated, a multiple of TERN__TIMER_CHUNK */
     uint32_t *chunk_no;          /* each chunk's process-wide number (for ids) */
-    uint32_t nchunks, chunks_cap;
+    uint32_t nchunks, chunk_no_cap;
     uint64_t *map;   /* chunk number -> chunk index: (number + 1) << 32 | index */
     uint32_t map_mask;
     uint32_t used;   /* slots ever handed out (they fill chunks in order) */
@@ -206,7 +215,7 @@ struct tern__timer_table {
 
 static inline struct tern__timer *tern__timer_at(const struct tern__timer_table *t, uint32_t slot)
 {
-    return &t->chunks[slot >> TERN__TIMER_CHUNK_BITS][slot & (TERN__TIMER_CHUNK - 1)];
+    return &t->rec[slot];
 }
 
 /* Ids with this bit are timers'; the process-wide counter never reaches it. */
@@ -216,11 +225,49 @@ static inline bool tern__timer_id(tern_id id)
     return (id & TERN__TIMER_ID) != 0;
 }
 
+/* The id layout; see timer_table.c. */
+#define TERN__TIMER_GEN_BITS 30
+#define TERN__TIMER_GEN_LIMIT (UINT32_C(1) << TERN__TIMER_GEN_BITS) /* retired at this */
+#define TERN__TIMER_NO_BITS 25
+#define TERN__TIMER_OFFSET_SHIFT TERN__TIMER_GEN_BITS
+#define TERN__TIMER_NO_SHIFT (TERN__TIMER_GEN_BITS + TERN__TIMER_CHUNK_BITS)
+
 /* The table (timer_table.c). slot_alloc: 0 or -ENOMEM. */
-int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot);
+int tern__timer_slot_alloc_slow(struct tern__timer_table *t, uint32_t *slot);
+static inline int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot)
+{
+    if (TERN_LIKELY(t->free != TERN__SLOT_NONE)) {
+        *slot = t->free;
+        t->free = t->rec[*slot].next;
+        return 0;
+    }
+    if (TERN_LIKELY(t->used < t->nchunks * TERN__TIMER_CHUNK)) {
+        *slot = t->used++;
+        return 0;
+    }
+    return tern__timer_slot_alloc_slow(t, slot);
+}
+
 /* Ends the slot's generation (its ids go stale) and frees it. */
-void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot);
-tern_id tern__timer_id_of(const struct tern__timer_table *t, uint32_t slot);
+static inline void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot)
+{
+    struct tern__timer *r = &t->rec[slot];
+    r->cb = NULL;
+    r->bits = 0;
+    r->heap = UINT32_MAX;
+    if (++r->gen == TERN__TIMER_GEN_LIMIT)
+        return; /* retired: its ids would come round again */
+    r->next = t->free;
+    t->free = slot;
+}
+
+static inline tern_id tern__timer_id_of(const struct tern__timer_table *t, uint32_t slot)
+{
+    uint32_t chunk = slot >> TERN__TIMER_CHUNK_BITS;
+    uint32_t offset = slot & (TERN__TIMER_CHUNK - 1);
+    return TERN__TIMER_ID | (uint64_t)t->chunk_no[chunk] << TERN__TIMER_NO_SHIFT |
+           (uint64_t)offset << TERN__TIMER_OFFSET_SHIFT | t->rec[slot].gen;
+}
 /* The live timer an id names here, or TERN__SLOT_NONE. */
 uint32_t tern__timer_slot_of(const struct tern__timer_table *t, tern_id id);
 /* A repeating timer's period: its index (1-based), or 0 when out of memory. */
@@ -500,10 +547,26 @@ static inline void tern__deadline_init(struct tern__op *op, const struct tern__o
     *op = (struct tern__op){.cls = cls, .aux = UINT32_MAX};
 }
 /* The same for a timer's slot (timer.c); its record keeps the index. */
-int tern__deadline_claim_timer(tern_loop *loop);
-void tern__deadline_unclaim_timer(tern_loop *loop);
+int tern__deadline_claim_timer_slow(tern_loop *loop);
+static inline int tern__deadline_claim_timer(tern_loop *loop)
+{
+    if (TERN_LIKELY(loop->heap.claims < loop->heap.cap)) {
+        loop->heap.claims++;
+        return 0;
+    }
+    return tern__deadline_claim_timer_slow(loop);
+}
+static inline void tern__deadline_unclaim_timer(tern_loop *loop)
+{
+    TERN_DECREMENT(loop->heap.claims);
+}
 void tern__deadline_arm_timer(tern_loop *loop, uint32_t slot, uint64_t deadline);
-void tern__deadline_disarm_timer(tern_loop *loop, uint32_t slot);
+void tern__deadline_remove_timer(tern_loop *loop, uint32_t slot);
+static inline void tern__deadline_disarm_timer(tern_loop *loop, uint32_t slot)
+{
+    if (loop->timers.rec[slot].heap != UINT32_MAX)
+        tern__deadline_remove_timer(loop, slot);
+}
 
 /*
  * Wake the loop if it is parking or asleep (any thread, after publishing).

@@ -2,10 +2,10 @@
  * The timer table: where a loop's timer records live, and what a timer's
  * id means. (The timers' behaviour is in timer.c.)
  *
- * Records sit in chunks of 256, allocated as the loop needs them and kept
- * until it is freed; a slot is chunk * 256 + offset. Slots are handed out
- * in order, then reused from a LIFO free list, so a reused record is
- * usually still in cache.
+ * Records sit in one array by slot, grown 256 at a time (a chunk) as the
+ * loop needs them and kept until it is freed; a slot is chunk * 256 +
+ * offset. Slots are handed out in order, then reused from a LIFO free
+ * list, so a reused record is usually still in cache.
  *
  * Ids. A timer's id is
  *
@@ -43,13 +43,11 @@
 #include "loop_p.h"
 #include "testing.h"
 
-#define GEN_BITS 30
-#define GEN_LIMIT (UINT32_C(1) << GEN_BITS) /* a slot at this generation is retired */
-#define GEN_BURN (UINT32_C(1) << (GEN_BITS - 1))
-#define NO_BITS 25
-#define NO_LIMIT (UINT32_C(1) << NO_BITS)
-#define OFFSET_SHIFT GEN_BITS
-#define NO_SHIFT (GEN_BITS + TERN__TIMER_CHUNK_BITS)
+#define GEN_LIMIT TERN__TIMER_GEN_LIMIT
+#define GEN_BURN (TERN__TIMER_GEN_LIMIT / 2)
+#define NO_LIMIT (UINT32_C(1) << TERN__TIMER_NO_BITS)
+#define OFFSET_SHIFT TERN__TIMER_OFFSET_SHIFT
+#define NO_SHIFT TERN__TIMER_NO_SHIFT
 
 /* ------------------------------------------------------------------ */
 /* The process-wide registry of chunk numbers                          */
@@ -160,71 +158,46 @@ static int add_chunk(struct tern__timer_table *t)
 {
     if (t->nchunks == TERN__HEAP_OP >> TERN__TIMER_CHUNK_BITS)
         return -ENOMEM; /* slots must stay below TERN__HEAP_OP */
-    if (t->nchunks == t->chunks_cap) {
-        uint32_t ncap = t->chunks_cap ? 2 * t->chunks_cap : 4;
-        struct tern__timer **chunks = tern__realloc(t->chunks, ncap * sizeof(*chunks));
-        if (chunks == NULL)
-            return -ENOMEM;
-        t->chunks = chunks;
+    if (t->nchunks == t->chunk_no_cap) {
+        uint32_t ncap = t->chunk_no_cap ? 2 * t->chunk_no_cap : 4;
         uint32_t *nos = tern__realloc(t->chunk_no, ncap * sizeof(*nos));
         if (nos == NULL)
             return -ENOMEM;
         t->chunk_no = nos;
-        t->chunks_cap = ncap;
+        t->chunk_no_cap = ncap;
+    }
+    uint32_t first = t->nchunks * TERN__TIMER_CHUNK;
+    if (first == t->rec_cap) {
+        uint32_t ncap = t->rec_cap ? 2 * t->rec_cap : TERN__TIMER_CHUNK;
+        struct tern__timer *rec = tern__realloc(t->rec, (size_t)ncap * sizeof(*rec));
+        if (rec == NULL)
+            return -ENOMEM;
+        t->rec = rec;
+        t->rec_cap = ncap;
     }
     if (map_reserve(t) < 0)
         return -ENOMEM;
-    struct tern__timer *c = tern__malloc(TERN__TIMER_CHUNK * sizeof(*c));
-    if (c == NULL)
-        return -ENOMEM;
     uint32_t no, floor;
-    if (number_take(&no, &floor) < 0) {
-        free(c);
+    if (number_take(&no, &floor) < 0)
         return -ENOMEM;
-    }
-    for (uint32_t i = 0; i < TERN__TIMER_CHUNK; i++)
-        c[i] = (struct tern__timer){.heap = UINT32_MAX, .next = TERN__SLOT_NONE, .gen = floor};
-    t->chunks[t->nchunks] = c;
+    for (uint32_t i = first; i < first + TERN__TIMER_CHUNK; i++)
+        t->rec[i] = (struct tern__timer){.heap = UINT32_MAX, .next = TERN__SLOT_NONE, .gen = floor};
     t->chunk_no[t->nchunks] = no;
     map_place(t->map, t->map_mask, ((uint64_t)no + 1) << 32 | t->nchunks);
     t->nchunks++;
     return 0;
 }
 
-int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot)
+/* The inline fast path found no free slot and no room: add a chunk. */
+int tern__timer_slot_alloc_slow(struct tern__timer_table *t, uint32_t *slot)
 {
-    if (t->free != TERN__SLOT_NONE) {
-        *slot = t->free;
-        t->free = tern__timer_at(t, *slot)->next;
-        return 0;
-    }
-    if (t->used == t->nchunks * TERN__TIMER_CHUNK) {
-        int rc = add_chunk(t);
-        if (rc < 0)
-            return rc;
-    }
+    if (t->free != TERN__SLOT_NONE || t->used < t->nchunks * TERN__TIMER_CHUNK)
+        return tern__timer_slot_alloc(t, slot);
+    int rc = add_chunk(t);
+    if (rc < 0)
+        return rc;
     *slot = t->used++;
     return 0;
-}
-
-void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot)
-{
-    struct tern__timer *r = tern__timer_at(t, slot);
-    r->cb = NULL;
-    r->bits = 0;
-    r->heap = UINT32_MAX;
-    if (++r->gen == GEN_LIMIT)
-        return; /* retired: its ids would come round again */
-    r->next = t->free;
-    t->free = slot;
-}
-
-tern_id tern__timer_id_of(const struct tern__timer_table *t, uint32_t slot)
-{
-    uint32_t chunk = slot >> TERN__TIMER_CHUNK_BITS;
-    uint32_t offset = slot & (TERN__TIMER_CHUNK - 1);
-    return TERN__TIMER_ID | (uint64_t)t->chunk_no[chunk] << NO_SHIFT |
-           (uint64_t)offset << OFFSET_SHIFT | tern__timer_at(t, slot)->gen;
 }
 
 /*
@@ -289,21 +262,20 @@ void tern__timer_table_destroy(struct tern__timer_table *t)
 {
     for (uint32_t c = 0; c < t->nchunks; c++) {
         uint32_t floor = 0;
-        for (uint32_t i = 0; i < TERN__TIMER_CHUNK; i++)
-            if (t->chunks[c][i].gen > floor)
-                floor = t->chunks[c][i].gen;
+        for (uint32_t i = c * TERN__TIMER_CHUNK; i < (c + 1) * TERN__TIMER_CHUNK; i++)
+            if (t->rec[i].gen > floor)
+                floor = t->rec[i].gen;
         number_give_back(t->chunk_no[c], floor);
-        free(t->chunks[c]);
     }
-    free(t->chunks);
+    free(t->rec);
     free(t->chunk_no);
     free(t->map);
     free(t->repeat);
-    t->chunks = NULL;
+    t->rec = NULL;
     t->chunk_no = NULL;
     t->map = NULL;
     t->repeat = NULL;
-    t->nchunks = t->chunks_cap = t->used = 0;
+    t->nchunks = t->chunk_no_cap = t->rec_cap = t->used = 0;
 }
 
 /* Test seam (testing.h): move a live timer's generation forward. */
