@@ -59,13 +59,39 @@ struct returned {
 
 /*
  * Taken only when a loop adds a chunk or is freed: once per 256 timers at
- * most. The list of returned numbers is never freed (like the fd
- * registry): it holds at most the process's peak count of chunks.
+ * most. The list of returned numbers holds at most the process's peak
+ * count of chunks; it is freed at exit.
  */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t registry_fresh; /* numbers below it have been handed out */
 static struct returned *registry_back;
 static size_t registry_back_len, registry_back_cap;
+
+/* fork(): never let the child inherit the lock held by a vanished thread. */
+static void registry_before_fork(void)
+{
+    pthread_mutex_lock(&registry_lock);
+}
+
+static void registry_after_fork(void)
+{
+    pthread_mutex_unlock(&registry_lock);
+}
+
+__attribute__((constructor)) static void registry_fork_handlers(void)
+{
+    pthread_atfork(registry_before_fork, registry_after_fork, registry_after_fork);
+}
+
+/* Give the list back at exit, so the process ends valgrind-clean. */
+__attribute__((destructor)) static void registry_free(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    free(registry_back);
+    registry_back = NULL;
+    registry_back_len = registry_back_cap = 0;
+    pthread_mutex_unlock(&registry_lock);
+}
 
 static int number_take(uint32_t *no, uint32_t *floor)
 {
@@ -92,8 +118,8 @@ static void number_give_back(uint32_t no, uint32_t floor)
     pthread_mutex_lock(&registry_lock);
     if (registry_back_len == registry_back_cap) {
         size_t ncap = registry_back_cap ? 2 * registry_back_cap : 64;
-        /* Plain realloc: a failure here only burns the number. */
-        struct returned *v = realloc(registry_back, ncap * sizeof(*v));
+        /* A failure here only burns the number. */
+        struct returned *v = tern__realloc(registry_back, ncap * sizeof(*v));
         if (v != NULL) {
             registry_back = v;
             registry_back_cap = ncap;
