@@ -325,7 +325,10 @@ typedef void (*tern_timer_cb)(tern_loop *loop, tern_id id, void *arg);
 
 /*
  * tern_timer_start: call cb(loop, id, arg) once delay_ns has passed, then
- * every repeat_ns if repeat_ns > 0 (rearmed in step 5 when it fires, from
+ * every repeat_ns if repeat_ns > 0. The delay counts from the loop's cached
+ * clock (tern_loop_now), as libuv's does: a timer started late in a long
+ * turn can fire up to that turn's length before delay_ns after the call.
+ * (Rearmed in step 5 when it fires, from
  * that moment, so a slow callback does not cause a burst: firings that come
  * due before the callback ran merge into one call). Deadlines that fall in
  * the same step 5 fire soonest first, FIFO on a tie by arming order.
