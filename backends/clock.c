@@ -12,8 +12,8 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "loop_p.h"
-
+#include "check.h"
+#include "clock.h"
 #include "platform.h"
 
 #ifdef TERN_HAVE_TSC

@@ -58,9 +58,9 @@ struct worker {
  * back, but a request of several steps keeps it as a reservation for its
  * next step (added with wrap-around, so one add does both halves).
  */
-static void leave_queue(const tern_job *job)
+static void leave_queue(const struct tern__work *job)
 {
-    uint64_t delta = job->kind == TERN__JOB_STEPS ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
+    uint64_t delta = job->kind == TERN__WORK_STEPS ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
                                                   : (uint64_t)0 - TERN__SLOT_QUEUED;
     uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued, delta,
                                                 memory_order_relaxed);
@@ -69,7 +69,7 @@ static void leave_queue(const tern_job *job)
         tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
 }
 
-static tern_job *dequeue(struct tern__pool *p)
+static struct tern__work *dequeue(struct tern__pool *p)
 {
     uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
     for (;;) {
@@ -81,7 +81,7 @@ static tern_job *dequeue(struct tern__pool *p)
         if (dif == 0) {
             if (atomic_compare_exchange_weak_explicit(&p->q_head, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
-                tern_job *job = c->job;
+                struct tern__work *job = c->job;
                 /* Pairs with the producer's acquire load one lap later. */
                 atomic_store_explicit(&c->seq, lap + p->q_mask + 1, memory_order_release);
                 leave_queue(job);
@@ -209,7 +209,7 @@ static void *worker_main(void *argp)
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
         if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0))
             tern__bounded_hold(p, &busy);
-        tern_job *job = dequeue(p);
+        struct tern__work *job = dequeue(p);
         if (job != NULL) {
             if (!busy) {
                 busy = true;
@@ -217,18 +217,18 @@ static void *worker_main(void *argp)
             }
             if (queue_nonempty(p))
                 wake_one(p); /* pass the wake on: more work than this worker */
-            if (job->kind == TERN__JOB_LOOKUP) {
+            if (job->kind == TERN__WORK_LOOKUP) {
                 tern__lookup_run(p, job, a.index); /* claims it under the cap */
                 continue;
             }
-            if (job->kind == TERN__JOB_STEPS) {
+            if (job->kind == TERN__WORK_STEPS) {
                 /* One step, then requeued or done. */
                 w.loop_slept = tern__steps_run(p, job, a.index);
                 continue;
             }
-            if (!tern__job_claim(job))
+            if (!tern__work_claim(job))
                 continue;
-            w.loop_slept = tern__job_run(job, a.index);
+            w.loop_slept = tern__work_run(job, a.index);
             continue;
         }
         if (busy) {
@@ -255,11 +255,8 @@ static bool take_slot(struct tern__pool *p, uint64_t unit, uint64_t *after)
     uint64_t cap = p->cfg.queue_capacity;
     uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_relaxed);
     do {
-        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) >= cap) {
-            atomic_fetch_add_explicit(&tern__pool_stats.refused_queue_full, 1,
-                                      memory_order_relaxed);
-            return false;
-        }
+        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) >= cap)
+            return false; /* counted by the client (runtime/job.c, refuse) */
     } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s, s + unit,
                                                     memory_order_relaxed, memory_order_relaxed));
     *after = s + unit;
@@ -274,7 +271,7 @@ static void note_peak(uint64_t slots)
 }
 
 /* Put an admitted job into the ring and wake a worker if one sleeps. */
-static void enqueue(struct tern__pool *p, tern_job *job)
+static void enqueue(struct tern__pool *p, struct tern__work *job)
 {
     uint64_t pos = atomic_fetch_add_explicit(&p->q_tail, 1, memory_order_relaxed);
     uint64_t lap = pos & ~p->q_mask;
@@ -297,7 +294,7 @@ static void enqueue(struct tern__pool *p, tern_job *job)
     wake_one(p);
 }
 
-int tern__bounded_submit(struct tern__pool *p, tern_job *job)
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job)
 {
     uint64_t after;
     if (!take_slot(p, TERN__SLOT_QUEUED, &after))
@@ -307,7 +304,7 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
     return 0;
 }
 
-void tern__bounded_submit_reserved(struct tern__pool *p, tern_job *job)
+void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)
 {
     /* The reservation becomes the queued slot in one add: never refused. */
     uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued,
@@ -325,11 +322,11 @@ void tern__bounded_unreserve(void)
     TERN_INSIST(tern__slots_reserved(before) > 0);
 }
 
-void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job))
+void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job))
 {
-    tern_job *job;
+    struct tern__work *job;
     while ((job = dequeue(p)) != NULL) {
-        if (job->kind == TERN__JOB_STEPS)
+        if (job->kind == TERN__WORK_STEPS)
             tern__bounded_unreserve(); /* no step of it will run again */
         fn(job);
     }

@@ -52,7 +52,7 @@ static void *long_main(void *argp)
 
     pthread_mutex_lock(&p->long_lock);
     for (;;) {
-        tern_job *job = w->job;
+        struct tern__work *job = w->job;
         if (job != NULL) {
             /*
              * The job is ours from the hand-over (under long_lock, which
@@ -61,8 +61,8 @@ static void *long_main(void *argp)
              */
             w->job = NULL;
             pthread_mutex_unlock(&p->long_lock);
-            if (tern__job_claim(job))
-                tern__job_run(job, TERN__MAX_THREADS);
+            if (tern__work_claim(job))
+                tern__work_run(job, TERN__MAX_THREADS);
             pthread_mutex_lock(&p->long_lock);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
             /* A worker told to exit (shutdown took the lists) must not re-park. */
@@ -102,13 +102,13 @@ int tern__long_init(struct tern__pool *p)
 }
 
 /* With long_lock held: the job is w's, and counted busy from now. */
-static void hand_over(struct tern__long_worker *w, tern_job *job)
+static void hand_over(struct tern__long_worker *w, struct tern__work *job)
 {
     w->job = job;
     atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
 }
 
-int tern__long_submit(struct tern__pool *p, tern_job *job)
+int tern__long_submit(struct tern__pool *p, struct tern__work *job)
 {
     pthread_mutex_lock(&p->long_lock);
     struct tern__long_worker *w = p->long_parked;
@@ -121,8 +121,7 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     }
     if (p->long_count >= p->cfg.long_threads_max) {
         pthread_mutex_unlock(&p->long_lock);
-        atomic_fetch_add_explicit(&tern__pool_stats.refused_long_ceiling, 1, memory_order_relaxed);
-        return -EAGAIN;
+        return -EAGAIN; /* counted by the client (runtime/job.c, refuse) */
     }
     p->long_count++; /* hold the place under the lock (the ceiling holds) */
     pthread_mutex_unlock(&p->long_lock);

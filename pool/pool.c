@@ -25,7 +25,6 @@
 #include <time.h>
 
 #include "pool_p.h"
-#include "testing.h"
 
 struct tern__pool_counters tern__pool_stats;
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
@@ -157,7 +156,7 @@ int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
     return rc;
 }
 
-int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job,
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
                       tern_refusal *cause)
 {
     /*
@@ -225,17 +224,17 @@ bool tern__pool_running(void)
 /* ------------------------------------------------------------------ */
 
 /* A queued job that will not run: complete it as cancelled. */
-static void cancel_queued(tern_job *job)
+static void cancel_queued(struct tern__work *job)
 {
-    uint8_t expected = TERN__JOB_QUEUED;
+    uint8_t expected = TERN__WORK_QUEUED;
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-    if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_FINISHED,
+    if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__WORK_FINISHED,
                                                  memory_order_acq_rel, memory_order_acquire)) {
-        (void)tern__job_claim(job); /* a tombstone: drop it (and count it out) */
+        (void)tern__work_claim(job); /* a tombstone: drop it (and count it out) */
         return;
     }
     job->result = NULL;
-    (void)tern__job_complete(job);
+    (void)tern__work_complete(job);
 }
 
 /* Wait (without a lock) until no job is in flight; false at the deadline. */
@@ -339,7 +338,7 @@ void tern_pool_stats_get(tern_pool_stats *out)
     }
     w[n] = &tern__pool_wait_hist[TERN__MAX_THREADS];
     r[n] = &tern__pool_run_hist[TERN__MAX_THREADS];
-    /* The histograms hold ticks (see runtime/clock.c). */
+    /* The histograms hold ticks (see backends/clock.c). */
     double per_ns = tern__ticks_per_ns();
     out->wait_p50_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.50) / per_ns);
     out->wait_p99_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.99) / per_ns);

@@ -29,9 +29,11 @@
 
 #include "backend.h"
 #include "check.h"
+#include "clock.h"
 #include "spin.h"
 #include "fault.h"
 #include "platform.h"
+#include "pool.h"
 #include "tern.h"
 
 struct tern__op;
@@ -163,7 +165,7 @@ struct tern__inbound {
 /* The wake word: see inbound.c for the protocol. */
 enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
 
-struct tern__ring; /* pool/pool_p.h, pool/ring.c */
+struct tern__ring; /* runtime/job_p.h, runtime/ring.c */
 
 #define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
 #define TERN__FIRED_MAX 256
@@ -217,7 +219,7 @@ struct tern_loop {
     unsigned fds_len;
     struct tern__fired fired[TERN__FIRED_MAX];
 
-    /* pool side (pool/job.c) */
+    /* jobs (runtime/job.c) */
     struct tern__ring *ring;
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
     unsigned jobs_live;   /* accepted jobs whose done has not started (audit only) */
@@ -240,10 +242,6 @@ struct tern_loop {
 /* Internal calls.                                                    */
 /* ------------------------------------------------------------------ */
 
-uint64_t tern__clock_now(void);
-/* A cheap monotonic tick for latency figures, and its rate (see clock.c). */
-uint64_t tern__ticks(void);
-double tern__ticks_per_ns(void);
 tern_id tern__id_next(tern_loop *loop);
 
 /* `owner` holds the claiming thread's token, 0 when unclaimed. */
@@ -427,8 +425,6 @@ void tern__rcu_leave(tern_loop *loop);
  * that disagrees with what it counts. Loop thread, between turns.
  */
 void tern__loop_check_books(tern_loop *loop);
-/* The result ring's share of the audit (pool/job.c). */
-void tern__loop_pool_check_books(tern_loop *loop);
 
 /* Whether anything keeps tern_loop_run() going. */
 bool tern__loop_alive(tern_loop *loop);
@@ -446,30 +442,5 @@ void tern__fd_release(int fd);
 
 /* Record sizes of the slab-allocated kinds (timer.c, defer.c). */
 extern const size_t tern__timer_size, tern__defer_size;
-
-/* Pool configuration checks the loop calls (pool/pool.c). */
-int tern__pool_config_check(const tern_pool_config *cfg);     /* 0 or -EINVAL */
-bool tern__pool_config_conflicts(const tern_pool_config *cfg); /* differs from the running pool's */
-
-/* Whether any pool worker is on a CPU now (running a job, or spinning for one). */
-bool tern__pool_active(void);
-
-/* Pool hooks the loop calls (pool/job.c). */
-void tern__loop_pool_collect(tern_loop *loop); /* step 1: ring -> ready */
-bool tern__loop_pool_pending(tern_loop *loop); /* anything on the ring now */
-void tern__loop_pool_destroy(tern_loop *loop);
-int tern__loop_pool_init(tern_loop *loop);
-
-/*
- * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes
- * every bounded worker stop before its next job and returns once none
- * runs one (long workers are not held); tern__pool_unhold lets them go.
- * Holds nest and may come from several threads; each hold is given back
- * by one unhold. Any thread but a bounded pool worker.
- */
-void tern__pool_hold(void);
-void tern__pool_unhold(void);
-/* Whether the calling thread is a bounded worker of the running pool. */
-bool tern__pool_on_bounded_worker(void);
 
 #endif

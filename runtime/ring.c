@@ -24,7 +24,7 @@
 
 #include <urcu/arch.h>
 
-#include "pool_p.h"
+#include "job_p.h"
 
 int tern__ring_new(struct tern__ring **ringp, uint64_t capacity)
 {

@@ -52,7 +52,7 @@ static inline int tern__test_cancel_now(tern_loop *loop, tern_id id)
     return rc;
 }
 
-/* Whether the process-wide pool is running now. */
+/* Whether the process-wide pool is running now (pool/pool.h declares it too). */
 bool tern__pool_running(void);
 
 #endif

@@ -4,7 +4,7 @@
  * a clear negative errno that loses nothing already accepted and leaves
  * the loop usable.
  *
- * How. runtime/fault.h lets a test make the nth checked call fail. Each
+ * How. backends/fault.h lets a test make the nth checked call fail. Each
  * scenario below is a function of n: it arms the seam with every site
  * (TERN__FAULT_ALL) at n, runs its calls, disarms, and checks:
  *   - the call during which the failure was injected returned -ENOMEM,

@@ -7,7 +7,7 @@
  * fd watchers on socketpairs, bounded and long jobs, lookups, TCP listen
  * and connect over loopback, streams, cancels and stops from a foreign
  * thread, pool start and shutdown, injected allocation/thread/descriptor
- * failures (runtime/fault.h), and loops freed with all of that in flight.
+ * failures (backends/fault.h), and loops freed with all of that in flight.
  * Ids passed around include live ones, finished ones, the other loop's,
  * 0 and random values; arguments include NULL callbacks, bad fds, bad
  * events and out-of-range sizes.
