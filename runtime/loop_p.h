@@ -1,19 +1,15 @@
 /*
- * The loop's private layout and the internal interface between the loop
- * core, the operation kinds (timers, watchers, jobs, streams) and the pool.
+ * The loop's private interface, by idea. Each header is one idea and says
+ * what it declares; runtime files include this one, which includes them all:
  *
- * Operations. Everything a loop tracks is a `struct tern__op` embedded at
- * the start of a kind-specific record. The op carries the id, the kind's
- * class (dispatch/cancel/free hooks) and a link for the ready queue. The
- * core owns the id map, the ready queue and the live counts; each kind
- * owns its record's memory and decides what cancel means for it.
- *
- * Lifetime of an op: tern__op_add() gives it an id and counts it live;
- * tern__op_ready() queues it for step 2, where the core calls
- * class->dispatch(); tern__op_finish() retires the id and uncounts it, and
- * frees the record through class->free() — at once, or when step 2 next
- * pops it if it is still queued (the ready queue is singly linked, so a
- * queued op is marked dead rather than unlinked).
+ *   op.h         the op model: what a loop tracks, and the containers of
+ *                ops (the id map, the slab, the deadline heap)
+ *   inbound.h    what other threads hand to the loop, and the wake word
+ *   loop_p.h     the loop itself (this file): its struct, who may run it,
+ *                the op lifecycle and the deadlines, the turn
+ *   admit.h      whether a new op may start (closing, max_operations);
+ *                after the struct it reads
+ *   job_p.h      jobs, an op kind (included by the files that use jobs)
  */
 #ifndef TERN_LOOP_P_H
 #define TERN_LOOP_P_H
@@ -25,145 +21,20 @@
 #include <stdint.h>
 #include <stdnoreturn.h>
 
-#include <urcu/wfcqueue.h>
-
 #include "backend.h"
 #include "check.h"
 #include "clock.h"
-#include "spin.h"
 #include "fault.h"
+#include "inbound.h"
+#include "op.h"
 #include "platform.h"
 #include "pool.h"
+#include "spin.h"
 #include "tern.h"
-
-struct tern__op;
-
-struct tern__op_class {
-    const char *name;
-    /* Step 2: run the op's callback. The op is no longer queued. */
-    void (*dispatch)(tern_loop *loop, struct tern__op *op);
-    /*
-     * tern_cancel (on the loop thread, or in step 1 for a foreign request)
-     * and teardown. Returns 0, or -ENOENT when there is nothing left to
-     * cancel. May finish the op or arrange a final callback.
-     */
-    int (*cancel)(tern_loop *loop, struct tern__op *op);
-    /*
-     * Step 5: the op's deadline came and it has left the heap. NULL means
-     * "queue it for step 2"; a timer also rearms itself here.
-     */
-    void (*expired)(tern_loop *loop, struct tern__op *op);
-    /* Release the record's memory; the op is unregistered and unqueued. */
-    void (*free)(tern_loop *loop, struct tern__op *op);
-    /* Whether tern_ref/tern_unref apply (false: always referenced). */
-    bool refable;
-};
-
-enum {
-    TERN__OP_QUEUED = 1u << 0, /* on the ready queue */
-    TERN__OP_DEAD = 1u << 1,   /* finished while queued: free when popped */
-    TERN__OP_UNREF = 1u << 2,  /* does not keep tern_loop_run() alive */
-    TERN__OP_ANON = 1u << 3,   /* has no id (a defer): not in the id map */
-    TERN__OP_INTERNAL = 1u << 4, /* the runtime's own (a stream's watcher): no public call reaches it */
-};
-
-struct tern__op {
-    tern_id id;
-    const struct tern__op_class *cls;
-    struct tern__op *ready_next;
-    uint32_t flags;
-    uint32_t aux; /* index in the deadline heap; UINT32_MAX when not armed */
-};
-
-/* ------------------------------------------------------------------ */
-/* The id map: id -> op, open addressing over (id, op) pairs.         */
-/* ------------------------------------------------------------------ */
-
-struct tern__idmap_slot {
-    tern_id id;
-    struct tern__op *op; /* NULL: empty */
-};
-
-struct tern__idmap {
-    struct tern__idmap_slot *slots;
-    size_t mask;  /* capacity - 1; capacity is a power of two */
-    size_t count; /* entries in use */
-};
-
-int tern__idmap_init(struct tern__idmap *m);
-void tern__idmap_destroy(struct tern__idmap *m);
-int tern__idmap_insert(struct tern__idmap *m, struct tern__op *op); /* 0 or -ENOMEM */
-struct tern__op *tern__idmap_find(const struct tern__idmap *m, tern_id id);
-void tern__idmap_remove(struct tern__idmap *m, struct tern__op *op);
-/* Grow ahead of an insert so the insert itself cannot fail. */
-int tern__idmap_reserve(struct tern__idmap *m, size_t extra);
-
-/* ------------------------------------------------------------------ */
-/* A loop-local allocator for fixed-size records (slab.c).             */
-/* ------------------------------------------------------------------ */
-
-struct tern__slab_chunk;
-struct tern__slab {
-    size_t size;
-    void *free;
-    struct tern__slab_chunk *chunks;
-    size_t next_chunk;
-};
-
-void tern__slab_init(struct tern__slab *s, size_t size);
-void *tern__slab_alloc(struct tern__slab *s); /* NULL: out of memory */
-void tern__slab_free(struct tern__slab *s, void *p);
-void tern__slab_destroy(struct tern__slab *s);
-
-/* ------------------------------------------------------------------ */
-/* The deadline heap, ordered by (deadline, arming sequence).         */
-/* ------------------------------------------------------------------ */
-
-struct tern__heap_entry {
-    uint64_t deadline;
-    uint64_t seq;
-    struct tern__op *op; /* op->aux holds the entry's index */
-};
-
-struct tern__heap {
-    struct tern__heap_entry *v;
-    uint32_t len, cap;
-};
-
-void tern__heap_destroy(struct tern__heap *h);
-/* Make room for n entries in all, so pushes up to n cannot fail. */
-int tern__heap_reserve(struct tern__heap *h, size_t n);
-void tern__heap_push(struct tern__heap *h, uint64_t deadline, uint64_t seq, struct tern__op *op);
-void tern__heap_remove(struct tern__heap *h, uint32_t index);
-static inline const struct tern__heap_entry *tern__heap_top(const struct tern__heap *h)
-{
-    return h->len ? &h->v[0] : NULL;
-}
-
-/* ------------------------------------------------------------------ */
-/* The inbound queue: what other threads hand to the loop.            */
-/* ------------------------------------------------------------------ */
-
-enum tern__inbound_kind { TERN__IN_POST = 1, TERN__IN_CANCEL = 2 };
-
-struct tern__inbound {
-    struct cds_wfcq_node node;
-    enum tern__inbound_kind kind;
-    union {
-        struct {
-            tern_fn fn;
-            void *arg;
-        } post;
-        tern_id cancel_id;
-    } u;
-};
 
 /* ------------------------------------------------------------------ */
 /* The loop.                                                          */
 /* ------------------------------------------------------------------ */
-
-/* The wake word: see inbound.c for the protocol. */
-enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
 
 struct tern__ring; /* runtime/job_p.h, runtime/ring.c */
 
@@ -275,69 +146,12 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 #define TERN__LOOP_HELD (1u << 30)
 
 /*
- * Whether the loop is being freed, for every call that schedules work
- * (starts, posts, defers, submissions): they answer -ESHUTDOWN. A loop of
- * a group in its destroy phase is also sealed, and there scheduling is a
- * contract violation, not a refusal: it aborts naming the rule (group.c).
- */
-noreturn void tern__loop_sealed_failed(void);
-static inline bool tern__loop_closing(tern_loop *loop)
-{
-    if (TERN_LIKELY(!atomic_load_explicit(&loop->closing, memory_order_relaxed)))
-        return false;
-    if (atomic_load_explicit(&loop->sealed, memory_order_relaxed))
-        tern__loop_sealed_failed();
-    return true;
-}
-
-/*
  * Claim the loop for the calling thread (run, run_once, free; a group's
  * thread for the group's lifetime) and give it back. claim returns the
  * loop the thread was running before, for release to restore.
  */
 tern_loop *tern__loop_claim(tern_loop *loop, const char *fn);
 void tern__loop_release(tern_loop *loop, tern_loop *prev);
-
-/*
- * Admission for a new op on the loop thread: -ESHUTDOWN while closing,
- * -EAGAIN at max_operations; 0 means one unit of `live` is now held and
- * must be handed to tern__op_add or returned with tern__op_unadmit.
- */
-/* Posts admitted and not yet run (any thread; a snapshot). */
-static inline uint64_t tern__posts_pending(const tern_loop *loop)
-{
-    return atomic_load_explicit(&((tern_loop *)loop)->posted, memory_order_relaxed) -
-           atomic_load_explicit(&((tern_loop *)loop)->posts_done, memory_order_relaxed);
-}
-
-static inline void tern__ops_set(tern_loop *loop, unsigned n)
-{
-    loop->ops_local = n;
-    atomic_store_explicit(&loop->ops_count, n, memory_order_relaxed);
-}
-
-/*
- * Admission of a loop-thread op. Counted against max_operations with the
- * pending posts; the loop's own count is a plain store, so an op costs no
- * atomic read-modify-write. (Posts are exact among themselves; a start on
- * the loop racing a post can exceed the bound by that one op.)
- */
-static inline int tern__op_admit(tern_loop *loop)
-{
-    if (tern__loop_closing(loop))
-        return -ESHUTDOWN;
-    if (TERN_UNLIKELY(loop->ops_local + tern__posts_pending(loop) >= loop->max_operations))
-        return -EAGAIN;
-    tern__ops_set(loop, loop->ops_local + 1);
-    return 0;
-}
-
-static inline void tern__op_unadmit(tern_loop *loop)
-{
-    unsigned n = loop->ops_local;
-    TERN_DECREMENT(n);
-    tern__ops_set(loop, n);
-}
 
 /* Register an admitted op (id assigned, referenced). 0 or -ENOMEM. */
 int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
@@ -394,27 +208,6 @@ static inline bool tern__deadline_armed(const struct tern__op *op)
     return op->aux != UINT32_MAX;
 }
 
-/*
- * Wake the loop if it is parking or asleep (any thread, after publishing).
- * True when this call wrote the wake fd: the loop was asleep.
- */
-bool tern__loop_wake(tern_loop *loop);
-/*
- * The loop's side of a wake: set the word to RUNNING and, if a producer
- * had notified, consume its wake-up (an eventfd or pipe write, or the
- * backend's own). Called when a thread claims the loop and after every
- * backend wait.
- */
-void tern__loop_awake(tern_loop *loop);
-/* Whether the inbound queue has anything (any thread; a snapshot). */
-bool tern__inbound_pending(tern_loop *loop);
-/* Step 1's first half: run posts, then resolve cancels. */
-void tern__inbound_drain(tern_loop *loop);
-/* Nothing queued and no producer on its way in (teardown's last check). */
-bool tern__inbound_quiet(tern_loop *loop);
-/* Resolve a cancel by id on the thread that holds the loop. */
-int tern__cancel_local(tern_loop *loop, tern_id id);
-
 /* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
 void tern__rcu_enter(tern_loop *loop);
 void tern__rcu_leave(tern_loop *loop);
@@ -442,5 +235,7 @@ void tern__fd_release(int fd);
 
 /* Record sizes of the slab-allocated kinds (timer.c, defer.c). */
 extern const size_t tern__timer_size, tern__defer_size;
+
+#include "admit.h"
 
 #endif
