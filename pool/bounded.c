@@ -1,12 +1,12 @@
 /*
  * The bounded class: a fixed set of workers and a bounded queue.
  *
- * The queue is a multi-producer multi-consumer ring with a sequence number
- * per cell (the same scheme as the result ring, with consumers competing by
- * CAS on the head, and the same zero-based sequences so the cells come from
- * calloc untouched: a queue_capacity of 2^31 costs what is used). Admission is a separate counter checked before the job
- * is enqueued, so a full queue refuses before the work exists anywhere,
- * and the ring — sized to the next power of two — is never full.
+ * The queue is pool/ring.h's ring, with consumers competing by CAS on the
+ * head (a queue_capacity of 2^31 costs what is used). Admission is a
+ * separate counter checked before the job is enqueued, so a full queue
+ * refuses before the work exists anywhere, and the ring — sized to the
+ * next power of two — is never full (ring.h's full-slot rule: a slot's
+ * count is given back only after its cell was freed).
  *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
  * within microseconds is cheaper to catch than a ~20 µs cross-core wake),
@@ -71,28 +71,10 @@ static void leave_queue(const struct tern__work *job)
 
 static struct tern__work *dequeue(struct tern__pool *p)
 {
-    uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-    for (;;) {
-        struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
-        uint64_t lap = pos & ~p->q_mask;
-        /* Pairs with the release store in tern__bounded_submit(). */
-        uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-        int64_t dif = (int64_t)(seq - (lap + 1));
-        if (dif == 0) {
-            if (atomic_compare_exchange_weak_explicit(&p->q_head, &pos, pos + 1,
-                                                      memory_order_relaxed, memory_order_relaxed)) {
-                struct tern__work *job = c->job;
-                /* Pairs with the producer's acquire load one lap later. */
-                atomic_store_explicit(&c->seq, lap + p->q_mask + 1, memory_order_release);
-                leave_queue(job);
-                return job;
-            }
-        } else if (dif < 0) {
-            return NULL;
-        } else {
-            pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-        }
-    }
+    struct tern__work *job = tern__ring_pop(&p->queue);
+    if (job != NULL)
+        leave_queue(job); /* after the cell is freed: ring.h's full-slot rule */
+    return job;
 }
 
 /*
@@ -102,9 +84,7 @@ static struct tern__work *dequeue(struct tern__pool *p)
  */
 static bool queue_nonempty(struct tern__pool *p)
 {
-    uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-    return atomic_load_explicit(&p->cells[pos & p->q_mask].seq, memory_order_relaxed) ==
-           (pos & ~p->q_mask) + 1;
+    return tern__ring_ready(&p->queue);
 }
 
 static void wake_one(struct tern__pool *p)
@@ -273,24 +253,7 @@ static void note_peak(uint64_t slots)
 /* Put an admitted job into the ring and wake a worker if one sleeps. */
 static void enqueue(struct tern__pool *p, struct tern__work *job)
 {
-    uint64_t pos = atomic_fetch_add_explicit(&p->q_tail, 1, memory_order_relaxed);
-    uint64_t lap = pos & ~p->q_mask;
-    struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
-    /*
-     * Admission guarantees the cell's previous occupant was claimed; its
-     * consumer may still be between its CAS and its release store, so wait
-     * for that (a few instructions, unless that thread was preempted).
-     */
-    for (unsigned spins = 0;
-         atomic_load_explicit(&c->seq, memory_order_acquire) != lap; spins++) {
-        if (spins > 64)
-            sched_yield();
-        else
-            caa_cpu_relax();
-    }
-    c->job = job;
-    /* Pairs with the acquire load in dequeue(). */
-    atomic_store_explicit(&c->seq, lap + 1, memory_order_release);
+    tern__ring_push(&p->queue, job); /* admitted: never full (ring.h) */
     wake_one(p);
 }
 
@@ -334,15 +297,11 @@ void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job
 
 int tern__bounded_start(struct tern__pool *p)
 {
-    uint64_t size = 1;
-    while (size < p->cfg.queue_capacity)
-        size <<= 1;
-    p->cells = tern__calloc_lazy(size, sizeof(*p->cells));
+    if (tern__ring_init(&p->queue, p->cfg.queue_capacity) < 0)
+        return -ENOMEM;
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
-    p->q_mask = size - 1;
-    if (p->cells == NULL || p->threads == NULL) {
-        tern__free_lazy(p->cells, size, sizeof(*p->cells));
-        free(p->threads);
+    if (p->threads == NULL) {
+        tern__ring_destroy(&p->queue);
         return -ENOMEM;
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -377,8 +336,7 @@ void tern__bounded_stop(struct tern__pool *p)
     p->nthreads = 0;
     pthread_cond_destroy(&p->park_cond);
     pthread_mutex_destroy(&p->park_lock);
-    tern__free_lazy(p->cells, p->q_mask + 1, sizeof(*p->cells));
+    tern__ring_destroy(&p->queue);
     free(p->threads);
-    p->cells = NULL;
     p->threads = NULL;
 }

@@ -17,8 +17,9 @@
  * backends/ and include/ only; test/layers_test.sh checks it.
  *
  * Other headers of this directory that a higher layer may include:
- * spin.h (the adaptive spin budget) and fs_p.h (file requests: the record
- * the runtime's half and the worker bodies share).
+ * ring.h (the bounded ring both the queue and each loop's result ring
+ * use), spin.h (the adaptive spin budget) and fs_p.h (file requests: the
+ * record the runtime's half and the worker bodies share).
  */
 #ifndef TERN_POOL_H
 #define TERN_POOL_H

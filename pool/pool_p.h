@@ -22,6 +22,7 @@
 #include "fault.h"
 #include "platform.h"
 #include "pool.h"
+#include "ring.h"
 #include "spin.h"
 
 /* ------------------------------------------------------------------ */
@@ -73,11 +74,6 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
 
 #define TERN__MAX_THREADS 1024
 
-struct tern__bounded_cell {
-    _Atomic uint64_t seq;
-    struct tern__work *job;
-};
-
 struct tern__long_worker {
     pthread_t thread;
     pthread_cond_t cond;
@@ -90,11 +86,8 @@ struct tern__pool {
     tern_pool_config cfg;
     uint64_t gen; /* which start this is: a loop's cached config check names it */
 
-    /* The bounded queue: a per-slot-sequence MPMC ring (bounded.c). */
-    alignas(TERN_CACHELINE) _Atomic uint64_t q_head;
-    alignas(TERN_CACHELINE) _Atomic uint64_t q_tail;
-    alignas(TERN_CACHELINE) struct tern__bounded_cell *cells;
-    uint64_t q_mask;
+    /* The bounded queue (bounded.c): ring.h's ring, many consumers. */
+    alignas(TERN_CACHELINE) struct tern__ring queue;
 
     /* Bounded workers park here; submitters wake one only if some sleep. */
     alignas(TERN_CACHELINE) _Atomic unsigned sleepers;

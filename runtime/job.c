@@ -334,8 +334,11 @@ void tern__jobs_destroy(tern_loop *loop)
         free(job);
     }
     loop->job_cache_len = 0;
-    tern__ring_free(loop->ring);
-    loop->ring = NULL;
+    if (loop->ring != NULL) {
+        tern__ring_destroy(loop->ring);
+        free(loop->ring);
+        loop->ring = NULL;
+    }
 }
 
 void tern__jobs_check_books(tern_loop *loop)
@@ -348,7 +351,8 @@ void tern__jobs_check_books(tern_loop *loop)
         return;
     }
     uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-    if (ring->head > tail)
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    if (head > tail)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS", "result ring head > tail");
     /* A credit belongs to a live job: more credits than jobs is a leak. */
     if (loop->long_undelivered > loop->undelivered)
@@ -358,7 +362,7 @@ void tern__jobs_check_books(tern_loop *loop)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
                            "undelivered credits > accepted jobs not yet done");
     /* Every completion on the ring still holds its credit. */
-    if (tail - ring->head > loop->undelivered)
+    if (tail - head > loop->undelivered)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
                            "completions on the ring > undelivered credits");
 }
@@ -373,7 +377,7 @@ void tern__jobs_collect(tern_loop *loop)
     if (loop->ring == NULL)
         return;
     tern_job *job;
-    while ((job = tern__ring_pop(loop->ring)) != NULL) {
+    while ((job = tern__ring_pop_single(loop->ring)) != NULL) {
         release_credit(loop, job);
         tern__op_ready(loop, &job->op);
     }
@@ -385,7 +389,16 @@ static int ensure_ring(tern_loop *loop)
         return 0;
     uint64_t n = loop->max_undelivered < loop->max_operations ? loop->max_undelivered
                                                               : loop->max_operations;
-    return tern__ring_new(&loop->ring, n);
+    struct tern__ring *ring = tern__calloc_aligned(alignof(struct tern__ring), sizeof(*ring));
+    if (ring == NULL)
+        return -ENOMEM;
+    int rc = tern__ring_init(ring, n);
+    if (rc < 0) {
+        free(ring);
+        return rc;
+    }
+    loop->ring = ring;
+    return 0;
 }
 
 /*

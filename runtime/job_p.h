@@ -11,6 +11,7 @@
 
 #include "loop_p.h"
 #include "pool.h"
+#include "ring.h"
 
 struct tern__owner;
 
@@ -59,29 +60,11 @@ void tern__jobs_collect(tern_loop *loop);
 bool tern__jobs_pending(tern_loop *loop);
 void tern__jobs_check_books(tern_loop *loop);
 
-/* ------------------------------------------------------------------ */
-/* The result ring (ring.c): MPSC, one per loop.                      */
-/* ------------------------------------------------------------------ */
-
-struct tern__ring_slot {
-    _Atomic uint64_t seq;
-    tern_job *job;
-};
-
-struct tern__ring {
-    uint64_t mask;
-    struct tern__ring_slot *slots; /* calloc'd: zero is every slot's initial state */
-    alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers: pool threads */
-    _Atomic unsigned pins; /* producers inside push + wake (see job_handback in job.c) */
-    alignas(TERN_CACHELINE) uint64_t head;         /* consumer: the loop */
-};
-
-int tern__ring_new(struct tern__ring **ringp, uint64_t capacity);
-void tern__ring_free(struct tern__ring *ring);
-/* Any thread. Never fails: the producer's job holds a credit (see ring.c). */
-void tern__ring_push(struct tern__ring *ring, tern_job *job);
-/* The loop only. NULL when nothing is ready. */
-tern_job *tern__ring_pop(struct tern__ring *ring);
-bool tern__ring_ready(const struct tern__ring *ring);
+/*
+ * The result ring is pool/ring.h's ring with one consumer, the loop: a
+ * credit (undelivered) is taken at submission and given back only after
+ * the job's slot was freed, so it is never full (ring.h's full-slot rule).
+ * Its `pins` word counts pool threads inside job_handback's push + wake.
+ */
 
 #endif

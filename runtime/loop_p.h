@@ -36,7 +36,7 @@
 /* The loop.                                                          */
 /* ------------------------------------------------------------------ */
 
-struct tern__ring; /* runtime/job_p.h, runtime/ring.c */
+struct tern__ring; /* pool/ring.h: the result ring (runtime/job.c) */
 
 #define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
 #define TERN__FIRED_MAX 256
