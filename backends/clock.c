@@ -1,11 +1,10 @@
 /*
  * Clocks. The loop's clock is CLOCK_MONOTONIC in nanoseconds. The pool's
- * latency figures use a cheaper tick counter: here clock_gettime costs
- * ~65 ns and a job used to read it three times, a fifth of an empty job's
- * cost. On x86 with an invariant TSC (CPUID says so: a constant rate
- * through frequency changes and sleep states; the kernel's own
- * clocksource here) the tick is the TSC; elsewhere, and in portable
- * builds, it is the monotonic clock.
+ * latency figures use a cheaper tick counter: a job used to read
+ * clock_gettime three times, which on the VM it was measured on cost a
+ * fifth of an empty job (docs/decisions.md, decision 41). On x86 with an invariant TSC (CPUID says so: a constant
+ * rate through frequency changes and sleep states) the tick is the TSC;
+ * elsewhere, and in portable builds, it is the monotonic clock.
  * Ticks become nanoseconds only when statistics are read, with a rate
  * measured over the whole time since the first tick was taken.
  */

@@ -9,7 +9,8 @@
  * count is given back only after its cell was freed).
  *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
- * within microseconds is cheaper to catch than a ~20 µs cross-core wake),
+ * during the spin is cheaper to catch than to be woken for: a cross-core
+ * wake measured about 20 µs on the 2-core VM of docs/performance.md),
  * then parks on a condition variable after announcing itself in
  * `sleepers`. A submitter signals only when someone sleeps and no wake is
  * already on its way (`waking`); the woken worker clears `waking` and, if

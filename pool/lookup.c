@@ -8,6 +8,13 @@
  * finishes a lookup takes the next waiting one, so the cap holds exactly
  * and nothing waits forever. What a lookup does is the runtime's
  * (runtime/resolve.c); here it is any header of kind TERN__WORK_LOOKUP.
+ *
+ * The waiting lookups are an array used as a FIFO under lookup_lock, not a
+ * cds_wfcq: the cap and the waiting list change together under the lock
+ * anyway (a finishing worker must see a lookup set aside by a racing one),
+ * and a wfcq would need a link in every job's header, eight bytes on every
+ * job (taking the record past two cache lines) to save this one array per
+ * pool, which is allocated lazily (a large queue costs the pages it uses).
  */
 #include <errno.h>
 #include <stdlib.h>

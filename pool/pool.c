@@ -117,7 +117,7 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
         free(p);
         return rc;
     }
-    /* Pairs with the acquire load in tern__pool_get(). */
+    /* Pairs with the acquire load in pool_get(). */
     atomic_store_explicit(&current, p, memory_order_release);
     *poolp = p;
     return 0;
@@ -129,7 +129,7 @@ struct tern__pool *tern__pool_current(void)
     return atomic_load_explicit(&current, memory_order_acquire);
 }
 
-int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
+static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
 {
     struct tern__pool *p = atomic_load_explicit(&current, memory_order_acquire);
     if (TERN_LIKELY(p != NULL)) {
@@ -172,7 +172,7 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
         goto refused;
     struct tern__pool *p = tern__pool_current();
     if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
-        if ((rc = tern__pool_get(cfg, &p)) < 0)
+        if ((rc = pool_get(cfg, &p)) < 0)
             goto refused;
         *checked = p->gen;
     }
@@ -200,7 +200,7 @@ int tern_pool_start(const tern_pool_config *cfg)
     if (rc < 0)
         return rc;
     struct tern__pool *p;
-    return tern__pool_get(cfg, &p);
+    return pool_get(cfg, &p);
 }
 
 bool tern__pool_active(void)

@@ -18,6 +18,8 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 
+#include <urcu/list.h>
+
 #include "clock.h"
 #include "fault.h"
 #include "platform.h"
@@ -31,7 +33,7 @@
 
 /*
  * Hand finished work back (its state already FINISHED) and end its pool
- * life. True when the hand-back woke its loop with a syscall.
+ * life. True when the hand-back woke a sleeping thread with a syscall.
  */
 bool tern__work_complete(struct tern__work *w);
 /*
@@ -79,7 +81,8 @@ struct tern__long_worker {
     pthread_cond_t cond;
     struct tern__work *job; /* handed over under long_lock */
     bool exit;     /* told to exit (shutdown), under long_lock */
-    struct tern__long_worker *next_parked, *next_all;
+    struct cds_list_head parked_node; /* on long_parked while idle */
+    struct cds_list_head all_node;    /* on long_all while it lives */
 };
 
 struct tern__pool {
@@ -105,7 +108,7 @@ struct tern__pool {
 
     /* The long class (long.c). Lock order: long_lock is a leaf. */
     pthread_mutex_t long_lock;
-    struct tern__long_worker *long_parked, *long_all;
+    struct cds_list_head long_parked, long_all; /* cds_lists of tern__long_worker */
     unsigned long_count; /* threads alive, under long_lock */
 
     /* Name lookups beyond the cap wait here (lookup.c). Leaf lock. */
@@ -167,8 +170,6 @@ static inline void tern__pool_leave(void)
 
 /* The running pool or NULL (an acquire load; no start). */
 struct tern__pool *tern__pool_current(void);
-/* The running pool, started on demand with cfg (NULL: defaults). */
-int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp);
 
 int tern__bounded_start(struct tern__pool *p);
 void tern__bounded_stop(struct tern__pool *p);
