@@ -11,8 +11,9 @@
 # must land in the same or a lower layer. A header name held by two
 # directories fails too: it would let an include resolve differently in
 # different layers. Prints the include graph (directory -> directory
-# edges) and closes with "N passed, N failed" (one check per file).
-# Given the build directory as $1 (unused).
+# edges) and closes with "N passed, N failed" (one check per file, and
+# two link-level checks when $1, the build directory, holds the layers'
+# objects).
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 
@@ -71,6 +72,36 @@ while IFS= read -r f; do
         passed=$((passed + 1))
     fi
 done < <(find runtime pool backends -name '*.[ch]' | sort)
+
+# The same at link level, when the build directory has the layers' objects:
+# no pool/ object may use a symbol a runtime/ object defines, and no
+# backends/ object one that pool/ or runtime/ defines (a call through a
+# prototype written by hand would pass the include check).
+build=${1:-}
+if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-backends.a" ] &&
+    command -v nm >/dev/null; then
+    defined() { nm --defined-only "$@" 2>/dev/null | awk '$2 ~ /^[TDBR]$/ { print $3 }' | sort -u; }
+    used() { nm -u "$1" 2>/dev/null | awk '{ print $2 }' | sort -u; }
+    rt=$(mktemp)
+    pl=$(mktemp)
+    trap 'rm -f "$edges" "$rt" "$pl"' EXIT
+    defined "$build"/libtern.so.p/runtime_*.o >"$rt"
+    defined "$build/libtern-pool.a" >"$pl"
+    up=$(comm -12 <(used "$build/libtern-pool.a") "$rt" | tr '\n' ' ')
+    if [ -n "$up" ]; then
+        echo "FAIL: pool/ objects use runtime/ symbols: $up"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + 1))
+    fi
+    up=$(comm -12 <(used "$build/libtern-backends.a") <(sort -u "$rt" "$pl") | tr '\n' ' ')
+    if [ -n "$up" ]; then
+        echo "FAIL: backends/ objects use pool/ or runtime/ symbols: $up"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + 1))
+    fi
+fi
 
 echo "include graph (directory -> directory):"
 sort "$edges" | uniq -c | awk '$2 != $4 { printf "  %-14s -> %-10s (%d includes)\n", $2, $4, $1 }'
