@@ -1,15 +1,16 @@
 /*
  * The bounded class: a fixed set of workers and a bounded queue.
  *
- * The queue is a multi-producer multi-consumer ring with a sequence number
- * per cell (the same scheme as the result ring, with consumers competing by
- * CAS on the head, and the same zero-based sequences so the cells come from
- * calloc untouched: a queue_capacity of 2^31 costs what is used). Admission is a separate counter checked before the job
- * is enqueued, so a full queue refuses before the work exists anywhere,
- * and the ring — sized to the next power of two — is never full.
+ * The queue is pool/ring.h's ring, with consumers competing by CAS on the
+ * head (a queue_capacity of 2^31 costs what is used). Admission is a
+ * separate counter checked before the job is enqueued, so a full queue
+ * refuses before the work exists anywhere, and the ring — sized to the
+ * next power of two — is never full (ring.h's full-slot rule: a slot's
+ * count is given back only after its cell was freed).
  *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
- * within microseconds is cheaper to catch than a ~20 µs cross-core wake),
+ * during the spin is cheaper to catch than to be woken for: a cross-core
+ * wake measured about 20 µs on the 2-core VM of docs/performance.md),
  * then parks on a condition variable after announcing itself in
  * `sleepers`. A submitter signals only when someone sleeps and no wake is
  * already on its way (`waking`); the woken worker clears `waking` and, if
@@ -58,9 +59,9 @@ struct worker {
  * back, but a request of several steps keeps it as a reservation for its
  * next step (added with wrap-around, so one add does both halves).
  */
-static void leave_queue(const tern_job *job)
+static void leave_queue(const struct tern__work *job)
 {
-    uint64_t delta = job->kind == TERN__JOB_STEPS ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
+    uint64_t delta = job->kind == TERN__WORK_STEPS ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
                                                   : (uint64_t)0 - TERN__SLOT_QUEUED;
     uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued, delta,
                                                 memory_order_relaxed);
@@ -69,30 +70,12 @@ static void leave_queue(const tern_job *job)
         tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
 }
 
-static tern_job *dequeue(struct tern__pool *p)
+static struct tern__work *dequeue(struct tern__pool *p)
 {
-    uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-    for (;;) {
-        struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
-        uint64_t lap = pos & ~p->q_mask;
-        /* Pairs with the release store in tern__bounded_submit(). */
-        uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-        int64_t dif = (int64_t)(seq - (lap + 1));
-        if (dif == 0) {
-            if (atomic_compare_exchange_weak_explicit(&p->q_head, &pos, pos + 1,
-                                                      memory_order_relaxed, memory_order_relaxed)) {
-                tern_job *job = c->job;
-                /* Pairs with the producer's acquire load one lap later. */
-                atomic_store_explicit(&c->seq, lap + p->q_mask + 1, memory_order_release);
-                leave_queue(job);
-                return job;
-            }
-        } else if (dif < 0) {
-            return NULL;
-        } else {
-            pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-        }
-    }
+    struct tern__work *job = tern__ring_pop(&p->queue);
+    if (job != NULL)
+        leave_queue(job); /* after the cell is freed: ring.h's full-slot rule */
+    return job;
 }
 
 /*
@@ -102,9 +85,7 @@ static tern_job *dequeue(struct tern__pool *p)
  */
 static bool queue_nonempty(struct tern__pool *p)
 {
-    uint64_t pos = atomic_load_explicit(&p->q_head, memory_order_relaxed);
-    return atomic_load_explicit(&p->cells[pos & p->q_mask].seq, memory_order_relaxed) ==
-           (pos & ~p->q_mask) + 1;
+    return tern__ring_ready(&p->queue);
 }
 
 static void wake_one(struct tern__pool *p)
@@ -209,7 +190,7 @@ static void *worker_main(void *argp)
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
         if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0))
             tern__bounded_hold(p, &busy);
-        tern_job *job = dequeue(p);
+        struct tern__work *job = dequeue(p);
         if (job != NULL) {
             if (!busy) {
                 busy = true;
@@ -217,18 +198,18 @@ static void *worker_main(void *argp)
             }
             if (queue_nonempty(p))
                 wake_one(p); /* pass the wake on: more work than this worker */
-            if (job->kind == TERN__JOB_LOOKUP) {
+            if (job->kind == TERN__WORK_LOOKUP) {
                 tern__lookup_run(p, job, a.index); /* claims it under the cap */
                 continue;
             }
-            if (job->kind == TERN__JOB_STEPS) {
+            if (job->kind == TERN__WORK_STEPS) {
                 /* One step, then requeued or done. */
                 w.loop_slept = tern__steps_run(p, job, a.index);
                 continue;
             }
-            if (!tern__job_claim(job))
+            if (!tern__work_claim(job))
                 continue;
-            w.loop_slept = tern__job_run(job, a.index);
+            w.loop_slept = tern__work_run(job, a.index);
             continue;
         }
         if (busy) {
@@ -255,11 +236,8 @@ static bool take_slot(struct tern__pool *p, uint64_t unit, uint64_t *after)
     uint64_t cap = p->cfg.queue_capacity;
     uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_relaxed);
     do {
-        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) >= cap) {
-            atomic_fetch_add_explicit(&tern__pool_stats.refused_queue_full, 1,
-                                      memory_order_relaxed);
-            return false;
-        }
+        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) >= cap)
+            return false; /* counted by the client (runtime/job.c, refuse) */
     } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s, s + unit,
                                                     memory_order_relaxed, memory_order_relaxed));
     *after = s + unit;
@@ -274,30 +252,13 @@ static void note_peak(uint64_t slots)
 }
 
 /* Put an admitted job into the ring and wake a worker if one sleeps. */
-static void enqueue(struct tern__pool *p, tern_job *job)
+static void enqueue(struct tern__pool *p, struct tern__work *job)
 {
-    uint64_t pos = atomic_fetch_add_explicit(&p->q_tail, 1, memory_order_relaxed);
-    uint64_t lap = pos & ~p->q_mask;
-    struct tern__bounded_cell *c = &p->cells[pos & p->q_mask];
-    /*
-     * Admission guarantees the cell's previous occupant was claimed; its
-     * consumer may still be between its CAS and its release store, so wait
-     * for that (a few instructions, unless that thread was preempted).
-     */
-    for (unsigned spins = 0;
-         atomic_load_explicit(&c->seq, memory_order_acquire) != lap; spins++) {
-        if (spins > 64)
-            sched_yield();
-        else
-            caa_cpu_relax();
-    }
-    c->job = job;
-    /* Pairs with the acquire load in dequeue(). */
-    atomic_store_explicit(&c->seq, lap + 1, memory_order_release);
+    tern__ring_push(&p->queue, job); /* admitted: never full (ring.h) */
     wake_one(p);
 }
 
-int tern__bounded_submit(struct tern__pool *p, tern_job *job)
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job)
 {
     uint64_t after;
     if (!take_slot(p, TERN__SLOT_QUEUED, &after))
@@ -307,7 +268,7 @@ int tern__bounded_submit(struct tern__pool *p, tern_job *job)
     return 0;
 }
 
-void tern__bounded_submit_reserved(struct tern__pool *p, tern_job *job)
+void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)
 {
     /* The reservation becomes the queued slot in one add: never refused. */
     uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued,
@@ -325,11 +286,11 @@ void tern__bounded_unreserve(void)
     TERN_INSIST(tern__slots_reserved(before) > 0);
 }
 
-void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job))
+void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job))
 {
-    tern_job *job;
+    struct tern__work *job;
     while ((job = dequeue(p)) != NULL) {
-        if (job->kind == TERN__JOB_STEPS)
+        if (job->kind == TERN__WORK_STEPS)
             tern__bounded_unreserve(); /* no step of it will run again */
         fn(job);
     }
@@ -337,15 +298,11 @@ void tern__bounded_drain(struct tern__pool *p, void (*fn)(tern_job *job))
 
 int tern__bounded_start(struct tern__pool *p)
 {
-    uint64_t size = 1;
-    while (size < p->cfg.queue_capacity)
-        size <<= 1;
-    p->cells = tern__calloc_lazy(size, sizeof(*p->cells));
+    if (tern__ring_init(&p->queue, p->cfg.queue_capacity) < 0)
+        return -ENOMEM;
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
-    p->q_mask = size - 1;
-    if (p->cells == NULL || p->threads == NULL) {
-        tern__free_lazy(p->cells, size, sizeof(*p->cells));
-        free(p->threads);
+    if (p->threads == NULL) {
+        tern__ring_destroy(&p->queue);
         return -ENOMEM;
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -380,8 +337,7 @@ void tern__bounded_stop(struct tern__pool *p)
     p->nthreads = 0;
     pthread_cond_destroy(&p->park_cond);
     pthread_mutex_destroy(&p->park_lock);
-    tern__free_lazy(p->cells, p->q_mask + 1, sizeof(*p->cells));
+    tern__ring_destroy(&p->queue);
     free(p->threads);
-    p->cells = NULL;
     p->threads = NULL;
 }

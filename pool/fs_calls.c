@@ -1,7 +1,7 @@
 /*
  * The work of file requests that make one system call (or, for listings
  * and copies, one bounded run of them): each runs on a pool worker and
- * goes through the fault seam (runtime/fault.h), so the fault walk can
+ * goes through the fault seam (backends/fault.h), so the fault walk can
  * make any of them fail. The whole-file requests' steps (fs_whole.c) use
  * the tern__fs_sys_* wrappers from here.
  */

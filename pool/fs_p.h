@@ -1,6 +1,6 @@
 /*
- * File requests (include/tern/fs.h), private to pool/fs.c, pool/fs_calls.c
- * and pool/fs_whole.c. A request is one malloc'd block: this record, then the
+ * File requests (include/tern/fs.h), shared by their loop's half
+ * (runtime/fs.c) and their worker bodies (pool/fs_calls.c, pool/fs_whole.c). A request is one malloc'd block: this record, then the
  * strings and the iovec array it copied. It is the job's arg: the worker
  * writes it while a step runs, the loop reads it in done (the job's state
  * transitions order the two, see steps.c and job.c).
@@ -10,7 +10,8 @@
 
 #include <sys/types.h>
 
-#include "pool_p.h"
+#include "fault.h"
+#include "pool.h"
 
 enum tern__fs_op {
     TERN__FS_OPEN,
@@ -62,7 +63,7 @@ struct tern__fs_req {
 
 /*
  * The system calls of file requests, each through the fault seam
- * (runtime/fault.h): 0 or a result >= 0, or a negative errno.
+ * (backends/fault.h): 0 or a result >= 0, or a negative errno.
  */
 int tern__fs_sys_open(const char *path, int flags, unsigned mode);
 int tern__fs_sys_close(int fd);

@@ -8,6 +8,9 @@
  * Idle workers retire after long_idle_timeout: the pool has no loop of
  * its own, so the deadline is the parked worker's timed wait.
  *
+ * The worker lists are cds_lists (urcu/list.h), so a retiring worker
+ * unlinks itself in O(1) rather than walking the lists under long_lock.
+ *
  * Lock order: long_lock is a leaf among tern's locks. A new worker is
  * created while it is held, so that it is on `long_all` before it can run
  * and shutdown always finds it; pthread_create takes only glibc's own
@@ -17,30 +20,14 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <urcu/list.h>
+
 #include "pool_p.h"
 
 struct long_arg {
     struct tern__pool *pool;
     struct tern__long_worker *w;
 };
-
-static void unlink_all(struct tern__pool *p, struct tern__long_worker *w)
-{
-    for (struct tern__long_worker **pp = &p->long_all; *pp; pp = &(*pp)->next_all)
-        if (*pp == w) {
-            *pp = w->next_all;
-            return;
-        }
-}
-
-static void unlink_parked(struct tern__pool *p, struct tern__long_worker *w)
-{
-    for (struct tern__long_worker **pp = &p->long_parked; *pp; pp = &(*pp)->next_parked)
-        if (*pp == w) {
-            *pp = w->next_parked;
-            return;
-        }
-}
 
 static void *long_main(void *argp)
 {
@@ -52,7 +39,7 @@ static void *long_main(void *argp)
 
     pthread_mutex_lock(&p->long_lock);
     for (;;) {
-        tern_job *job = w->job;
+        struct tern__work *job = w->job;
         if (job != NULL) {
             /*
              * The job is ours from the hand-over (under long_lock, which
@@ -61,15 +48,13 @@ static void *long_main(void *argp)
              */
             w->job = NULL;
             pthread_mutex_unlock(&p->long_lock);
-            if (tern__job_claim(job))
-                tern__job_run(job, TERN__MAX_THREADS);
+            if (tern__work_claim(job))
+                tern__work_run(job, TERN__MAX_THREADS);
             pthread_mutex_lock(&p->long_lock);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
             /* A worker told to exit (shutdown took the lists) must not re-park. */
-            if (!w->exit) {
-                w->next_parked = p->long_parked;
-                p->long_parked = w;
-            }
+            if (!w->exit)
+                cds_list_add(&w->parked_node, &p->long_parked); /* most recent first */
             continue;
         }
         if (w->exit)
@@ -78,8 +63,8 @@ static void *long_main(void *argp)
         int rc = pthread_cond_timedwait(&w->cond, &p->long_lock, &until);
         if (rc == ETIMEDOUT && w->job == NULL && !w->exit) {
             /* Retire: nobody will join us, so detach and free ourselves. */
-            unlink_parked(p, w);
-            unlink_all(p, w);
+            cds_list_del(&w->parked_node); /* idle, so parked */
+            cds_list_del(&w->all_node);
             TERN_DECREMENT(p->long_count);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
             pthread_mutex_unlock(&p->long_lock);
@@ -96,24 +81,26 @@ static void *long_main(void *argp)
 int tern__long_init(struct tern__pool *p)
 {
     pthread_mutex_init(&p->long_lock, NULL);
-    p->long_parked = p->long_all = NULL;
+    CDS_INIT_LIST_HEAD(&p->long_parked);
+    CDS_INIT_LIST_HEAD(&p->long_all);
     p->long_count = 0;
     return 0;
 }
 
 /* With long_lock held: the job is w's, and counted busy from now. */
-static void hand_over(struct tern__long_worker *w, tern_job *job)
+static void hand_over(struct tern__long_worker *w, struct tern__work *job)
 {
     w->job = job;
     atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
 }
 
-int tern__long_submit(struct tern__pool *p, tern_job *job)
+int tern__long_submit(struct tern__pool *p, struct tern__work *job)
 {
     pthread_mutex_lock(&p->long_lock);
-    struct tern__long_worker *w = p->long_parked;
-    if (w != NULL) {
-        p->long_parked = w->next_parked;
+    if (!cds_list_empty(&p->long_parked)) {
+        struct tern__long_worker *w =
+            cds_list_first_entry(&p->long_parked, struct tern__long_worker, parked_node);
+        cds_list_del(&w->parked_node);
         hand_over(w, job);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&p->long_lock);
@@ -121,26 +108,24 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
     }
     if (p->long_count >= p->cfg.long_threads_max) {
         pthread_mutex_unlock(&p->long_lock);
-        atomic_fetch_add_explicit(&tern__pool_stats.refused_long_ceiling, 1, memory_order_relaxed);
-        return -EAGAIN;
+        return -EAGAIN; /* counted by the client (runtime/job.c, refuse) */
     }
     p->long_count++; /* hold the place under the lock (the ceiling holds) */
     pthread_mutex_unlock(&p->long_lock);
 
     int rc = -ENOMEM;
-    w = tern__calloc(1, sizeof(*w));
+    struct tern__long_worker *w = tern__calloc(1, sizeof(*w));
     struct long_arg *a = tern__malloc(sizeof(*a));
     if (w != NULL && a != NULL) {
         (void)tern__cond_init(&w->cond);
         *a = (struct long_arg){p, w};
         /* Link before the thread exists so shutdown can always find it. */
         pthread_mutex_lock(&p->long_lock);
-        w->next_all = p->long_all;
-        p->long_all = w;
+        cds_list_add(&w->all_node, &p->long_all);
         hand_over(w, job);
         rc = tern__thread_create(&w->thread, long_main, a);
         if (rc < 0) {
-            unlink_all(p, w);
+            cds_list_del(&w->all_node);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
         } else {
             /*
@@ -165,21 +150,22 @@ int tern__long_submit(struct tern__pool *p, tern_job *job)
 
 void tern__long_stop(struct tern__pool *p)
 {
+    /* Take every worker; their parked links die with the list (none re-parks). */
+    CDS_LIST_HEAD(all);
     pthread_mutex_lock(&p->long_lock);
-    struct tern__long_worker *all = p->long_all;
-    p->long_all = NULL;
-    p->long_parked = NULL;
-    for (struct tern__long_worker *w = all; w; w = w->next_all) {
+    cds_list_splice(&p->long_all, &all);
+    CDS_INIT_LIST_HEAD(&p->long_all);
+    CDS_INIT_LIST_HEAD(&p->long_parked);
+    struct tern__long_worker *w, *next;
+    cds_list_for_each_entry(w, &all, all_node) {
         w->exit = true;
         pthread_cond_signal(&w->cond);
     }
     pthread_mutex_unlock(&p->long_lock);
-    while (all != NULL) {
-        struct tern__long_worker *next = all->next_all;
-        pthread_join(all->thread, NULL);
-        pthread_cond_destroy(&all->cond);
-        free(all);
-        all = next;
+    cds_list_for_each_entry_safe(w, next, &all, all_node) {
+        pthread_join(w->thread, NULL);
+        pthread_cond_destroy(&w->cond);
+        free(w);
         TERN_DECREMENT(p->long_count);
         TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
     }

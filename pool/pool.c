@@ -25,7 +25,6 @@
 #include <time.h>
 
 #include "pool_p.h"
-#include "testing.h"
 
 struct tern__pool_counters tern__pool_stats;
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
@@ -118,7 +117,7 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
         free(p);
         return rc;
     }
-    /* Pairs with the acquire load in tern__pool_get(). */
+    /* Pairs with the acquire load in pool_get(). */
     atomic_store_explicit(&current, p, memory_order_release);
     *poolp = p;
     return 0;
@@ -130,7 +129,7 @@ struct tern__pool *tern__pool_current(void)
     return atomic_load_explicit(&current, memory_order_acquire);
 }
 
-int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
+static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
 {
     struct tern__pool *p = atomic_load_explicit(&current, memory_order_acquire);
     if (TERN_LIKELY(p != NULL)) {
@@ -157,7 +156,7 @@ int tern__pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
     return rc;
 }
 
-int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *job,
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
                       tern_refusal *cause)
 {
     /*
@@ -173,7 +172,7 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, tern_job *
         goto refused;
     struct tern__pool *p = tern__pool_current();
     if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
-        if ((rc = tern__pool_get(cfg, &p)) < 0)
+        if ((rc = pool_get(cfg, &p)) < 0)
             goto refused;
         *checked = p->gen;
     }
@@ -201,7 +200,7 @@ int tern_pool_start(const tern_pool_config *cfg)
     if (rc < 0)
         return rc;
     struct tern__pool *p;
-    return tern__pool_get(cfg, &p);
+    return pool_get(cfg, &p);
 }
 
 bool tern__pool_active(void)
@@ -225,17 +224,17 @@ bool tern__pool_running(void)
 /* ------------------------------------------------------------------ */
 
 /* A queued job that will not run: complete it as cancelled. */
-static void cancel_queued(tern_job *job)
+static void cancel_queued(struct tern__work *job)
 {
-    uint8_t expected = TERN__JOB_QUEUED;
+    uint8_t expected = TERN__WORK_QUEUED;
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-    if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_FINISHED,
+    if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__WORK_FINISHED,
                                                  memory_order_acq_rel, memory_order_acquire)) {
-        (void)tern__job_claim(job); /* a tombstone: drop it (and count it out) */
+        (void)tern__work_claim(job); /* a tombstone: drop it (and count it out) */
         return;
     }
     job->result = NULL;
-    (void)tern__job_complete(job);
+    (void)tern__work_complete(job);
 }
 
 /* Wait (without a lock) until no job is in flight; false at the deadline. */
@@ -339,7 +338,7 @@ void tern_pool_stats_get(tern_pool_stats *out)
     }
     w[n] = &tern__pool_wait_hist[TERN__MAX_THREADS];
     r[n] = &tern__pool_run_hist[TERN__MAX_THREADS];
-    /* The histograms hold ticks (see runtime/clock.c). */
+    /* The histograms hold ticks (see backends/clock.c). */
     double per_ns = tern__ticks_per_ns();
     out->wait_p50_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.50) / per_ns);
     out->wait_p99_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.99) / per_ns);

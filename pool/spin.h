@@ -1,8 +1,9 @@
 /*
  * A spin budget that adapts: spin only as long as spinning has been paying.
  *
- * Catching an event by spinning saves a sleep and a wake (~20 µs across
- * cores on a small VM), but only while the thread that will produce the
+ * Catching an event by spinning saves a sleep and a wake (a cross-core
+ * wake measured about 20 µs on the 2-core VM of docs/performance.md;
+ * other machines differ), but only while the thread that will produce the
  * event is on a CPU. On a busy machine it may be descheduled, and a spinner
  * then holds a core it needs for a whole time slice. So each waiter keeps
  * a budget in nanoseconds: a spin that finds its event restores the full

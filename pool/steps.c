@@ -21,9 +21,9 @@
  */
 #include "pool_p.h"
 
-bool tern__steps_run(struct tern__pool *p, tern_job *job, unsigned worker)
+bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker)
 {
-    if (!tern__job_claim(job)) {
+    if (!tern__work_claim(job)) {
         /* A tombstone (maybe freed, and counted out of tern__pool_inflight,
          * by the claim): only its slot is left. */
         tern__bounded_unreserve();
@@ -36,9 +36,9 @@ bool tern__steps_run(struct tern__pool *p, tern_job *job, unsigned worker)
      * During a cancelling shutdown the step still runs: it sees
      * tern_job_cancelled() and undoes what earlier steps opened.
      */
-    (void)tern__job_started(job);
-    void *result = job->work(job, job->arg);
-    tern__job_returned(job);
+    (void)tern__work_started(job);
+    void *result = job->fn((tern_job *)job, job->arg);
+    tern__work_returned(job);
     uint64_t end = tern__ticks();
     tern__hist_record(&tern__pool_run_hist[worker], end - start, false);
     if (result == NULL) {
@@ -51,12 +51,12 @@ bool tern__steps_run(struct tern__pool *p, tern_job *job, unsigned worker)
          * reads what this step wrote into the request) and of the claim.
          */
         job->t_submit = end;
-        atomic_store_explicit(&job->state, TERN__JOB_QUEUED, memory_order_release);
+        atomic_store_explicit(&job->state, TERN__WORK_QUEUED, memory_order_release);
         tern__bounded_submit_reserved(p, job);
         return false; /* nothing handed back: the loop was not woken */
     }
     tern__bounded_unreserve();
     job->result = result;
-    atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
-    return tern__job_complete(job); /* and out of tern__pool_inflight: one accept, one leave */
+    atomic_store_explicit(&job->state, TERN__WORK_FINISHED, memory_order_release);
+    return tern__work_complete(job); /* and out of tern__pool_inflight: one accept, one leave */
 }

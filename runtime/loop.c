@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "job_p.h"
 #include "loop_p.h"
 #include "testing.h"
 
@@ -285,7 +286,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
         ((rc = tern__wake_open(&loop->wake)) < 0 ||
          (rc = loop->backend.ops->modify(&loop->backend, loop->wake.fd, 0, TERN_READABLE)) < 0))
         goto fail;
-    if ((rc = tern__loop_pool_init(loop)) < 0)
+    if ((rc = tern__jobs_init(loop)) < 0)
         goto fail;
     atomic_init(&loop->wake_state, TERN__WAKE_PARKING); /* unclaimed: asleep */
     loop->magic = TERN__LOOP_MAGIC;
@@ -366,7 +367,7 @@ int64_t tern_loop_next_timeout(const tern_loop *loop)
     TERN__REQUIRE_LOOP(loop);
     tern_loop *l = (tern_loop *)loop;
     TERN__LOOP_ONLY(l);
-    if (l->ready_count > 0 || tern__inbound_pending(l) || tern__loop_pool_pending(l))
+    if (l->ready_count > 0 || tern__inbound_pending(l) || tern__jobs_pending(l))
         return 0;
     const struct tern__heap_entry *top = tern__heap_top(&l->heap);
     if (top == NULL)
@@ -415,7 +416,7 @@ static void drain(tern_loop *loop)
 {
     for (;;) {
         cancel_all(loop);
-        if (loop->ready_head != NULL || tern__inbound_pending(loop) || tern__loop_pool_pending(loop))
+        if (loop->ready_head != NULL || tern__inbound_pending(loop) || tern__jobs_pending(loop))
             tern__loop_turn(loop, 0);
         else if (loop->undelivered > 0)
             tern__loop_turn(loop, -1);
@@ -446,7 +447,7 @@ void tern_loop_free(tern_loop *loop)
 
     tern__loop_release(loop, prev);
 
-    tern__loop_pool_destroy(loop); /* waits out pool threads still handing over */
+    tern__jobs_destroy(loop); /* waits out pool threads still handing over */
     loop->backend.ops->close(&loop->backend);
     tern__wake_close(&loop->wake);
     free(loop->fds);
@@ -482,7 +483,7 @@ void tern__loop_check_books(tern_loop *loop)
     BOOKS(atomic_load_explicit(&loop->posted, memory_order_relaxed) >=
               atomic_load_explicit(&loop->posts_done, memory_order_relaxed),
           "posts_done > posted");
-    tern__loop_pool_check_books(loop);
+    tern__jobs_check_books(loop);
 }
 
 /* ------------------------------------------------------------------ */

@@ -61,7 +61,7 @@ static inline int tern__test_cancel_now(tern_loop *loop, tern_id id)
 void tern__test_heap_seq(tern_loop *loop, uint32_t next);
 tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen);
 
-/* Whether the process-wide pool is running now. */
+/* Whether the process-wide pool is running now (pool/pool.h declares it too). */
 bool tern__pool_running(void);
 
 #endif

@@ -18,6 +18,7 @@
 #include <urcu-qsbr.h>
 #include <urcu/arch.h>
 
+#include "job_p.h"
 #include "loop_p.h"
 
 static void unqueue_head(tern_loop *loop)
@@ -81,7 +82,7 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
     if (loop->ready_count > 0 || !tern__loop_alive(loop) ||
         atomic_load_explicit(&loop->stop_requested, memory_order_relaxed))
         wait = 0;
-    else if (tern__inbound_pending(loop) || tern__loop_pool_pending(loop))
+    else if (tern__inbound_pending(loop) || tern__jobs_pending(loop))
         wait = 0;
     else {
         const struct tern__heap_entry *top = tern__heap_top(&loop->heap);
@@ -126,7 +127,7 @@ static bool spin_for_work(tern_loop *loop)
     uint64_t deadline = tern__clock_now() + budget;
     bool found = false;
     for (unsigned i = 1;; i++) {
-        found = tern__loop_pool_pending(loop) || tern__inbound_pending(loop);
+        found = tern__jobs_pending(loop) || tern__inbound_pending(loop);
         if (found)
             break;
         caa_cpu_relax();
@@ -142,7 +143,7 @@ static bool park(tern_loop *loop)
 {
     atomic_store_explicit(&loop->wake_state, TERN__WAKE_PARKING, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
-    if (tern__inbound_pending(loop) || tern__loop_pool_pending(loop) ||
+    if (tern__inbound_pending(loop) || tern__jobs_pending(loop) ||
         atomic_load_explicit(&loop->stop_requested, memory_order_relaxed)) {
         /*
          * Not sleeping after all. A producer may have notified us in the
@@ -194,7 +195,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
 {
     loop->step = 1;
     tern__inbound_drain(loop);
-    tern__loop_pool_collect(loop);
+    tern__jobs_collect(loop);
 
     loop->step = 2;
     dispatch(loop);

@@ -8,7 +8,7 @@
  * a test that dies, so expect_abort() forks a child of its own, points the
  * child's stderr at a pipe, runs the offending call there, and in the
  * parent requires both: the child was killed by SIGABRT, and what it
- * printed contains the line runtime/check.c writes for a failed check,
+ * printed contains the line backends/check.c writes for a failed check,
  *
  *     tern: <file>:<line>: <function>: <KIND> failed: <rule>
  *

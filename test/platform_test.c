@@ -1,5 +1,5 @@
 /*
- * The platform file (runtime/platform.c, SPEC §14): each facility takes
+ * The platform file (backends/platform.c, SPEC §14): each facility takes
  * its fast path where the build found one and its portable fallback in a
  * -Dportable=true build, and both keep the same promises: wake-up and
  * socket descriptors are non-blocking and close-on-exec, pool threads are

@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "job_p.h"
 #include "net_p.h"
 
 #define ACCEPT_BATCH 32 /* connections accepted per readiness */

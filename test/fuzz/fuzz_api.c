@@ -7,7 +7,7 @@
  * fd watchers on socketpairs, bounded and long jobs, lookups, TCP listen
  * and connect over loopback, streams, cancels and stops from a foreign
  * thread, pool start and shutdown, injected allocation/thread/descriptor
- * failures (runtime/fault.h), and loops freed with all of that in flight.
+ * failures (backends/fault.h), and loops freed with all of that in flight.
  * Admission (include/tern/admission.h): owners opened (good and bad caps),
  * closed, cancelled by id and read; jobs, lookups and file requests
  * submitted with an owner (live, closed, another loop's, made up) and a

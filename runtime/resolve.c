@@ -1,18 +1,15 @@
 /*
- * Name lookups: getaddrinfo on the bounded class, at most (threads+1)/2 at
- * once in the process, so a stalled resolver cannot take every worker from
- * CPU work. A lookup that a worker dequeues beyond the cap is set aside in
- * `lookups_waiting` (still QUEUED, so still cancellable by tombstone, and
- * still holding its queue slot in the admission count); the worker goes
- * back to CPU work. The worker that finishes a lookup takes the next
- * waiting one, so the cap holds exactly and nothing waits forever.
+ * Name lookups (tern_resolve): a job of kind TERN__WORK_LOOKUP whose work
+ * is getaddrinfo. The pool runs it on the bounded class under the lookup
+ * cap (pool/lookup.c); this file is the loop's half: the request, its
+ * done, and the early answer when a deadline passes mid-lookup.
  */
 #include <errno.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool_p.h"
+#include "job_p.h"
 #include "testing.h"
 
 struct lookup {
@@ -118,7 +115,7 @@ static const struct tern__op_class answer_class = {
 
 void tern__lookup_expired(tern_loop *loop, tern_job *job)
 {
-    struct lookup *l = job->arg;
+    struct lookup *l = job->work.arg;
     if (l->answered || tern__op_admit(loop) < 0)
         return; /* no room for the early answer: the job's done gives it, late */
     l->answered = true;
@@ -196,7 +193,7 @@ static int lookup_submit(tern_loop *loop, const char *host, const char *service,
     l->cb = cb;
     l->arg = arg;
     l->refs = 1;
-    int rc = tern__submit_job_with(loop, TERN_BOUNDED, TERN__JOB_LOOKUP, lookup_work, lookup_done,
+    int rc = tern__submit_job_with(loop, TERN_BOUNDED, TERN__WORK_LOOKUP, lookup_work, lookup_done,
                                    l, opts, idp);
     if (rc < 0)
         free_lookup(l);
@@ -241,83 +238,4 @@ int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
 void tern__lookup_cancel(tern_loop *loop, tern_job *job)
 {
     (void)job->op.cls->cancel(loop, &job->op);
-}
-
-/* ------------------------------------------------------------------ */
-/* The cap                                                             */
-/* ------------------------------------------------------------------ */
-
-int tern__lookup_init(struct tern__pool *p)
-{
-    p->lookups_cap = (p->cfg.threads + 1) / 2;
-    /* Waiting lookups hold queue slots; workers may hold one each in passing. */
-    p->lookups_cap_alloc = p->cfg.queue_capacity + p->cfg.threads;
-    p->lookups_waiting = tern__calloc_lazy(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
-    if (p->lookups_waiting == NULL)
-        return -ENOMEM;
-    pthread_mutex_init(&p->lookup_lock, NULL);
-    return 0;
-}
-
-void tern__lookup_destroy(struct tern__pool *p)
-{
-    TERN_INSIST(p->lookups_len == 0 && p->lookups_active == 0);
-    pthread_mutex_destroy(&p->lookup_lock);
-    tern__free_lazy(p->lookups_waiting, p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
-}
-
-/* With lookup_lock held. */
-static tern_job *pop_waiting(struct tern__pool *p)
-{
-    if (p->lookups_len == 0)
-        return NULL;
-    tern_job *job = p->lookups_waiting[p->lookups_first];
-    p->lookups_first = (p->lookups_first + 1) % p->lookups_cap_alloc;
-    TERN_DECREMENT(p->lookups_len);
-    return job;
-}
-
-void tern__lookup_run(struct tern__pool *p, tern_job *job, unsigned worker)
-{
-    pthread_mutex_lock(&p->lookup_lock);
-    if (p->lookups_active >= p->lookups_cap) {
-        /*
-         * Over the cap: set it aside. It keeps its queue slot (the
-         * admission counter), which also bounds this array's use.
-         */
-        TERN_INSIST(p->lookups_len < p->lookups_cap_alloc);
-        p->lookups_waiting[(p->lookups_first + p->lookups_len) % p->lookups_cap_alloc] = job;
-        p->lookups_len++;
-        atomic_fetch_add_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
-        pthread_mutex_unlock(&p->lookup_lock);
-        return;
-    }
-    p->lookups_active++;
-    pthread_mutex_unlock(&p->lookup_lock);
-
-    while (job != NULL) {
-        if (tern__job_claim(job))
-            (void)tern__job_run(job, worker); /* the worker counts as busy already */
-        pthread_mutex_lock(&p->lookup_lock);
-        job = pop_waiting(p);
-        if (job != NULL)
-            tern__slots_unqueue();
-        else
-            TERN_DECREMENT(p->lookups_active);
-        pthread_mutex_unlock(&p->lookup_lock);
-    }
-}
-
-void tern__lookup_drain(struct tern__pool *p, void (*fn)(tern_job *job))
-{
-    for (;;) {
-        pthread_mutex_lock(&p->lookup_lock);
-        tern_job *job = pop_waiting(p);
-        if (job != NULL)
-            tern__slots_unqueue();
-        pthread_mutex_unlock(&p->lookup_lock);
-        if (job == NULL)
-            return;
-        fn(job);
-    }
 }

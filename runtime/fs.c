@@ -3,7 +3,7 @@
  * caller's values, copying paths into one block, admission through
  * tern__submit_job, and the done function that turns a finished job into
  * a tern_fs_cb — and the public calls. The work of single-call requests
- * is in fs_calls.c, the whole-file requests' steps in fs_whole.c.
+ * is in pool/fs_calls.c, the whole-file requests' steps in pool/fs_whole.c.
  *
  * Status. A request's own outcome is r->status, set by its work function;
  * the job's status (-ECANCELED whenever tern_cancel reached it) is not
@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fs_p.h"
+#include "job_p.h"
 
 #define STEP_MAX (UINT64_C(1) << 30)
 
@@ -140,7 +141,7 @@ static int submit(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
 {
     bool whole = r->op == TERN__FS_READ_FILE || r->op == TERN__FS_WRITE_FILE;
     /* The owner and the timeout are checked here, with the limits. */
-    int rc = tern__submit_job_with(loop, TERN_BOUNDED, whole ? TERN__JOB_STEPS : TERN__JOB_WORK,
+    int rc = tern__submit_job_with(loop, TERN_BOUNDED, whole ? TERN__WORK_STEPS : TERN__WORK_PLAIN,
                                    whole ? tern__fs_whole_work : tern__fs_one_work, fs_done, r,
                                    &r->admit, idp);
     if (rc < 0)

@@ -1,20 +1,18 @@
 /*
  * Clocks. The loop's clock is CLOCK_MONOTONIC in nanoseconds. The pool's
- * latency figures use a cheaper tick counter: a job used to read the clock
- * three times, and on the 2-vCPU VM this was tuned on (commit a1afc29)
- * those reads measured about a fifth of an empty job's cost; a tick read
- * is a few instructions wherever the TSC can serve. On x86 with an invariant TSC (CPUID says so: a constant rate
- * through frequency changes and sleep states; the kernel's own
- * clocksource here) the tick is the TSC; elsewhere, and in portable
- * builds, it is the monotonic clock.
+ * latency figures use a cheaper tick counter: a job used to read
+ * clock_gettime three times, which on the VM it was measured on cost a
+ * fifth of an empty job (docs/decisions.md, decision 41). On x86 with an invariant TSC (CPUID says so: a constant
+ * rate through frequency changes and sleep states) the tick is the TSC;
+ * elsewhere, and in portable builds, it is the monotonic clock.
  * Ticks become nanoseconds only when statistics are read, with a rate
  * measured over the whole time since the first tick was taken.
  */
 #include <stdatomic.h>
 #include <time.h>
 
-#include "loop_p.h"
-
+#include "check.h"
+#include "clock.h"
 #include "platform.h"
 
 #ifdef TERN_HAVE_TSC

@@ -1,39 +1,46 @@
 /*
- * Jobs, seen from the loop: submission with admission, cancellation by
- * tombstone, the hand-back through the result ring, and delivery of done
- * in step 2. Also the small worker-side helpers every class shares.
+ * Jobs, an operation kind of the loop (job_p.h): submission with admission,
+ * owners, cancellation by tombstone, the hand-back through the result
+ * ring, and delivery of done in step 2. The pool (pool/pool.h) runs the
+ * work and calls job_handback, below, once per job.
  */
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
 
-#include "pool_p.h"
+#include "job_p.h"
 
-/* ------------------------------------------------------------------ */
-/* Worker side                                                         */
-/* ------------------------------------------------------------------ */
-
-bool tern__job_claim(tern_job *job)
+static inline tern_job *job_of(struct tern__op *op)
 {
-    uint8_t expected = TERN__JOB_QUEUED;
-    if (atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_RUNNING,
-                                                memory_order_acq_rel, memory_order_acquire))
-        return true;
-    /*
-     * A tombstone: the loop has (or will have) delivered its done. Let go
-     * of it; if the loop already let go, we are last and free it.
-     */
-    TERN_INSIST(expected == TERN__JOB_TOMBSTONED || expected == TERN__JOB_LOOP_DONE);
-    if (expected != TERN__JOB_TOMBSTONED ||
-        !atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_POOL_DONE,
-                                                 memory_order_acq_rel, memory_order_acquire))
-        free(job);
-    tern__pool_leave(); /* the tombstone's pool life ends here */
-    return false;
+    return caa_container_of(op, tern_job, op);
 }
 
-bool tern__job_complete(tern_job *job)
+/*
+ * The pool's one call into the loop (pool.h): a finished job goes onto its
+ * loop's result ring, and the loop is woken; a tombstone the pool has let
+ * go of is freed if the loop let go first. Any thread.
+ *
+ * The two-party hand-off is the state word, not a urcu_ref: a reference
+ * count would cost an atomic read-modify-write on every job (the pool's
+ * reference dropped at hand-back), where the state word costs one CAS per
+ * side only on the rare cancelled-in-queue path, and the word is needed
+ * anyway for claim against cancel. (Reasoned, not measured: the figure to
+ * watch is bench/pool_throughput's jobs per second.)
+ */
+static bool job_handback(struct tern__work *w)
 {
+    tern_job *job = (tern_job *)w; /* the header comes first */
+    /* Pairs with the release stores and CASes of the state word (pool.h). */
+    uint8_t state = atomic_load_explicit(&w->state, memory_order_acquire);
+    if (state != TERN__WORK_FINISHED) {
+        /* A tombstone: whichever side lets go last frees it. */
+        TERN_INSIST(state == TERN__WORK_TOMBSTONED || state == TERN__WORK_LOOP_DONE);
+        if (state != TERN__WORK_TOMBSTONED ||
+            !atomic_compare_exchange_strong_explicit(&w->state, &state, TERN__WORK_POOL_DONE,
+                                                     memory_order_acq_rel, memory_order_acquire))
+            free(job);
+        return false;
+    }
     tern_loop *loop = job->loop;
     /*
      * Pin the loop across push + wake: once the job is on the ring the loop
@@ -44,74 +51,9 @@ bool tern__job_complete(tern_job *job)
     atomic_fetch_add_explicit(&ring->pins, 1, memory_order_acquire);
     tern__ring_push(ring, job);
     bool woke = tern__loop_wake(loop);
-    /* Pairs with the acquire load in tern__loop_pool_destroy(). */
+    /* Pairs with the acquire load in tern__jobs_destroy(). */
     atomic_fetch_sub_explicit(&ring->pins, 1, memory_order_release);
-    tern__pool_leave(); /* handed back: the job's pool life ends here */
     return woke;
-}
-
-/*
- * Whether a cancelling pool shutdown has been under way while the job ran:
- * one is now, or one began since the job started. (Shutdown never writes
- * into a running job: the loop may already have delivered and reused it.)
- */
-static bool shutdown_cancelled(const tern_job *job)
-{
-    return atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed) ||
-           (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed) !=
-               job->cancel_window;
-}
-
-bool tern__job_started(tern_job *job)
-{
-    job->cancel_window =
-        (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed);
-    if (TERN_LIKELY(!atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
-        return true;
-    /*
-     * Taken off the queue during a cancelling shutdown (its drain had not
-     * reached it yet): it counts as queued, so its work never starts.
-     */
-    atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-    return false;
-}
-
-void tern__job_returned(tern_job *job)
-{
-    /* Ran during a cancelling shutdown: its done says so, seen or not. */
-    if (TERN_UNLIKELY(shutdown_cancelled(job)))
-        atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-}
-
-bool tern__job_run(tern_job *job, unsigned worker)
-{
-    if (TERN_UNLIKELY(!tern__job_started(job))) {
-        job->result = NULL;
-    } else {
-        bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
-        uint64_t start = tern__ticks();
-        if (job->t_submit != 0)
-            tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, shared);
-        job->result = job->work(job, job->arg);
-        tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
-        tern__job_returned(job);
-    }
-    atomic_store_explicit(&job->state, TERN__JOB_FINISHED, memory_order_release);
-    return tern__job_complete(job);
-}
-
-bool tern_job_cancelled(const tern_job *job)
-{
-    TERN_REQUIRE(job != NULL);
-    tern_job *j = (tern_job *)job;
-    if (atomic_load_explicit(&j->cancel, memory_order_relaxed))
-        return true;
-    if (TERN_UNLIKELY(shutdown_cancelled(j))) {
-        /* Latch it, so done reports -ECANCELED too. */
-        atomic_store_explicit(&j->cancel, true, memory_order_relaxed);
-        return true;
-    }
-    return false;
 }
 
 tern_id tern_job_id(const tern_job *job)
@@ -120,13 +62,9 @@ tern_id tern_job_id(const tern_job *job)
     return job->op.id;
 }
 
-/* ------------------------------------------------------------------ */
-/* Loop side                                                           */
-/* ------------------------------------------------------------------ */
-
 static void release_credit(tern_loop *loop, const tern_job *job)
 {
-    if (job->occupancy == TERN_LONG)
+    if (job->work.occupancy == TERN_LONG)
         TERN_DECREMENT(loop->long_undelivered);
     TERN_DECREMENT(loop->undelivered);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
@@ -305,9 +243,9 @@ int tern_owner_stats_get(tern_loop *loop, tern_id owner, tern_owner_stats *out)
 
 static void job_dispatch(tern_loop *loop, struct tern__op *op)
 {
-    tern_job *job = (tern_job *)op;
+    tern_job *job = job_of(op);
     tern_id id = op->id;
-    int status = !atomic_load_explicit(&job->cancel, memory_order_relaxed) ? 0
+    int status = !atomic_load_explicit(&job->work.cancel, memory_order_relaxed) ? 0
                  : job->timed_out                                        ? -ETIMEDOUT
                                                                          : -ECANCELED;
     tern__op_finish(loop, op); /* the id is stale once done starts (disarms any deadline) */
@@ -318,10 +256,10 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     /* submitted == completed + cancelled + jobs whose done is still owed */
     atomic_fetch_add_explicit(status ? &tern__pool_stats.cancelled : &tern__pool_stats.completed,
                               1, memory_order_relaxed);
-    job->done(loop, id, status, job->result, job->arg);
-    uint8_t state = atomic_load_explicit(&job->state, memory_order_acquire);
-    if (state == TERN__JOB_TOMBSTONED &&
-        atomic_compare_exchange_strong_explicit(&job->state, &state, TERN__JOB_LOOP_DONE,
+    job->done(loop, id, status, job->work.result, job->work.arg);
+    uint8_t state = atomic_load_explicit(&job->work.state, memory_order_acquire);
+    if (state == TERN__WORK_TOMBSTONED &&
+        atomic_compare_exchange_strong_explicit(&job->work.state, &state, TERN__WORK_LOOP_DONE,
                                                 memory_order_acq_rel, memory_order_acquire))
         return; /* the queue still holds it; the pool frees it */
     job_release(loop, job);
@@ -334,20 +272,20 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
  */
 static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
 {
-    uint8_t state = atomic_load_explicit(&job->state, memory_order_acquire);
-    if (state == TERN__JOB_TOMBSTONED)
+    uint8_t state = atomic_load_explicit(&job->work.state, memory_order_acquire);
+    if (state == TERN__WORK_TOMBSTONED)
         return TERN_CANCEL_STOPPED; /* already stopped; its done is queued */
-    if (state != TERN__JOB_QUEUED && state != TERN__JOB_RUNNING)
+    if (state != TERN__WORK_QUEUED && state != TERN__WORK_RUNNING)
         return TERN_CANCEL_FINISHED; /* done gets 0 and the result */
-    if (atomic_load_explicit(&job->cancel, memory_order_relaxed))
+    if (atomic_load_explicit(&job->work.cancel, memory_order_relaxed))
         return TERN_CANCEL_RUNNING; /* told before; the first reason stands */
     job->timed_out = timeout;
     /* A worker finishing right now may still report this as cancelled. */
-    atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
-    uint8_t expected = TERN__JOB_QUEUED;
-    if (atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__JOB_TOMBSTONED,
+    atomic_store_explicit(&job->work.cancel, true, memory_order_relaxed);
+    uint8_t expected = TERN__WORK_QUEUED;
+    if (atomic_compare_exchange_strong_explicit(&job->work.state, &expected, TERN__WORK_TOMBSTONED,
                                                 memory_order_acq_rel, memory_order_acquire)) {
-        job->result = NULL;
+        job->work.result = NULL;
         release_credit(loop, job);
         tern__op_ready(loop, &job->op);
         return TERN_CANCEL_STOPPED;
@@ -358,14 +296,14 @@ static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
 
 static int job_cancel(tern_loop *loop, struct tern__op *op)
 {
-    return stop_job(loop, (tern_job *)op, false);
+    return stop_job(loop, job_of(op), false);
 }
 
 /* Step 5: the job's timeout came. Not started: never runs; running: flagged. */
 static void job_expired(tern_loop *loop, struct tern__op *op)
 {
-    tern_job *job = (tern_job *)op;
-    if (stop_job(loop, job, true) == TERN_CANCEL_RUNNING && job->kind == TERN__JOB_LOOKUP &&
+    tern_job *job = job_of(op);
+    if (stop_job(loop, job, true) == TERN_CANCEL_RUNNING && job->work.kind == TERN__WORK_LOOKUP &&
         job->timed_out)
         tern__lookup_expired(loop, job); /* getaddrinfo cannot be interrupted */
 }
@@ -385,13 +323,13 @@ static const struct tern__op_class job_class = {
     .refable = false,
 };
 
-int tern__loop_pool_init(tern_loop *loop)
+int tern__jobs_init(tern_loop *loop)
 {
     loop->ring = NULL; /* allocated by the first submission */
     return 0;
 }
 
-void tern__loop_pool_destroy(tern_loop *loop)
+void tern__jobs_destroy(tern_loop *loop)
 {
     TERN_INSIST(loop->undelivered == 0);
     /* Pool threads may still be inside a hand-over to us; wait them out. */
@@ -403,11 +341,14 @@ void tern__loop_pool_destroy(tern_loop *loop)
         free(job);
     }
     loop->job_cache_len = 0;
-    tern__ring_free(loop->ring);
-    loop->ring = NULL;
+    if (loop->ring != NULL) {
+        tern__ring_destroy(loop->ring);
+        free(loop->ring);
+        loop->ring = NULL;
+    }
 }
 
-void tern__loop_pool_check_books(tern_loop *loop)
+void tern__jobs_check_books(tern_loop *loop)
 {
     struct tern__ring *ring = loop->ring;
     if (ring == NULL) {
@@ -417,7 +358,8 @@ void tern__loop_pool_check_books(tern_loop *loop)
         return;
     }
     uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-    if (ring->head > tail)
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    if (head > tail)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS", "result ring head > tail");
     /* A credit belongs to a live job: more credits than jobs is a leak. */
     if (loop->long_undelivered > loop->undelivered)
@@ -427,22 +369,22 @@ void tern__loop_pool_check_books(tern_loop *loop)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
                            "undelivered credits > accepted jobs not yet done");
     /* Every completion on the ring still holds its credit. */
-    if (tail - ring->head > loop->undelivered)
+    if (tail - head > loop->undelivered)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
                            "completions on the ring > undelivered credits");
 }
 
-bool tern__loop_pool_pending(tern_loop *loop)
+bool tern__jobs_pending(tern_loop *loop)
 {
     return loop->ring != NULL && tern__ring_ready(loop->ring);
 }
 
-void tern__loop_pool_collect(tern_loop *loop)
+void tern__jobs_collect(tern_loop *loop)
 {
     if (loop->ring == NULL)
         return;
     tern_job *job;
-    while ((job = tern__ring_pop(loop->ring)) != NULL) {
+    while ((job = tern__ring_pop_single(loop->ring)) != NULL) {
         release_credit(loop, job);
         tern__op_ready(loop, &job->op);
     }
@@ -454,12 +396,36 @@ static int ensure_ring(tern_loop *loop)
         return 0;
     uint64_t n = loop->max_undelivered < loop->max_operations ? loop->max_undelivered
                                                               : loop->max_operations;
-    return tern__ring_new(&loop->ring, n);
+    struct tern__ring *ring = tern__calloc_aligned(alignof(struct tern__ring), sizeof(*ring));
+    if (ring == NULL)
+        return -ENOMEM;
+    int rc = tern__ring_init(ring, n);
+    if (rc < 0) {
+        free(ring);
+        return rc;
+    }
+    loop->ring = ring;
+    return 0;
 }
 
-/* A resource refusal: -EAGAIN, its cause kept for tern_loop_last_refusal. */
+/*
+ * A resource refusal: -EAGAIN, its cause kept for tern_loop_last_refusal
+ * and counted in the pool's statistics (the causes tern_pool_stats names).
+ * The queue and the long ceiling are decided inside tern__pool_accept, at
+ * the one instant a slot or a thread is taken; every limit is counted here.
+ */
 static int refuse(tern_loop *loop, tern_refusal cause)
 {
+    _Atomic uint64_t *counter = NULL;
+    switch (cause) {
+    case TERN_REFUSED_QUEUE_FULL: counter = &tern__pool_stats.refused_queue_full; break;
+    case TERN_REFUSED_LONG_CEILING: counter = &tern__pool_stats.refused_long_ceiling; break;
+    case TERN_REFUSED_UNDELIVERED: counter = &tern__pool_stats.refused_undelivered; break;
+    case TERN_REFUSED_OPERATIONS: counter = &tern__pool_stats.refused_operations; break;
+    default: break; /* an owner's cap is counted on the owner; a shutdown is transient */
+    }
+    if (counter != NULL)
+        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
     loop->last_refusal = cause;
     return -EAGAIN;
 }
@@ -470,7 +436,7 @@ static int refuse(tern_loop *loop, tern_refusal cause)
  * Accept or refuse a job. Every refusal happens before the work exists
  * anywhere the pool can see it, and changes only its own counter.
  */
-int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
                           tern_work_fn work, tern_done_fn done, void *arg,
                           const tern_job_options *opts, tern_id *idp)
 {
@@ -491,16 +457,10 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_ki
     int rc;
     if ((rc = ensure_ring(loop)) < 0)
         return rc;
-    if (loop->undelivered >= loop->max_undelivered) {
-        atomic_fetch_add_explicit(&tern__pool_stats.refused_undelivered, 1, memory_order_relaxed);
+    if (loop->undelivered >= loop->max_undelivered)
         return refuse(loop, TERN_REFUSED_UNDELIVERED);
-    }
-    if ((rc = tern__op_admit(loop)) < 0) {
-        if (rc != -EAGAIN)
-            return rc;
-        atomic_fetch_add_explicit(&tern__pool_stats.refused_operations, 1, memory_order_relaxed);
-        return refuse(loop, TERN_REFUSED_OPERATIONS);
-    }
+    if ((rc = tern__op_admit(loop)) < 0)
+        return rc == -EAGAIN ? refuse(loop, TERN_REFUSED_OPERATIONS) : rc;
     if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0) {
         tern__op_unadmit(loop);
         return rc;
@@ -510,8 +470,9 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_ki
         rc = -ENOMEM;
         goto unadmit;
     }
-    *job = (tern_job){.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .loop = loop,
-                      .work = work, .done = done, .arg = arg, .has_deadline = timeout != 0};
+    *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
+                               .arg = arg, .handback = job_handback},
+                      .loop = loop, .done = done, .has_deadline = timeout != 0};
     if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
         job_release(loop, job);
         goto unadmit;
@@ -524,11 +485,11 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__job_ki
      * cost per job, and a quarter of recent jobs is sample enough for
      * percentiles. (Run times are measured for every job, on the worker.)
      */
-    job->t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
+    job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
     loop->undelivered++;
     tern_refusal cause = TERN_REFUSED_NONE;
     rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
-                           job, &cause);
+                           &job->work, &cause);
     if (rc < 0) {
         TERN_DECREMENT(loop->undelivered);
         /*
@@ -563,7 +524,7 @@ unadmit:
     return rc;
 }
 
-int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__job_kind kind,
+int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
 {
     return tern__submit_job_with(loop, occ, kind, work, done, arg, NULL, idp);
@@ -587,7 +548,7 @@ int tern_submit_with(tern_loop *loop, tern_occupancy occupancy, tern_work_fn wor
     int rc = check_submit(loop, occupancy, work, done);
     if (rc < 0)
         return rc;
-    return tern__submit_job_with(loop, occupancy, TERN__JOB_WORK, work, done, arg, opts, idp);
+    return tern__submit_job_with(loop, occupancy, TERN__WORK_PLAIN, work, done, arg, opts, idp);
 }
 
 void tern_job_options_init(tern_job_options *opts)
@@ -618,5 +579,5 @@ int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, te
     int rc = check_submit(loop, occupancy, work, done);
     if (rc < 0)
         return rc;
-    return tern__submit_job(loop, occupancy, TERN__JOB_WORK, work, done, arg, idp);
+    return tern__submit_job(loop, occupancy, TERN__WORK_PLAIN, work, done, arg, idp);
 }

@@ -1,0 +1,160 @@
+/*
+ * What pool/ exports: the process-wide blocking pool, which runs work and
+ * knows nothing of loops. The runtime (runtime/job.c) is its one client.
+ *
+ * The interface is four things:
+ *   - a work header (struct tern__work) the client embeds first in its own
+ *     record of a job;
+ *   - tern__pool_accept, which admits a header into a class (bounded or
+ *     long) and starts the pool on demand;
+ *   - the header's hand-back function, the one call the pool makes into
+ *     its client: once per accepted header, when the work is finished (or,
+ *     for a tombstone, when the pool lets go of it);
+ *   - configuration checks, the exclusive-mode hold, and the statistics
+ *     counters the client writes its own outcomes into.
+ * Worker threads, the queue, the long class, the lookup cap and the
+ * shutdown are private to pool/ (pool_p.h). pool/ includes headers from
+ * backends/ and include/ only; test/layers_test.sh checks it.
+ *
+ * Other headers of this directory that a higher layer may include:
+ * ring.h (the bounded ring both the queue and each loop's result ring
+ * use), spin.h (the adaptive spin budget) and fs_p.h (file requests: the
+ * record the runtime's half and the worker bodies share).
+ */
+#ifndef TERN_POOL_H
+#define TERN_POOL_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "tern.h"
+
+/*
+ * A header's state word: the two-party protocol between the client, which
+ * may cancel a header still queued, and the workers, which claim it.
+ *
+ * QUEUED -> RUNNING -> FINISHED by a worker (claim, then hand-back);
+ * QUEUED -> FINISHED by a cancelling shutdown (never started);
+ * QUEUED -> TOMBSTONED by the client's cancel (one CAS). The record stays
+ * in the queue until a worker or shutdown meets it and hands it back as
+ * dropped; LOOP_DONE and POOL_DONE say which side let go of a tombstone
+ * first, so the last one frees it and neither waits for the other. A steps
+ * header goes RUNNING -> QUEUED between its steps.
+ */
+enum tern__work_state {
+    TERN__WORK_QUEUED = 0,     /* accepted, not yet taken by a worker */
+    TERN__WORK_RUNNING = 1,    /* a worker runs fn */
+    TERN__WORK_FINISHED = 2,   /* fn returned (or never will): being handed back */
+    TERN__WORK_TOMBSTONED = 3, /* cancelled while queued; the queue still holds it */
+    TERN__WORK_LOOP_DONE = 4,  /* tombstone: the client has let go */
+    TERN__WORK_POOL_DONE = 5,  /* tombstone: the pool has let go */
+};
+
+/*
+ * What a worker does with a header of the bounded class. LOOKUP runs under
+ * the lookup cap (pool/lookup.c). STEPS runs one step per pass: fn returns
+ * NULL while another step follows, and the header goes back into the
+ * queue on its reservation (pool/steps.c).
+ */
+enum tern__work_kind { TERN__WORK_PLAIN = 0, TERN__WORK_LOOKUP = 1, TERN__WORK_STEPS = 2 };
+
+struct tern__work;
+
+/*
+ * The hand-back: the client's, called by a pool thread exactly once per
+ * accepted header. With the state FINISHED, the work is done (result set,
+ * cancel latched if it was); otherwise it is a tombstone the pool has let
+ * go of. The pool never touches the header again after the call.
+ * Returns true when handing back woke a sleeping thread with a system
+ * call (a worker then parks at once rather than spin for more work).
+ */
+typedef bool (*tern__handback_fn)(struct tern__work *w);
+
+/*
+ * The work header. The client embeds it FIRST in its record: the public
+ * `tern_job *` a work function receives is the header's address (so
+ * tern_job_cancelled, defined here, reads it), and the client turns it
+ * back into its record with a cast. The client writes every field before
+ * tern__pool_accept; from then on the pool owns fn, arg, result, t_submit
+ * and cancel_window until the hand-back, and both sides use state and
+ * cancel as described above.
+ */
+struct tern__work {
+    _Atomic uint8_t state;  /* enum tern__work_state */
+    _Atomic bool cancel;    /* tern_job_cancelled(); latched, never cleared */
+    uint8_t occupancy;      /* tern_occupancy: the class */
+    uint8_t kind;           /* enum tern__work_kind */
+    uint16_t cancel_window; /* pool: cancelling shutdowns begun when it started */
+    tern_work_fn fn;
+    void *arg;
+    void *result;
+    uint64_t t_submit; /* tern__ticks() at acceptance, or 0: not timed */
+    tern__handback_fn handback;
+};
+
+/*
+ * Admit w into its class and hand it to the pool, starting the pool with
+ * cfg if none runs (NULL cfg adopts any). *checked caches the generation
+ * whose configuration was last found equal to cfg, so the comparison is
+ * paid once per pool start.
+ * Requires: w's fields written, state QUEUED.
+ * Returns 0 (w now belongs to the pool until its hand-back), -EINVAL
+ * (cfg conflicts with the running pool), -EAGAIN with *cause set
+ * (TERN_REFUSED_QUEUE_FULL, _LONG_CEILING, or _SHUTDOWN while a shutdown
+ * runs), -ENOMEM or a thread-creation error; on failure w was never seen
+ * by a worker. Statistics of refusals are the client's to count.
+ * Any thread.
+ */
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *w,
+                      tern_refusal *cause);
+
+/* 0 or -EINVAL: whether cfg is a valid pool configuration. Any thread. */
+int tern__pool_config_check(const tern_pool_config *cfg);
+/* Whether cfg differs from the running pool's (false when none runs). Any thread. */
+bool tern__pool_config_conflicts(const tern_pool_config *cfg);
+/* Whether any pool worker is on a CPU now (running a job, or spinning for one). A snapshot. */
+bool tern__pool_active(void);
+/* Whether the process-wide pool is running now (a test seam too). */
+bool tern__pool_running(void);
+
+/*
+ * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes
+ * every bounded worker stop before its next job and returns once none
+ * runs one (long workers are not held); tern__pool_unhold lets them go.
+ * Holds nest and may come from several threads; each hold is given back
+ * by one unhold. Any thread but a bounded pool worker.
+ */
+void tern__pool_hold(void);
+void tern__pool_unhold(void);
+/* Whether the calling thread is a bounded worker of the running pool. */
+bool tern__pool_on_bounded_worker(void);
+
+/*
+ * The counters behind tern_pool_stats_get. They live outside the pool so
+ * a reader never races a free. The pool writes the gauges; the client
+ * writes the outcomes (submitted, completed, cancelled, refused_*), so
+ * that every refusal is counted where admission decides it. All relaxed.
+ */
+struct tern__pool_counters {
+    /*
+     * The bounded queue's slots: jobs queued in the low 32 bits (TERN__SLOT_QUEUED),
+     * reservations in the high 32 (TERN__SLOT_RESERVED). One word, so admission
+     * bounds queued + reserved exactly and a reader sees both at one instant.
+     */
+    alignas(TERN_CACHELINE) _Atomic uint64_t queued;
+    _Atomic unsigned queued_peak;
+    alignas(TERN_CACHELINE) _Atomic unsigned threads, busy, long_threads, long_busy;
+    /* Workers spinning for a job (as the pool's `spinners`, readable with no pool). */
+    _Atomic unsigned spinning;
+    alignas(TERN_CACHELINE) _Atomic uint64_t submitted;
+    _Atomic uint64_t refused_queue_full, refused_long_ceiling, refused_undelivered,
+        refused_operations;
+    alignas(TERN_CACHELINE) _Atomic uint64_t completed, cancelled;
+};
+
+extern struct tern__pool_counters tern__pool_stats;
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * One bounded ring of pointers for tern's two queues between threads: the
+ * bounded class's queue (many producers, many consumers: pool/bounded.c)
+ * and each loop's result ring (many producers, one consumer:
+ * runtime/job.c). Exported by pool/ for the runtime's use.
+ *
+ * Vyukov's scheme: free-running 64-bit head and tail with a power-of-two
+ * mask, and a sequence word per slot saying whose turn it is. With
+ * lap = pos & ~mask (the position less its slot index):
+ *
+ *   seq == lap          the slot is free for the producer that claims pos
+ *   seq == lap + 1      it holds the item pushed at pos, for the consumer
+ *   seq == lap + size   freed by the consumer, for the producer one lap on
+ *
+ * (every sequence less its slot index, so the initial state is all zeros:
+ * the slots come from tern__calloc_lazy untouched, and a ring sized for
+ * 2^31 items costs the pages its positions have reached.)
+ *
+ * The full-slot rule, one for both queues: the ring is never full.
+ * Its client admits an item (a queue slot, an undelivered credit) before
+ * pushing it and returns the admission only after the item's slot was
+ * freed, and the ring has at least as many slots as admissions. So the
+ * slot a producer claims is free, or its previous item has been claimed
+ * by a consumer that has not yet stored the slot's next sequence (the
+ * client's admission counter is relaxed, so a producer may see the
+ * admission returned before it sees that store). The producer waits that
+ * out: a few instructions, unless the consumer was preempted there.
+ * A producer never fails, and a consumer never blocks.
+ */
+#ifndef TERN_RING_H
+#define TERN_RING_H
+
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <urcu/arch.h>
+
+#include "check.h"
+
+struct tern__ring_slot {
+    _Atomic uint64_t seq;
+    void *item;
+};
+
+struct tern__ring {
+    uint64_t mask;
+    struct tern__ring_slot *slots;
+    alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers */
+    /*
+     * The client's word on the producers' line (the ring never reads it):
+     * the result ring counts producers inside push + wake here, at no
+     * extra cache miss (runtime/job.c, job_handback).
+     */
+    _Atomic unsigned pins;
+    alignas(TERN_CACHELINE) _Atomic uint64_t head; /* consumers */
+};
+
+/*
+ * Set up ring for at least capacity items (rounded up to a power of two).
+ * 0 or -ENOMEM. tern__ring_destroy releases the slots (NULL slots: none).
+ */
+int tern__ring_init(struct tern__ring *ring, uint64_t capacity);
+void tern__ring_destroy(struct tern__ring *ring);
+
+/* Any thread. Never fails (the full-slot rule above). */
+static inline void tern__ring_push(struct tern__ring *ring, void *item)
+{
+    /*
+     * Relaxed: the position only names the slot. What orders us against
+     * the consumer is the slot's own sequence: the acquire load below
+     * pairs with the consumer's release store that freed the slot a lap
+     * ago, and our release store pairs with its acquire load in pop.
+     */
+    uint64_t pos = atomic_fetch_add_explicit(&ring->tail, 1, memory_order_relaxed);
+    uint64_t lap = pos & ~ring->mask;
+    struct tern__ring_slot *slot = &ring->slots[pos & ring->mask];
+    for (unsigned spins = 0; atomic_load_explicit(&slot->seq, memory_order_acquire) != lap;
+         spins++) {
+        if (spins > 64)
+            sched_yield();
+        else
+            caa_cpu_relax();
+    }
+    slot->item = item;
+    /* Pairs with the acquire load in the pops and in tern__ring_ready(). */
+    atomic_store_explicit(&slot->seq, lap + 1, memory_order_release);
+}
+
+/* Whether a pop would find an item now (any thread; a snapshot). */
+static inline bool tern__ring_ready(struct tern__ring *ring)
+{
+    uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    /* Pairs with the release store in tern__ring_push(). */
+    return atomic_load_explicit(&ring->slots[pos & ring->mask].seq, memory_order_acquire) ==
+           (pos & ~ring->mask) + 1;
+}
+
+/* The one consumer of a single-consumer ring. NULL when nothing is ready. */
+static inline void *tern__ring_pop_single(struct tern__ring *ring)
+{
+    uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    uint64_t lap = pos & ~ring->mask;
+    struct tern__ring_slot *slot = &ring->slots[pos & ring->mask];
+    /* Pairs with the release store in tern__ring_push(). */
+    if (atomic_load_explicit(&slot->seq, memory_order_acquire) != lap + 1)
+        return NULL;
+    void *item = slot->item;
+    /* Pairs with the producer's acquire load one lap later. */
+    atomic_store_explicit(&slot->seq, lap + ring->mask + 1, memory_order_release);
+    atomic_store_explicit(&ring->head, pos + 1, memory_order_relaxed);
+    return item;
+}
+
+/* Any consumer of a many-consumer ring (consumers compete by CAS on head). */
+static inline void *tern__ring_pop(struct tern__ring *ring)
+{
+    uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    for (;;) {
+        struct tern__ring_slot *slot = &ring->slots[pos & ring->mask];
+        uint64_t lap = pos & ~ring->mask;
+        /* Pairs with the release store in tern__ring_push(). */
+        uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
+        int64_t dif = (int64_t)(seq - (lap + 1));
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&ring->head, &pos, pos + 1,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                void *item = slot->item;
+                /* Pairs with the producer's acquire load one lap later. */
+                atomic_store_explicit(&slot->seq, lap + ring->mask + 1, memory_order_release);
+                return item;
+            }
+        } else if (dif < 0) {
+            return NULL; /* not pushed yet: empty */
+        } else {
+            pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,94 @@
+/*
+ * The worker side of a job, shared by every class: claim a header, run
+ * it, hand it back. The hand-back is the client's function (pool.h); the
+ * pool calls nothing else of its client's.
+ */
+#include "pool_p.h"
+
+bool tern__work_claim(struct tern__work *w)
+{
+    uint8_t expected = TERN__WORK_QUEUED;
+    if (atomic_compare_exchange_strong_explicit(&w->state, &expected, TERN__WORK_RUNNING,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return true;
+    /*
+     * A tombstone: its client has (or will have) delivered its done. Hand
+     * it back as dropped; the client frees it if it let go first.
+     */
+    TERN_INSIST(expected == TERN__WORK_TOMBSTONED || expected == TERN__WORK_LOOP_DONE);
+    (void)w->handback(w);
+    tern__pool_leave(); /* the tombstone's pool life ends here */
+    return false;
+}
+
+bool tern__work_complete(struct tern__work *w)
+{
+    bool woke = w->handback(w);
+    tern__pool_leave(); /* handed back: the job's pool life ends here */
+    return woke;
+}
+
+/*
+ * Whether a cancelling pool shutdown has been under way while the job ran:
+ * one is now, or one began since the job started. (Shutdown never writes
+ * into a running job: its client may already have delivered and reused it.)
+ */
+static bool shutdown_cancelled(const struct tern__work *w)
+{
+    return atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed) ||
+           (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed) !=
+               w->cancel_window;
+}
+
+bool tern__work_started(struct tern__work *w)
+{
+    w->cancel_window =
+        (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed);
+    if (TERN_LIKELY(!atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
+        return true;
+    /*
+     * Taken off the queue during a cancelling shutdown (its drain had not
+     * reached it yet): it counts as queued, so its work never starts.
+     */
+    atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+    return false;
+}
+
+void tern__work_returned(struct tern__work *w)
+{
+    /* Ran during a cancelling shutdown: its done says so, seen or not. */
+    if (TERN_UNLIKELY(shutdown_cancelled(w)))
+        atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+}
+
+bool tern__work_run(struct tern__work *w, unsigned worker)
+{
+    if (TERN_UNLIKELY(!tern__work_started(w))) {
+        w->result = NULL;
+    } else {
+        bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
+        uint64_t start = tern__ticks();
+        if (w->t_submit != 0)
+            tern__hist_record(&tern__pool_wait_hist[worker], start - w->t_submit, shared);
+        /* The public handle is the header's address (pool.h). */
+        w->result = w->fn((tern_job *)w, w->arg);
+        tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
+        tern__work_returned(w);
+    }
+    atomic_store_explicit(&w->state, TERN__WORK_FINISHED, memory_order_release);
+    return tern__work_complete(w);
+}
+
+bool tern_job_cancelled(const tern_job *job)
+{
+    TERN_REQUIRE(job != NULL);
+    struct tern__work *w = (struct tern__work *)job; /* the header comes first (pool.h) */
+    if (atomic_load_explicit(&w->cancel, memory_order_relaxed))
+        return true;
+    if (TERN_UNLIKELY(shutdown_cancelled(w))) {
+        /* Latch it, so done reports -ECANCELED too. */
+        atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+        return true;
+    }
+    return false;
+}

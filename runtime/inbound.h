@@ -1,0 +1,51 @@
+/*
+ * The inbound queue: what other threads hand to the loop (posts, and
+ * cancels by id), and the wake word they use to rouse it. inbound.c has
+ * the protocol; this is a cds_wfcq of records, one per post or cancel.
+ */
+#ifndef TERN_INBOUND_H
+#define TERN_INBOUND_H
+
+#include <stdbool.h>
+
+#include <urcu/wfcqueue.h>
+
+#include "tern.h"
+
+enum tern__inbound_kind { TERN__IN_POST = 1, TERN__IN_CANCEL = 2 };
+
+struct tern__inbound {
+    struct cds_wfcq_node node;
+    enum tern__inbound_kind kind;
+    union {
+        struct {
+            tern_fn fn;
+            void *arg;
+        } post;
+        tern_id cancel_id;
+    } u;
+};
+
+/* The wake word: see inbound.c for the protocol. */
+enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
+
+/*
+ * Wake the loop if it is parking or asleep (any thread, after publishing).
+ * True when this call wrote the wake fd: the loop was asleep.
+ */
+bool tern__loop_wake(tern_loop *loop);
+/*
+ * The loop's side of a wake: set the word to RUNNING and, if a producer
+ * had notified, consume its wake-up (an eventfd or pipe write, or the
+ * backend's own). Called when a thread claims the loop and after every
+ * backend wait.
+ */
+void tern__loop_awake(tern_loop *loop);
+/* Whether the inbound queue has anything (any thread; a snapshot). */
+bool tern__inbound_pending(tern_loop *loop);
+/* Step 1's first half: run posts, then resolve cancels. */
+void tern__inbound_drain(tern_loop *loop);
+/* Nothing queued and no producer on its way in (teardown's last check). */
+bool tern__inbound_quiet(tern_loop *loop);
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * Jobs, an operation kind of the loop beside timers and defers
+ * (runtime/job.c): submission and admission (every limit in one place),
+ * credits, owners, cancellation and its outcomes, the result ring,
+ * dispatch of done, and the books audit. The pool (pool/pool.h) runs the
+ * work; a job touches it at accept, at a worker's claim and run, and at
+ * the hand-back, which pushes the job onto its loop's result ring.
+ */
+#ifndef TERN_JOB_P_H
+#define TERN_JOB_P_H
+
+#include "loop_p.h"
+#include "pool.h"
+#include "ring.h"
+
+struct tern__owner;
+
+/*
+ * A job record. malloc'd (the hand-back of a dropped tombstone may free it
+ * on a pool thread), and kept on a per-loop cache once done has run.
+ */
+struct tern_job {
+    struct tern__work work;       /* first: the pool's view, and the public tern_job * */
+    struct tern__op op;           /* id, ready link, deadline */
+    bool has_deadline;            /* holds a heap claim (a timeout) */
+    bool timed_out;               /* the deadline took effect */
+    tern_loop *loop;
+    struct tern__owner *owner;    /* whose cap it counts against, or NULL */
+    tern_job *owner_prev, *owner_next; /* the owner's jobs in flight */
+    tern_done_fn done;
+};
+
+/*
+ * Admit and hand over a job of any kind (tern_submit, tern_resolve, file
+ * requests), with an owner and a timeout when opts is not NULL.
+ * Returns 0 and the id in *idp (if not NULL), or -EINVAL, -ESHUTDOWN,
+ * -ENOMEM, or -EAGAIN with the cause kept for tern_loop_last_refusal.
+ * On failure nothing of the job exists: arg still belongs to the caller.
+ * Loop thread.
+ */
+int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
+                          tern_work_fn work, tern_done_fn done, void *arg,
+                          const tern_job_options *opts, tern_id *idp);
+int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
+                     tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
+
+/*
+ * A name lookup the runtime starts for itself (resolve.c): as
+ * tern_resolve, but the job has no public id (see tern__op_withdraw_id);
+ * *jobp is the only way to reach it, valid until cb has run. cancel asks
+ * it to stop (cb then comes with -ECANCELED unless the result was in);
+ * calling it again changes nothing. Loop thread.
+ */
+int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
+                       const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
+                       tern_job **jobp);
+void tern__lookup_cancel(tern_loop *loop, tern_job *job);
+
+/* A lookup's deadline passed while it runs: answer its caller now (resolve.c). Loop thread. */
+void tern__lookup_expired(tern_loop *loop, tern_job *job);
+
+/*
+ * The loop's hooks (loop.c, turn.c), loop thread: init and destroy the
+ * loop's job state (destroy waits out pool threads still handing a job
+ * back); collect moves completions from the result ring to the ready
+ * queue (step 1); pending says whether the ring holds any now; check_books
+ * is the jobs' share of the TERN_CHECK_BOOKS audit.
+ */
+int tern__jobs_init(tern_loop *loop);
+void tern__jobs_destroy(tern_loop *loop);
+void tern__jobs_collect(tern_loop *loop);
+bool tern__jobs_pending(tern_loop *loop);
+void tern__jobs_check_books(tern_loop *loop);
+
+/*
+ * The result ring is pool/ring.h's ring with one consumer, the loop: a
+ * credit (undelivered) is taken at submission and given back only after
+ * the job's slot was freed, so it is never full (ring.h's full-slot rule).
+ * Its `pins` word counts pool threads inside job_handback's push + wake.
+ */
+
+#endif

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# layers_test: tern's directories include downwards only (docs/design.md).
+#
+#   runtime/   the loop and its operation kinds  may include pool/, backends/
+#   pool/      runs work, knows nothing of loops  may include backends/
+#   backends/  the system-call edge               includes only its own
+#
+# and every directory may include include/ (the public API). Each quoted
+# #include in runtime/, pool/ and backends/ is resolved as the compiler
+# would (the including file's directory first, then the lower layers) and
+# must land in the same or a lower layer. A header name held by two
+# directories fails too: it would let an include resolve differently in
+# different layers. Prints the include graph (directory -> directory
+# edges) and closes with "N passed, N failed" (one check per file, and
+# two link-level checks when $1, the build directory, holds the layers'
+# objects).
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+
+rank() {
+    case $1 in
+    include) echo 0 ;;
+    backends) echo 1 ;;
+    pool) echo 2 ;;
+    runtime | runtime/*) echo 3 ;;
+    *) echo 9 ;;
+    esac
+}
+
+# The directory an include "name" from a file in dir resolves to, or "".
+resolve() {
+    local dir=$1 name=$2 d
+    for d in "$dir" include backends pool runtime ""; do
+        if [ -f "${d:+$d/}$name" ]; then
+            dirname "${d:+$d/}$name"
+            return
+        fi
+    done
+}
+
+passed=0
+failed=0
+edges=$(mktemp)
+trap 'rm -f "$edges"' EXIT
+
+dups=$(find include runtime pool backends -name '*.h' -printf '%f\n' | sort | uniq -d)
+if [ -n "$dups" ]; then
+    echo "FAIL: header names held by two directories: $dups"
+    failed=$((failed + 1))
+fi
+
+while IFS= read -r f; do
+    dir=$(dirname "$f")
+    from=$(rank "$dir")
+    bad=""
+    while IFS= read -r name; do
+        [ -n "$name" ] || continue
+        to_dir=$(resolve "$dir" "$name")
+        if [ -z "$to_dir" ]; then
+            bad="$bad \"$name\" (not found)"
+            continue
+        fi
+        echo "$dir -> $to_dir" >>"$edges"
+        if [ "$(rank "$to_dir")" -gt "$from" ]; then
+            bad="$bad \"$name\" ($to_dir)"
+        fi
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+    if [ -n "$bad" ]; then
+        echo "FAIL: $f includes a higher layer's header:$bad"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + 1))
+    fi
+done < <(find runtime pool backends -name '*.[ch]' | sort)
+
+# The same at link level, when the build directory has the layers' objects:
+# no pool/ object may use a symbol a runtime/ object defines, and no
+# backends/ object one that pool/ or runtime/ defines (a call through a
+# prototype written by hand would pass the include check).
+build=${1:-}
+if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-backends.a" ] &&
+    command -v nm >/dev/null; then
+    defined() { nm --defined-only "$@" 2>/dev/null | awk '$2 ~ /^[TDBR]$/ { print $3 }' | sort -u; }
+    used() { nm -u "$1" 2>/dev/null | awk '{ print $2 }' | sort -u; }
+    rt=$(mktemp)
+    pl=$(mktemp)
+    trap 'rm -f "$edges" "$rt" "$pl"' EXIT
+    defined "$build"/libtern.so.p/runtime_*.o >"$rt"
+    defined "$build/libtern-pool.a" >"$pl"
+    up=$(comm -12 <(used "$build/libtern-pool.a") "$rt" | tr '\n' ' ')
+    if [ -n "$up" ]; then
+        echo "FAIL: pool/ objects use runtime/ symbols: $up"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + 1))
+    fi
+    up=$(comm -12 <(used "$build/libtern-backends.a") <(sort -u "$rt" "$pl") | tr '\n' ' ')
+    if [ -n "$up" ]; then
+        echo "FAIL: backends/ objects use pool/ or runtime/ symbols: $up"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + 1))
+    fi
+fi
+
+echo "include graph (directory -> directory):"
+sort "$edges" | uniq -c | awk '$2 != $4 { printf "  %-14s -> %-10s (%d includes)\n", $2, $4, $1 }'
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
