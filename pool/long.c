@@ -94,7 +94,7 @@ static void hand_over(struct tern__long_worker *w, struct tern__work *job)
     atomic_fetch_add_explicit(&tern__pool_stats.long_busy, 1, memory_order_relaxed);
 }
 
-int tern__long_submit(struct tern__pool *p, struct tern__work *job)
+int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal *cause)
 {
     pthread_mutex_lock(&p->long_lock);
     if (!cds_list_empty(&p->long_parked)) {
@@ -138,6 +138,7 @@ int tern__long_submit(struct tern__pool *p, struct tern__work *job)
         pthread_mutex_unlock(&p->long_lock);
         if (rc == 0)
             return 0;
+        *cause = TERN_REFUSED_THREADS; /* below the ceiling, but no thread */
         pthread_cond_destroy(&w->cond);
     }
     free(w);

@@ -172,17 +172,20 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
         goto refused;
     struct tern__pool *p = tern__pool_current();
     if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
-        if ((rc = pool_get(cfg, &p)) < 0)
+        if ((rc = pool_get(cfg, &p)) < 0) {
+            /* -EAGAIN here is pthread_create's: the pool could not start. */
+            *cause = TERN_REFUSED_THREADS;
             goto refused;
+        }
         *checked = p->gen;
     }
     bool bounded = job->occupancy == TERN_BOUNDED;
-    rc = bounded ? tern__bounded_submit(p, job) : tern__long_submit(p, job);
+    *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
+    rc = bounded ? tern__bounded_submit(p, job) : tern__long_submit(p, job, cause);
     if (rc == 0) {
         tern__pool_leave(); /* this call's unit; the job keeps its own */
         return 0;
     }
-    *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
 refused:
     tern__pool_leave();
     tern__pool_leave();

@@ -210,7 +210,7 @@ extern _Atomic unsigned tern__pool_holds;
 void tern__bounded_hold(struct tern__pool *p, bool *busy);
 
 int tern__long_init(struct tern__pool *p);
-int tern__long_submit(struct tern__pool *p, struct tern__work *job);
+int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal *cause);
 /* Tell every long worker to exit and join them (no job may be running). */
 void tern__long_stop(struct tern__pool *p);
 void tern__long_destroy(struct tern__pool *p);

@@ -93,6 +93,7 @@ static int req_new(tern_loop *loop, const struct spec *s, const tern_fs_options 
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
+    loop->last_refusal = TERN_REFUSED_NONE; /* whatever this call returns, it is its own */
     if (cb == NULL)
         return -EINVAL;
     tern_fs_options defaults;

@@ -533,6 +533,7 @@ int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__work_kind k
 static int check_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
                         tern_done_fn done)
 {
+    loop->last_refusal = TERN_REFUSED_NONE; /* whatever this call returns, it is its own */
     if (work == NULL || done == NULL || (occupancy != TERN_BOUNDED && occupancy != TERN_LONG))
         return -EINVAL;
     if (tern__loop_closing(loop))
@@ -567,7 +568,7 @@ tern_refusal tern_loop_last_refusal(const tern_loop *loop)
 const char *tern_refusal_name(tern_refusal refusal)
 {
     static const char *const names[] = {"none", "queue_full", "long_ceiling", "undelivered",
-                                        "operations", "owner_cap", "shutdown"};
+                                        "operations", "owner_cap", "shutdown", "threads"};
     return (unsigned)refusal < sizeof(names) / sizeof(names[0]) ? names[refusal] : "?";
 }
 

@@ -206,6 +206,7 @@ int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
+    loop->last_refusal = TERN_REFUSED_NONE; /* whatever this call returns, it is its own */
     return lookup_submit(loop, host, service, hints, cb, arg, opts, idp);
 }
 

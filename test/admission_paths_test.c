@@ -853,3 +853,46 @@ Test(admission_paths, bad_options_get_einval_and_change_nothing)
     cr_assert_eq(tern_owner_close(loop, owner), 0);
     teardown(loop);
 }
+
+/*
+ * tern_loop_last_refusal names the last submission's own outcome: a call
+ * that fails its argument checks after a refusal must not leave the old
+ * cause behind ("NONE when it did not" refuse).
+ */
+Test(admission_paths, an_argument_error_after_a_refusal_leaves_no_stale_cause)
+{
+    tern_loop *loop = setup(1, 16, 4, NULL);
+    tern_id owner;
+    cr_assert_eq(tern_owner_open(loop, 1, &owner), 0);
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job held;
+    ph_job_init(&held, &gate);
+    tern_job_options jo;
+    tern_job_options_init(&jo);
+    jo.owner = owner;
+    cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &held, &jo, &held.id), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+    probe pr = {0};
+    tern_fs_options fo = fs_owned(0, 0);
+    for (int k = 0; k < 4; k++) {
+        cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, probe_work, probe_done, &pr, &jo, NULL),
+                     -EAGAIN);
+        cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_OWNER_CAP);
+        int rc = k == 0   ? tern_submit(loop, TERN_BOUNDED, NULL, probe_done, &pr, NULL)
+                 : k == 1 ? tern_submit_with(loop, TERN_BOUNDED, probe_work, NULL, &pr, &jo, NULL)
+                 : k == 2 ? tern_resolve_with(loop, "x.invalid", "80", NULL, NULL, &pr, &jo, NULL)
+                          : tern_fs_mkdir(loop, at("stale"), 0700, &fo, NULL, &pr, NULL);
+        cr_assert_eq(rc, -EINVAL, "call %d: %s", k, tern_err_name(rc));
+        cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_NONE,
+                     "call %d failed its checks, yet the cause says %s", k,
+                     tern_refusal_name(tern_loop_last_refusal(loop)));
+    }
+    ph_gate_open(&gate);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&held.done_calls) == 1);
+    cr_assert(ok);
+    cr_assert_eq(atomic_load(&pr.calls), 0, "a refused or bad call called back");
+    cr_assert_eq(tern_owner_close(loop, owner), 0);
+    teardown(loop);
+}

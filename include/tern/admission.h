@@ -32,6 +32,7 @@ typedef enum tern_refusal {
     TERN_REFUSED_OPERATIONS = 4,  /* this loop has max_operations live operations */
     TERN_REFUSED_OWNER_CAP = 5,   /* the owner has its cap of jobs in flight */
     TERN_REFUSED_SHUTDOWN = 6,    /* tern_pool_shutdown is under way; retry after it */
+    TERN_REFUSED_THREADS = 7,     /* the system refused the pool a thread (pthread_create) */
 } tern_refusal;
 
 /*
@@ -45,7 +46,7 @@ typedef enum tern_refusal {
  */
 TERN_EXTERN tern_refusal tern_loop_last_refusal(const tern_loop *loop);
 
-/* tern_refusal_name: "queue_full", "owner_cap", ... ("none" for 0; "?" if unknown). */
+/* tern_refusal_name: "queue_full", "owner_cap", "threads", ... ("none" for 0; "?" if unknown). */
 TERN_EXTERN const char *tern_refusal_name(tern_refusal refusal);
 
 /* ------------------------------------------------------------------ */

@@ -402,13 +402,12 @@ static void admission_after(int s, int rc, tern_refusal want, struct rec *o, boo
             ENSURE(!is_long, "%s: a long job refused for the bounded queue", what);
             break;
         case TERN_REFUSED_SHUTDOWN:
-            /*
-             * No shutdown is under way on this thread's watch; but a pool
-             * whose threads could not start (an injected EAGAIN from
-             * pthread_create) is refused with this cause today, for want
-             * of one of its own (reported to the lead).
-             */
-            ENSURE(fault_armed, "%s: refused for a shutdown none is making", what);
+            /* Shutdowns here are this thread's own and synchronous. */
+            ENSURE(false, "%s: refused for a shutdown none is making", what);
+            break;
+        case TERN_REFUSED_THREADS:
+            /* Only an injected EAGAIN from pthread_create denies a thread here. */
+            ENSURE(fault_armed, "%s: refused for want of a thread with no fault armed", what);
             break;
         default:
             FAIL("%s: -EAGAIN with cause %s (%d)%s", what, tern_refusal_name(cause), (int)cause,

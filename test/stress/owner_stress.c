@@ -282,7 +282,8 @@ static void submit_one(struct loop_state *ls)
         if ((cause == TERN_REFUSED_OWNER_CAP) != at_cap)
             violation("loop %d: cause %s with the owner %s its cap", ls->index,
                       tern_refusal_name(cause), at_cap ? "at" : "below");
-        if (cause == TERN_REFUSED_NONE || cause == TERN_REFUSED_SHUTDOWN)
+        if (cause == TERN_REFUSED_NONE || cause == TERN_REFUSED_SHUTDOWN ||
+            cause == TERN_REFUSED_THREADS)
             violation("loop %d: -EAGAIN with cause %s", ls->index, tern_refusal_name(cause));
         if (cause == TERN_REFUSED_OWNER_CAP) {
             w->refused++;

@@ -53,7 +53,7 @@ struct counters {
     _Atomic uint64_t slowloris_closed; /* closed with a request still incomplete after the bound */
     _Atomic uint64_t idle_closed;      /* keep-alive connections closed after the idle bound */
     /* Every -EAGAIN from tern_submit_with, by its cause (tern_loop_last_refusal). */
-    _Atomic uint64_t refused[TERN_REFUSED_SHUTDOWN + 1];
+    _Atomic uint64_t refused[TERN_REFUSED_THREADS + 1];
 };
 
 struct app;
