@@ -103,8 +103,9 @@ struct tern__work {
  * Requires: w's fields written, state QUEUED.
  * Returns 0 (w now belongs to the pool until its hand-back), -EINVAL
  * (cfg conflicts with the running pool), -EAGAIN with *cause set
- * (TERN_REFUSED_QUEUE_FULL, _LONG_CEILING, or _SHUTDOWN while a shutdown
- * runs), -ENOMEM or a thread-creation error; on failure w was never seen
+ * (TERN_REFUSED_QUEUE_FULL, _LONG_CEILING, _SHUTDOWN while a shutdown
+ * runs, or _THREADS when pthread_create refused the pool's start or a long
+ * thread), -ENOMEM; on failure w was never seen
  * by a worker. Statistics of refusals are the client's to count.
  * Any thread.
  */
