@@ -97,7 +97,7 @@ static void wake_one(struct tern__pool *p)
     /* A spinning worker will take the job, and wake the next if need be. */
     if (atomic_load_explicit(&p->spinners, memory_order_relaxed) > 0)
         return;
-    if (atomic_exchange_explicit(&p->waking, true, memory_order_relaxed))
+    if (atomic_exchange_explicit(&tern__pool_waking, true, memory_order_relaxed))
         return; /* a wake is on its way; that worker passes it on */
     /*
      * Under the lock, `sleepers` counts exactly the workers inside
@@ -109,7 +109,7 @@ static void wake_one(struct tern__pool *p)
     if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0)
         pthread_cond_signal(&p->park_cond);
     else
-        atomic_store_explicit(&p->waking, false, memory_order_relaxed);
+        atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     pthread_mutex_unlock(&p->park_lock);
 }
 
@@ -129,24 +129,58 @@ static void park(struct tern__pool *p)
         pthread_cond_wait(&p->park_cond, &p->park_lock);
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
     pthread_mutex_unlock(&p->park_lock);
-    atomic_store_explicit(&p->waking, false, memory_order_relaxed);
+    /* `tern__pool_waking` is cleared by the caller, once it counts as busy. */
 }
 
-static bool spin(struct worker *w)
+/*
+ * A worker back from park() clears `tern__pool_waking` (it may be the one
+ * signalled). Only after it counts as busy, if it found work: the loop
+ * that woke it reads either gauge as "a worker is on a CPU"
+ * (tern__pool_active), and a gap between them would end its spin just as
+ * the answer is coming.
+ */
+static void woken(bool *parked)
+{
+    if (*parked) {
+        *parked = false;
+        atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
+    }
+}
+
+/* A worker ran dry: it stops counting as busy (a gauge of tern__pool_active). */
+static void idle(bool *busy)
+{
+    if (*busy) {
+        *busy = false;
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.busy, memory_order_relaxed);
+    }
+}
+
+/*
+ * Spin for a job within the budget; false: park. The worker counts as
+ * spinning before it stops counting as busy, so the loop waiting for its
+ * answer never sees the pool go quiet between a job and the spin after it.
+ */
+static bool spin(struct worker *w, bool *busy)
 {
     struct tern__pool *p = w->pool;
     if (w->loop_slept) {
         w->loop_slept = false;
+        idle(busy);
         return false;
     }
     uint32_t budget = tern__spin_budget(&w->spin);
-    if (budget == 0)
+    if (budget == 0) {
+        idle(busy);
         return false;
+    }
     if (atomic_fetch_add_explicit(&p->spinners, 1, memory_order_relaxed) >= p->max_spinners) {
         atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+        idle(busy);
         return false;
     }
     atomic_fetch_add_explicit(&tern__pool_stats.spinning, 1, memory_order_relaxed);
+    idle(busy);
     uint64_t deadline = tern__clock_now() + budget;
     bool found = false;
     for (unsigned i = 1;; i++) {
@@ -167,6 +201,11 @@ static bool spin(struct worker *w)
     }
     TERN_ATOMIC_DECREMENT(tern__pool_stats.spinning, memory_order_relaxed);
     atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+    if (found && !*busy) {
+        /* Busy again before it stops spinning: the gauges never both read 0. */
+        *busy = true;
+        atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+    }
     tern__spin_result(&w->spin, found);
     return found;
 }
@@ -186,6 +225,7 @@ static void *worker_main(void *argp)
      * per busy spell, not twice per job.
      */
     bool busy = false;
+    bool parked = false; /* back from park(), `tern__pool_waking` not yet cleared */
     for (;;) {
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
         if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0))
@@ -196,6 +236,7 @@ static void *worker_main(void *argp)
                 busy = true;
                 atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
             }
+            woken(&parked); /* before the pass-on: wake_one skips while it is set */
             if (queue_nonempty(p))
                 wake_one(p); /* pass the wake on: more work than this worker */
             if (job->kind == TERN__WORK_LOOKUP) {
@@ -212,14 +253,15 @@ static void *worker_main(void *argp)
             w.loop_slept = tern__work_run(job, a.index);
             continue;
         }
-        if (busy) {
-            busy = false;
-            TERN_ATOMIC_DECREMENT(tern__pool_stats.busy, memory_order_relaxed);
-        }
-        if (atomic_load_explicit(&p->exiting, memory_order_acquire))
+        woken(&parked);
+        if (atomic_load_explicit(&p->exiting, memory_order_acquire)) {
+            idle(&busy);
             break;
-        if (!spin(&w))
+        }
+        if (!spin(&w, &busy)) {
             park(p);
+            parked = true;
+        }
     }
     TERN_ATOMIC_DECREMENT(tern__pool_stats.threads, memory_order_relaxed);
     return NULL;
@@ -258,14 +300,23 @@ static void enqueue(struct tern__pool *p, struct tern__work *job)
     wake_one(p);
 }
 
-int tern__bounded_submit(struct tern__pool *p, struct tern__work *job)
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake)
 {
     uint64_t after;
     if (!take_slot(p, TERN__SLOT_QUEUED, &after))
         return -EAGAIN;
     note_peak(after);
-    enqueue(p, job);
+    if (wake)
+        enqueue(p, job);
+    else
+        tern__ring_push(&p->queue, job); /* the caller kicks later (pool.h) */
     return 0;
+}
+
+void tern__bounded_kick(struct tern__pool *p)
+{
+    if (queue_nonempty(p))
+        wake_one(p);
 }
 
 void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)
@@ -307,6 +358,7 @@ int tern__bounded_start(struct tern__pool *p)
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
+    atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     pthread_mutex_init(&p->park_lock, NULL);
     pthread_cond_init(&p->park_cond, NULL);
 

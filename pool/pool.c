@@ -31,6 +31,7 @@ struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
 _Atomic uint64_t tern__pool_inflight;
+_Atomic bool tern__pool_waking;
 _Atomic bool tern__pool_cancel_all;
 _Atomic unsigned tern__pool_cancel_windows;
 
@@ -157,15 +158,19 @@ static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
 }
 
 int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
-                      tern_refusal *cause)
+                      bool defer_wake, tern_refusal *cause)
 {
     /*
      * Count in first (pairs with the seq_cst store of `closing` in
-     * shutdown), twice: once for the job, once for this call, which may
-     * still touch the pool (a wake) after the job has run and counted itself
-     * out. The call's unit is given back as it leaves.
+     * shutdown): once for the job, and once for this call if it may still
+     * touch the pool (a wake, a long thread) after the job has run and
+     * counted itself out. The call's unit is given back as it leaves. A
+     * deferred bounded accept touches nothing after its push, so the job's
+     * unit covers it: one contended add per job instead of two.
      */
-    atomic_fetch_add_explicit(&tern__pool_inflight, 2, memory_order_seq_cst);
+    bool bounded = job->occupancy == TERN_BOUNDED;
+    bool call_unit = !(bounded && defer_wake);
+    atomic_fetch_add_explicit(&tern__pool_inflight, 1 + call_unit, memory_order_seq_cst);
     int rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
     if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
@@ -179,17 +184,30 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
         }
         *checked = p->gen;
     }
-    bool bounded = job->occupancy == TERN_BOUNDED;
     *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
-    rc = bounded ? tern__bounded_submit(p, job) : tern__long_submit(p, job, cause);
+    rc = bounded ? tern__bounded_submit(p, job, !defer_wake) : tern__long_submit(p, job, cause);
     if (rc == 0) {
-        tern__pool_leave(); /* this call's unit; the job keeps its own */
+        if (call_unit)
+            tern__pool_leave(); /* this call's unit; the job keeps its own */
         return 0;
     }
 refused:
     tern__pool_leave();
-    tern__pool_leave();
+    if (call_unit)
+        tern__pool_leave();
     return rc;
+}
+
+void tern__pool_kick(void)
+{
+    /* The same count-in as an accept: shutdown either waits for us or we see it. */
+    atomic_fetch_add_explicit(&tern__pool_inflight, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&closing, memory_order_seq_cst)) {
+        struct tern__pool *p = tern__pool_current();
+        if (p != NULL)
+            tern__bounded_kick(p);
+    }
+    tern__pool_leave();
 }
 
 int tern_pool_start(const tern_pool_config *cfg)
@@ -209,12 +227,20 @@ int tern_pool_start(const tern_pool_config *cfg)
 bool tern__pool_active(void)
 {
     /*
-     * A snapshot of two gauges: workers between taking a job and running
-     * dry, and workers spinning for one. Either may be a moment old; the
-     * caller only uses it to decide whether a short spin can pay.
+     * A snapshot of three gauges: workers between taking a job and running
+     * dry, workers spinning for one, and a worker signalled and waking up.
+     * Any may be a moment old; the caller only uses it to decide whether
+     * a short spin can pay.
      */
     return atomic_load_explicit(&tern__pool_stats.busy, memory_order_relaxed) != 0 ||
-           atomic_load_explicit(&tern__pool_stats.spinning, memory_order_relaxed) != 0;
+           atomic_load_explicit(&tern__pool_stats.spinning, memory_order_relaxed) != 0 ||
+           atomic_load_explicit(&tern__pool_waking, memory_order_relaxed);
+}
+
+unsigned tern__test_pool_sleepers(void)
+{
+    struct tern__pool *p = tern__pool_current();
+    return p != NULL ? atomic_load_explicit(&p->sleepers, memory_order_relaxed) : 0;
 }
 
 bool tern__pool_running(void)
@@ -253,6 +279,8 @@ static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
             tern__bounded_drain(p, cancel_queued);
             tern__lookup_drain(p, cancel_queued);
         }
+        /* A submitter's deferred wake may have met `closing` (tern__pool_kick). */
+        tern__bounded_kick(p);
         if (tern__clock_now() >= deadline)
             return false;
         struct timespec ts = {0, 200000}; /* 200 µs: shutdown is not a hot path */
@@ -368,6 +396,7 @@ static void after_fork_child(void)
     atomic_store_explicit(&current, NULL, memory_order_relaxed);
     atomic_store_explicit(&closing, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_inflight, 0, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
     if (atomic_load_explicit(&ever_started, memory_order_relaxed)) {
         reset_stats();

@@ -107,10 +107,22 @@ struct tern__work {
  * runs, or _THREADS when pthread_create refused the pool's start or a long
  * thread), -ENOMEM; on failure w was never seen
  * by a worker. Statistics of refusals are the client's to count.
+ * With defer_wake, a bounded header is queued without waking a sleeping
+ * worker: the caller owes a tern__pool_kick() before it waits for anything
+ * (a loop batches a turn's submissions into one wake decision this way; a
+ * spinning worker takes the header meanwhile). Long headers ignore it.
  * Any thread.
  */
 int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *w,
-                      tern_refusal *cause);
+                      bool defer_wake, tern_refusal *cause);
+
+/*
+ * Wake a sleeping bounded worker if the queue holds work: the one wake
+ * decision owed for a run of deferred accepts. Harmless when nothing is
+ * owed. During a shutdown it does nothing; the shutdown wakes the workers
+ * itself. Any thread.
+ */
+void tern__pool_kick(void);
 
 /* 0 or -EINVAL: whether cfg is a valid pool configuration. Any thread. */
 int tern__pool_config_check(const tern_pool_config *cfg);
@@ -120,6 +132,8 @@ bool tern__pool_config_conflicts(const tern_pool_config *cfg);
 bool tern__pool_active(void);
 /* Whether the process-wide pool is running now (a test seam too). */
 bool tern__pool_running(void);
+/* Bounded workers parked now (a test seam: runtime/testing.h). */
+unsigned tern__test_pool_sleepers(void);
 
 /*
  * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes

@@ -94,7 +94,6 @@ struct tern__pool {
 
     /* Bounded workers park here; submitters wake one only if some sleep. */
     alignas(TERN_CACHELINE) _Atomic unsigned sleepers;
-    _Atomic bool waking;
     _Atomic unsigned spinners; /* workers spinning before they park */
     unsigned max_spinners;
     _Atomic bool exiting;
@@ -150,6 +149,14 @@ extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
  */
 extern _Atomic uint64_t tern__pool_inflight;
 /*
+ * A sleeping bounded worker has been signalled and has not yet cleared
+ * this (bounded.c): a worker is about to be on a CPU. At most one wake is
+ * on its way at a time; submitters signal only when this is clear, and
+ * tern__pool_active() counts it, so a loop that just woke a worker spins
+ * for its answer instead of parking too.
+ */
+extern _Atomic bool tern__pool_waking;
+/*
  * A TERN_POOL_CANCEL shutdown is under way: every running job reads as
  * cancelled (tern_job_cancelled) and completes -ECANCELED. A flag the jobs
  * read, rather than a write into each running job, so shutdown never
@@ -174,7 +181,9 @@ struct tern__pool *tern__pool_current(void);
 int tern__bounded_start(struct tern__pool *p);
 void tern__bounded_stop(struct tern__pool *p);
 /* Admit and enqueue; -EAGAIN when the queue is full. */
-int tern__bounded_submit(struct tern__pool *p, struct tern__work *job);
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake);
+/* Wake a sleeping worker if the queue holds work (tern__pool_kick). */
+void tern__bounded_kick(struct tern__pool *p);
 /*
  * Reservations (SPEC §13): one queue slot promised to an accepted request
  * of several steps, so its next step is never refused. A TERN__WORK_STEPS

@@ -1,15 +1,25 @@
 /*
- * A spin budget that adapts: spin only as long as spinning has been paying.
+ * Spinning that adapts: spin only while spinning has been paying.
  *
- * Catching an event by spinning saves a sleep and a wake (a cross-core
- * wake measured about 20 µs on the 2-core VM of docs/performance.md;
- * other machines differ), but only while the thread that will produce the
- * event is on a CPU. On a busy machine it may be descheduled, and a spinner
- * then holds a core it needs for a whole time slice. So each waiter keeps
- * a budget in nanoseconds: a spin that finds its event restores the full
- * budget; one that runs dry halves it, down to nothing. With no budget the
- * waiter parks at once, and tries a short spin again only every
- * TERN__SPIN_PROBE parks, so a machine that quietens is noticed.
+ * Catching an event by spinning saves a sleep and a wake on each side (a
+ * cross-core wake measured 10-20 µs on the 2-core VM of
+ * docs/performance.md; other machines differ), but only while the thread
+ * that will produce the event is on a CPU. On a busy machine it may be
+ * descheduled, and a spinner then holds a core it needs. So each waiter
+ * keeps a credit: a spin that finds its event earns one (up to
+ * TERN__SPIN_CREDIT_MAX), one that runs dry costs TERN__SPIN_MISS_COST.
+ * Spinning goes on while credit is left, that is while at least
+ * MISS_COST/(MISS_COST+1) of spins find their event; a rare dry spin (a
+ * long job, a page fault) does not end it. With no credit the waiter parks
+ * at once, and every TERN__SPIN_PROBE parks spins once more, so a machine
+ * that quietens is noticed.
+ *
+ * Every spin, probes included, may last TERN__SPIN_NS: longer than a
+ * wake. When both sides have been parking, the answer a probe waits for
+ * comes from a thread that is itself being woken; a probe shorter than
+ * that wake could never find it, and both sides would park for ever after
+ * at a wake per hand-off. One probe per TERN__SPIN_PROBE parks costs a busy
+ * machine about a microsecond per park.
  *
  * The loop (runtime/turn.c) and the bounded workers (pool/bounded.c) each
  * keep one; neither shares it with another thread.
@@ -20,40 +30,44 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TERN__SPIN_MAX_NS 40000u /* about two cross-core wakes: a park costs no more */
-#define TERN__SPIN_MIN_NS 2500u
-#define TERN__SPIN_PROBE 64u
+#define TERN__SPIN_NS 40000u /* about two cross-core wakes: a park costs no more */
+#define TERN__SPIN_CREDIT_MAX 16u
+#define TERN__SPIN_MISS_COST 4u
+#define TERN__SPIN_PROBE 32u
 
 struct tern__spin {
-    uint32_t ns;    /* the current budget; 0: park at once */
-    uint32_t skips; /* parks without a spin since the budget ran out */
+    uint32_t credit; /* 0: park at once, but for a probe */
+    uint32_t skips;  /* parks without a spin since the credit ran out */
 };
 
 static inline void tern__spin_init(struct tern__spin *s)
 {
-    s->ns = TERN__SPIN_MAX_NS;
+    s->credit = TERN__SPIN_CREDIT_MAX;
     s->skips = 0;
 }
 
-/* How long the next spin may last (0: do not spin now). */
+/* How long the next spin may last in nanoseconds (0: do not spin now). */
 static inline uint32_t tern__spin_budget(struct tern__spin *s)
 {
-    if (s->ns == 0) {
+    if (s->credit == 0) {
         if (++s->skips < TERN__SPIN_PROBE)
             return 0;
-        s->skips = 0;
-        s->ns = TERN__SPIN_MIN_NS;
+        s->skips = 0; /* a probe */
     }
-    return s->ns;
+    return TERN__SPIN_NS;
 }
 
 /* Account a spin that found its event (or not). */
 static inline void tern__spin_result(struct tern__spin *s, bool found)
 {
-    if (found)
-        s->ns = TERN__SPIN_MAX_NS;
-    else
-        s->ns = s->ns / 2 >= TERN__SPIN_MIN_NS ? s->ns / 2 : 0;
+    if (found) {
+        /* A probe that pays buys a miss's worth, so one more miss ends it. */
+        s->credit = s->credit == 0 ? TERN__SPIN_MISS_COST
+                    : s->credit < TERN__SPIN_CREDIT_MAX ? s->credit + 1
+                                                        : TERN__SPIN_CREDIT_MAX;
+    } else {
+        s->credit = s->credit > TERN__SPIN_MISS_COST ? s->credit - TERN__SPIN_MISS_COST : 0;
+    }
 }
 
 #endif

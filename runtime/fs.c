@@ -144,7 +144,7 @@ static int submit(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
     /* The owner and the timeout are checked here, with the limits. */
     int rc = tern__submit_job_with(loop, TERN_BOUNDED, whole ? TERN__WORK_STEPS : TERN__WORK_PLAIN,
                                    whole ? tern__fs_whole_work : tern__fs_one_work, fs_done, r,
-                                   &r->admit, idp);
+                                   &r->admit, idp, NULL);
     if (rc < 0)
         free(r);
     return rc;

@@ -374,6 +374,14 @@ void tern__jobs_check_books(tern_loop *loop)
                            "completions on the ring > undelivered credits");
 }
 
+void tern__jobs_kick(tern_loop *loop)
+{
+    if (loop->kick_owed) {
+        loop->kick_owed = false;
+        tern__pool_kick();
+    }
+}
+
 bool tern__jobs_pending(tern_loop *loop)
 {
     return loop->ring != NULL && tern__ring_ready(loop->ring);
@@ -438,8 +446,9 @@ static int refuse(tern_loop *loop, tern_refusal cause)
  */
 int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
                           tern_work_fn work, tern_done_fn done, void *arg,
-                          const tern_job_options *opts, tern_id *idp)
+                          const tern_job_options *opts, tern_id *idp, tern_job **jobp)
 {
+    TERN_INSIST(jobp == NULL || idp == NULL);
     loop->last_refusal = TERN_REFUSED_NONE;
     struct tern__owner *owner = NULL;
     uint64_t timeout = 0;
@@ -473,7 +482,9 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
                                .arg = arg, .handback = job_handback},
                       .loop = loop, .done = done, .has_deadline = timeout != 0};
-    if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
+    if (jobp != NULL) {
+        tern__op_add_anon(loop, &job->op, &job_class);
+    } else if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
         job_release(loop, job);
         goto unadmit;
     }
@@ -488,8 +499,15 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
     loop->undelivered++;
     tern_refusal cause = TERN_REFUSED_NONE;
+    /*
+     * Inside steps 1 and 2 the wake decision waits for the end of the
+     * batch (tern__jobs_kick, after step 2): a turn's submissions cost one
+     * wake check, not one each. Outside a turn the caller may block next,
+     * so the job wakes a worker at once.
+     */
+    bool defer = loop->step == 1 || loop->step == 2;
     rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
-                           &job->work, &cause);
+                           &job->work, defer, &cause);
     if (rc < 0) {
         TERN_DECREMENT(loop->undelivered);
         /*
@@ -504,6 +522,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         return rc == -EAGAIN ? refuse(loop, cause) : rc;
     }
     loop->jobs_live++;
+    loop->kick_owed |= defer;
     loop->long_undelivered += occ == TERN_LONG;
     if (owner != NULL)
         owner_link(owner, job);
@@ -515,6 +534,8 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         atomic_store_explicit(&loop->st_undelivered_peak, loop->undelivered, memory_order_relaxed);
     if (idp != NULL)
         *idp = id;
+    if (jobp != NULL)
+        *jobp = job;
     return 0;
 
 unadmit:
@@ -527,7 +548,7 @@ unadmit:
 int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp)
 {
-    return tern__submit_job_with(loop, occ, kind, work, done, arg, NULL, idp);
+    return tern__submit_job_with(loop, occ, kind, work, done, arg, NULL, idp, NULL);
 }
 
 static int check_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
@@ -549,7 +570,8 @@ int tern_submit_with(tern_loop *loop, tern_occupancy occupancy, tern_work_fn wor
     int rc = check_submit(loop, occupancy, work, done);
     if (rc < 0)
         return rc;
-    return tern__submit_job_with(loop, occupancy, TERN__WORK_PLAIN, work, done, arg, opts, idp);
+    return tern__submit_job_with(loop, occupancy, TERN__WORK_PLAIN, work, done, arg, opts, idp,
+                                 NULL);
 }
 
 void tern_job_options_init(tern_job_options *opts)

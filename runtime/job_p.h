@@ -35,19 +35,23 @@ struct tern_job {
  * requests), with an owner and a timeout when opts is not NULL.
  * Returns 0 and the id in *idp (if not NULL), or -EINVAL, -ESHUTDOWN,
  * -ENOMEM, or -EAGAIN with the cause kept for tern_loop_last_refusal.
+ * With jobp not NULL (and idp NULL) the job is the runtime's own: it gets
+ * no id, so no public call can reach it, and *jobp is the record, valid
+ * until its done has run (resolve.c's lookups for connects).
  * On failure nothing of the job exists: arg still belongs to the caller.
  * Loop thread.
  */
 int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
                           tern_work_fn work, tern_done_fn done, void *arg,
-                          const tern_job_options *opts, tern_id *idp);
+                          const tern_job_options *opts, tern_id *idp, tern_job **jobp);
 int tern__submit_job(tern_loop *loop, tern_occupancy occ, enum tern__work_kind kind,
                      tern_work_fn work, tern_done_fn done, void *arg, tern_id *idp);
 
 /*
  * A name lookup the runtime starts for itself (resolve.c): as
- * tern_resolve, but the job has no public id (see tern__op_withdraw_id);
- * *jobp is the only way to reach it, valid until cb has run. cancel asks
+ * tern_resolve, but the job has no public id (an anonymous op, never in
+ * the id map); *jobp is the only way to reach it, valid until cb has run
+ * (cb is given id 0). cancel asks
  * it to stop (cb then comes with -ECANCELED unless the result was in);
  * calling it again changes nothing. Loop thread.
  */
@@ -64,13 +68,16 @@ void tern__lookup_expired(tern_loop *loop, tern_job *job);
  * loop's job state (destroy waits out pool threads still handing a job
  * back); collect moves completions from the result ring to the ready
  * queue (step 1); pending says whether the ring holds any now; check_books
- * is the jobs' share of the TERN_CHECK_BOOKS audit.
+ * is the jobs' share of the TERN_CHECK_BOOKS audit; kick makes the one
+ * wake decision owed for the jobs submitted in steps 1 and 2 (turn.c,
+ * after step 2: tern__pool_accept's defer_wake).
  */
 int tern__jobs_init(tern_loop *loop);
 void tern__jobs_destroy(tern_loop *loop);
 void tern__jobs_collect(tern_loop *loop);
 bool tern__jobs_pending(tern_loop *loop);
 void tern__jobs_check_books(tern_loop *loop);
+void tern__jobs_kick(tern_loop *loop);
 
 /*
  * The result ring is pool/ring.h's ring with one consumer, the loop: a

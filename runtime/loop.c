@@ -108,14 +108,6 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
     loop->refs++; /* ops_local counted it at admission */
 }
 
-void tern__op_withdraw_id(tern_loop *loop, struct tern__op *op)
-{
-    TERN_INSIST(!(op->flags & TERN__OP_ANON));
-    tern__idmap_remove(&loop->ids, op);
-    op->flags |= TERN__OP_ANON;
-    loop->anon++;
-}
-
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
 {
     TERN_INSIST(!(op->flags & TERN__OP_DEAD));
@@ -382,7 +374,7 @@ int64_t tern_loop_next_timeout(const tern_loop *loop)
 
 /*
  * Cancel every live op that has an id. Ops without one are not walked:
- * defers run in the drain, and a connect's lookup (withdrawn from the map)
+ * defers run in the drain, and a connect's lookup (anonymous)
  * is cancelled by the stream that holds it; what is embedded in a record
  * (watchers, internal deadlines) is stopped by its owner's cancel.
  * A cancel hook may finish its op, and the map's

@@ -98,6 +98,7 @@ struct tern_loop {
     struct tern_job *job_cache; /* freed job records kept for reuse */
     unsigned job_cache_len;
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
+    bool kick_owed;   /* a job queued in this turn without a wake (job.c, tern__jobs_kick) */
     uint64_t pool_checked; /* the pool start (generation) this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
@@ -172,15 +173,6 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op);
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
 /* The op behind a public id, or NULL. */
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
-/*
- * Take a registered op out of the id map: it stays live (counted, still
- * dispatched and finished as before) but no public by-id call reaches it
- * any more. For an op the runtime starts for itself through a path that
- * registers an id (a connect's name lookup, a job): it is then reachable
- * only through the pointer its owner keeps. Loop thread, right after
- * registration, before any callback could learn the id.
- */
-void tern__op_withdraw_id(tern_loop *loop, struct tern__op *op);
 
 /*
  * Deadlines on the one heap (timers and internal deadlines alike). An op

@@ -167,7 +167,7 @@ static char *dup_or_null(const char *s, bool *failed)
 
 static int lookup_submit(tern_loop *loop, const char *host, const char *service,
                          const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
-                         const tern_job_options *opts, tern_id *idp)
+                         const tern_job_options *opts, tern_id *idp, tern_job **jobp)
 {
     if (cb == NULL || (host == NULL && service == NULL))
         return -EINVAL;
@@ -194,7 +194,7 @@ static int lookup_submit(tern_loop *loop, const char *host, const char *service,
     l->arg = arg;
     l->refs = 1;
     int rc = tern__submit_job_with(loop, TERN_BOUNDED, TERN__WORK_LOOKUP, lookup_work, lookup_done,
-                                   l, opts, idp);
+                                   l, opts, idp, jobp);
     if (rc < 0)
         free_lookup(l);
     return rc;
@@ -207,7 +207,7 @@ int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
     loop->last_refusal = TERN_REFUSED_NONE; /* whatever this call returns, it is its own */
-    return lookup_submit(loop, host, service, hints, cb, arg, opts, idp);
+    return lookup_submit(loop, host, service, hints, cb, arg, opts, idp, NULL);
 }
 
 int tern_resolve(tern_loop *loop, const char *host, const char *service,
@@ -217,23 +217,15 @@ int tern_resolve(tern_loop *loop, const char *host, const char *service,
 }
 
 /*
- * The runtime's own lookups (a connect's): the job is registered as any
- * lookup's, then withdrawn from the id map at once, so only the pointer
- * handed back reaches it. It stays a live op until its done has run.
+ * The runtime's own lookups (a connect's): the job is submitted as any
+ * lookup's but anonymous, never in the id map, so only the pointer handed
+ * back reaches it. It stays a live op until its done has run.
  */
 int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
                        const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
                        tern_job **jobp)
 {
-    tern_id id;
-    int rc = lookup_submit(loop, host, service, hints, cb, arg, NULL, &id);
-    if (rc < 0)
-        return rc;
-    struct tern__op *op = tern__op_find(loop, id);
-    TERN_INSIST(op != NULL);
-    tern__op_withdraw_id(loop, op);
-    *jobp = caa_container_of(op, tern_job, op);
-    return 0;
+    return lookup_submit(loop, host, service, hints, cb, arg, NULL, NULL, jobp);
 }
 
 void tern__lookup_cancel(tern_loop *loop, tern_job *job)

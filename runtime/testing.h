@@ -64,4 +64,7 @@ tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen);
 /* Whether the process-wide pool is running now (pool/pool.h declares it too). */
 bool tern__pool_running(void);
 
+/* Bounded workers parked now (inside park, asleep or about to be); 0 with no pool. */
+unsigned tern__test_pool_sleepers(void);
+
 #endif

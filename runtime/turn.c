@@ -108,9 +108,9 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
  *    and are no round trip.
  *  - only while some worker is on a CPU (running a job or spinning for
  *    one); with every worker parked nothing can land soon.
- *  - for at most the adaptive budget of pool/spin.h, by the clock: on a
+ *  - only while spinning pays (pool/spin.h), and for a bounded time: on a
  *    busy machine the worker may be descheduled, spins stop finding work,
- *    and the budget falls to nothing, so the loop parks at once instead of
+ *    and the credit runs out, so the loop parks at once instead of
  *    holding a core the worker needs.
  */
 #define SPIN_MAX_INFLIGHT 4
@@ -131,8 +131,11 @@ static bool spin_for_work(tern_loop *loop)
         if (found)
             break;
         caa_cpu_relax();
-        if (i % CLOCK_EVERY == 0 && (tern__clock_now() >= deadline || !tern__pool_active()))
+        if (i % CLOCK_EVERY == 0 && (tern__clock_now() >= deadline || !tern__pool_active())) {
+            /* The last worker may have handed back just before it went quiet. */
+            found = tern__jobs_pending(loop) || tern__inbound_pending(loop);
             break;
+        }
     }
     tern__spin_result(&loop->spin, found);
     return found;
@@ -199,6 +202,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
 
     loop->step = 2;
     dispatch(loop);
+    tern__jobs_kick(loop);
 
     loop->step = 3;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);

@@ -6,8 +6,8 @@
  * lookup, every stream's fd watcher, a listener's back-off. They once were
  * public operations taking ids from the caller's counter, so the id next
  * to a stream's was usually one of them; now the watcher and the deadline
- * are embedded in the stream with no id, and the lookup's job is withdrawn
- * from the id map. A caller that passes a wrong id (an off-by-one, a stale
+ * are embedded in the stream with no id, and the lookup's job is
+ * anonymous (it never has an id). A caller that passes a wrong id (an off-by-one, a stale
  * variable) must get -ENOENT, not stop a stream's watcher or cancel a
  * connect's lookup behind its back — whether its call resolves at once
  * (on the loop's thread) or is queued and resolved in step 1 (any other

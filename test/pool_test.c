@@ -279,6 +279,52 @@ Test(pool, done_runs_on_the_submitting_loop_in_step_2)
     shutdown_clean();
 }
 
+/*
+ * A job submitted from a done callback (step 2) defers its wake to the end
+ * of the step, so one wake decision covers the turn's batch. That deferred
+ * wake must still come: here every worker is parked when done submits, so
+ * the second job runs only if the loop wakes one after step 2.
+ */
+struct chain {
+    ph_job second;
+    bool parked, submitted;
+};
+
+static void chain_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)id, (void)status, (void)result;
+    struct chain *c = arg;
+    /* Both workers park once their spin runs dry: wait for it (bounded). */
+    uint64_t deadline = ph_now() + PH_LIVENESS_NS;
+    while (tern__test_pool_sleepers() < 2 && ph_now() < deadline)
+        sched_yield();
+    c->parked = tern__test_pool_sleepers() == 2;
+    c->submitted = ph_submit(loop, TERN_BOUNDED, &c->second) == 0;
+}
+
+static void *chain_work(tern_job *job, void *arg)
+{
+    (void)job;
+    return arg;
+}
+
+Test(pool, a_job_submitted_in_step_2_wakes_a_parked_worker)
+{
+    tern_pool_config cfg = ph_config(2, 64, 4);
+    tern_loop *loop = new_loop(&cfg);
+    struct chain c = {0};
+    ph_job_init(&c.second, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, chain_work, chain_done, &c, NULL), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&c.second.done_calls) == 1);
+    cr_assert(c.parked, "the workers never parked");
+    cr_assert(c.submitted);
+    cr_assert(ok, "a job submitted in step 2 never ran: its deferred wake was lost");
+    cr_assert_eq(c.second.done_step, 2);
+    tern_loop_free(loop);
+    shutdown_clean();
+}
+
 /* Two loops on two threads: each job's done runs on the loop that submitted it. */
 struct loop_thread {
     tern_loop *loop;
