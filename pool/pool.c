@@ -30,7 +30,7 @@ struct tern__pool_counters tern__pool_stats;
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
-_Atomic uint64_t tern__pool_inflight;
+struct tern__pool_presence tern__pool_inflight;
 _Atomic bool tern__pool_waking;
 _Atomic bool tern__pool_cancel_all;
 _Atomic unsigned tern__pool_cancel_windows;
@@ -170,7 +170,7 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
      */
     bool bounded = job->occupancy == TERN_BOUNDED;
     bool call_unit = !(bounded && defer_wake);
-    atomic_fetch_add_explicit(&tern__pool_inflight, 1 + call_unit, memory_order_seq_cst);
+    tern__pool_enter(1 + call_unit);
     int rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
     if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
@@ -201,7 +201,7 @@ refused:
 void tern__pool_kick(void)
 {
     /* The same count-in as an accept: shutdown either waits for us or we see it. */
-    atomic_fetch_add_explicit(&tern__pool_inflight, 1, memory_order_seq_cst);
+    tern__pool_enter(1);
     if (!atomic_load_explicit(&closing, memory_order_seq_cst)) {
         struct tern__pool *p = tern__pool_current();
         if (p != NULL)
@@ -272,8 +272,7 @@ static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
     uint64_t deadline = tern__clock_now() + timeout_ns;
     if (deadline < timeout_ns)
         deadline = UINT64_MAX;
-    /* Pairs with the release decrement in tern__pool_leave(). */
-    while (atomic_load_explicit(&tern__pool_inflight, memory_order_acquire) != 0) {
+    while (tern__pool_in_flight() != 0) {
         /* Repeated each poll: a submitter counted in before `closing` may enqueue late. */
         if (cancel) {
             tern__bounded_drain(p, cancel_queued);
@@ -395,7 +394,8 @@ static void after_fork_child(void)
 {
     atomic_store_explicit(&current, NULL, memory_order_relaxed);
     atomic_store_explicit(&closing, false, memory_order_relaxed);
-    atomic_store_explicit(&tern__pool_inflight, 0, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_inflight.entered, 0, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_inflight.left, 0, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
     if (atomic_load_explicit(&ever_started, memory_order_relaxed)) {
