@@ -11,8 +11,11 @@
  * of wall time. The long job blocks on a pipe until the timer phase ends,
  * so it costs its worker nothing.
  *
- * Parameters: ms=2000 mode=none|long
- * Figures: waiting_cpu_none or waiting_cpu_long (µs of loop CPU per s).
+ * Parameters: ms=2000 mode=none|long|pool
+ * Figures: waiting_cpu_none or waiting_cpu_long (µs of loop CPU per s);
+ * mode=pool (a diagnostic, not in bench/run) starts the pool and submits
+ * nothing, so its figure, waiting_cpu_pool, separates the cost of the
+ * pool's threads existing from that of a job in flight.
  */
 #include "bench.h"
 
@@ -60,13 +63,17 @@ static void tick(tern_loop *loop, tern_id id, void *arg)
 int main(int argc, char **argv)
 {
     unsigned long ms = bench_arg(argc, argv, "ms", 2000);
-    bool with_long = strcmp(bench_arg_str(argc, argv, "mode", "none"), "long") == 0;
+    const char *mode = bench_arg_str(argc, argv, "mode", "none");
+    bool with_long = strcmp(mode, "long") == 0;
+    bool with_pool = strcmp(mode, "pool") == 0;
     target = ms;
     BENCH_CHECK(target > 0, "ms=0");
 
     tern_loop *loop;
     int rc = tern_loop_new(&loop, NULL);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    if (with_pool)
+        BENCH_CHECK(tern_pool_start(NULL) == 0, "tern_pool_start");
     if (with_long) {
         BENCH_CHECK(pipe(hold) == 0, "pipe");
         rc = tern_submit(loop, TERN_LONG, held, held_done, NULL, NULL);
@@ -80,7 +87,9 @@ int main(int argc, char **argv)
     uint64_t c1 = thread_cpu_ns(), t1 = bench_now_ns();
     BENCH_CHECK(ticks == target, "ticks %lu of %lu", ticks, target);
 
-    bench_figure(with_long ? "waiting_cpu_long" : "waiting_cpu_none",
+    bench_figure(with_long   ? "waiting_cpu_long"
+                 : with_pool ? "waiting_cpu_pool"
+                             : "waiting_cpu_none",
                  (double)(c1 - c0) / 1e3 / ((double)(t1 - t0) / 1e9), "us/s");
     tern_loop_free(loop);
     if (with_long) {
