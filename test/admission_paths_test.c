@@ -89,15 +89,9 @@ static void remove_dir(void)
 
 static int count_fds(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    cr_assert_not_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1;
+    int n = proc_open_fds();
+    cr_assert_geq(n, 0, "cannot read /proc/self/fd");
+    return n;
 }
 
 static void put_file(const char *path, const char *text)

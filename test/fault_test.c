@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_helpers.h"
 #include "tern.h"
 #include "testing.h"
 
@@ -90,15 +91,9 @@ static int count_open_fds(void)
 #ifdef TERN_LIBKQUEUE
     libkqueue_drain_pending_close();
 #endif
-    DIR *d = opendir("/proc/self/fd");
-    cr_assert_not_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory stream's own descriptor */
+    int n = proc_open_fds();
+    cr_assert_geq(n, 0, "cannot read /proc/self/fd");
+    return n;
 }
 
 static void disarm(void)

@@ -6,6 +6,7 @@
 #ifndef TERN_TEST_PROC_HELPERS_H
 #define TERN_TEST_PROC_HELPERS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,6 +34,25 @@ static inline bool task_syscall_line(pid_t tid, char *line, size_t len, char *wh
     line[strcspn(line, "\n")] = '\0';
     snprintf(what, what_len, "%s", got ? line : "(empty)");
     return got;
+}
+
+/*
+ * Descriptors open in this process now, the reading's own aside; -1 when
+ * /proc/self/fd cannot be read. Tests compare it before and after, to
+ * prove tern closes what it opened.
+ */
+static inline int proc_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory stream's own descriptor */
 }
 
 #endif

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../proc_helpers.h"
 #include "tern.h"
 
 #define LOOPS 2
@@ -84,17 +85,6 @@ static unsigned char *pattern(size_t n, uint32_t seed)
     return p;
 }
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1;
-}
 
 /* ------------------------------------------------------------------ */
 
@@ -333,7 +323,8 @@ int main(int argc, char **argv)
     cfg.queue_capacity = CAPACITY;
     if (tern_pool_start(&cfg) != 0)
         return 1;
-    int fds = count_fds();
+    int fds = proc_open_fds();
+    check(fds >= 0, "/proc/self/fd is readable");
     struct worker w[LOOPS];
     pthread_t t[LOOPS], obs;
     tern_pool_stats before;
@@ -374,7 +365,7 @@ int main(int argc, char **argv)
           "the pool refused only what the loops saw refused");
     check(bad_bytes == 0, "every read and write byte for byte");
     check(stray_files() == 0, "no temporary file left");
-    check(count_fds() == fds, "no descriptor left");
+    check(proc_open_fds() == fds, "no descriptor left");
     check(tern_pool_shutdown(TERN_POOL_DRAIN, 10ull * 1000000000ull) == 0, "pool shut down");
     tern_pool_stats_get(&after);
     check(after.queued == 0 && after.reserved == 0, "queued == reserved == 0 at the end");
