@@ -402,20 +402,45 @@ Test(admission_paths, operations_from_every_path)
     teardown(loop);
 }
 
+/*
+ * An owner of cap 1 held at its cap: one of its jobs is running, stopped
+ * at a gate, so every further submission with `jo` is refused for the cap.
+ */
+struct full_owner {
+    tern_id id;
+    tern_job_options jo; /* owner = id */
+    ph_gate gate;
+    ph_job held;
+};
+
+static void fill_owner(tern_loop *loop, struct full_owner *f)
+{
+    cr_assert_eq(tern_owner_open(loop, 1, &f->id), 0);
+    ph_gate_init(&f->gate);
+    ph_job_init(&f->held, &f->gate);
+    tern_job_options_init(&f->jo);
+    f->jo.owner = f->id;
+    cr_assert_eq(
+        tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &f->held, &f->jo, &f->held.id), 0);
+    cr_assert(ph_gate_wait_entered(&f->gate, 1));
+}
+
+/* Let the held job finish and wait for its done. */
+static void release_owner(tern_loop *loop, struct full_owner *f)
+{
+    ph_gate_open(&f->gate);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&f->held.done_calls) == 1);
+    cr_assert(ok);
+    ph_gate_destroy(&f->gate);
+}
+
 Test(admission_paths, owner_cap_from_every_path_that_takes_an_owner)
 {
     tern_loop *loop = setup(1, 16, 4, NULL);
-    tern_id owner;
-    cr_assert_eq(tern_owner_open(loop, 1, &owner), 0);
-    ph_gate gate;
-    ph_gate_init(&gate);
-    ph_job held;
-    ph_job_init(&held, &gate);
-    tern_job_options jo;
-    tern_job_options_init(&jo);
-    jo.owner = owner;
-    cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &held, &jo, &held.id), 0);
-    cr_assert(ph_gate_wait_entered(&gate, 1));
+    struct full_owner f;
+    fill_owner(loop, &f);
+    tern_id owner = f.id;
     expect_refused(loop, OWNER_PATHS, TERN_BOUNDED, owner, TERN_REFUSED_OWNER_CAP);
     tern_owner_stats os;
     cr_assert_eq(tern_owner_stats_get(loop, owner, &os), 0);
@@ -425,10 +450,7 @@ Test(admission_paths, owner_cap_from_every_path_that_takes_an_owner)
     /* The paths without an owner are not held by its cap. */
     probe free_job = {0};
     cr_assert_eq(submit_along(loop, P_SUBMIT, TERN_BOUNDED, 0, &free_job, NULL), 0);
-    ph_gate_open(&gate);
-    bool ok;
-    PH_PUMP_UNTIL(ok, loop, atomic_load(&held.done_calls) == 1);
-    cr_assert(ok);
+    release_owner(loop, &f);
     wait_probe(loop, &free_job);
     expect_accepted_everywhere(loop, owner);
     cr_assert_eq(tern_owner_stats_get(loop, owner, &os), 0);
@@ -436,7 +458,6 @@ Test(admission_paths, owner_cap_from_every_path_that_takes_an_owner)
     cr_assert_eq(os.in_flight, 0);
     cr_assert_eq(tern_owner_close(loop, owner), 0);
     teardown(loop);
-    ph_gate_destroy(&gate);
 }
 
 struct shutdown_arg {
@@ -856,17 +877,10 @@ Test(admission_paths, bad_options_get_einval_and_change_nothing)
 Test(admission_paths, an_argument_error_after_a_refusal_leaves_no_stale_cause)
 {
     tern_loop *loop = setup(1, 16, 4, NULL);
-    tern_id owner;
-    cr_assert_eq(tern_owner_open(loop, 1, &owner), 0);
-    ph_gate gate;
-    ph_gate_init(&gate);
-    ph_job held;
-    ph_job_init(&held, &gate);
-    tern_job_options jo;
-    tern_job_options_init(&jo);
-    jo.owner = owner;
-    cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &held, &jo, &held.id), 0);
-    cr_assert(ph_gate_wait_entered(&gate, 1));
+    struct full_owner f;
+    fill_owner(loop, &f);
+    tern_id owner = f.id;
+    const tern_job_options jo = f.jo;
     probe pr = {0};
     tern_fs_options fo = fs_owned(0, 0);
     for (int k = 0; k < 4; k++) {
@@ -882,10 +896,7 @@ Test(admission_paths, an_argument_error_after_a_refusal_leaves_no_stale_cause)
                      "call %d failed its checks, yet the cause says %s", k,
                      tern_refusal_name(tern_loop_last_refusal(loop)));
     }
-    ph_gate_open(&gate);
-    bool ok;
-    PH_PUMP_UNTIL(ok, loop, atomic_load(&held.done_calls) == 1);
-    cr_assert(ok);
+    release_owner(loop, &f);
     cr_assert_eq(atomic_load(&pr.calls), 0, "a refused or bad call called back");
     cr_assert_eq(tern_owner_close(loop, owner), 0);
     teardown(loop);
