@@ -289,16 +289,22 @@ TERN_EXTERN int tern_defer(tern_loop *loop, tern_fn fn, void *arg);
  * runs and its done gets -ECANCELED (NULL result) in step 2 of the next
  * turn; a running one sees tern_job_cancelled() turn true and its done gets
  * -ECANCELED with its result; a finished one is unaffected (while its done
- * is still pending the call returns 0 and changes nothing). A resolve
- * completes with -ECANCELED; a stream closes.
+ * is still pending the call changes nothing). A resolve completes with
+ * -ECANCELED; a stream closes.
  * Requires: loop != NULL.
- * Returns: from the thread running the loop (inside its callbacks): 0, or
- *          -ENOENT for an unknown, finished or stale id (0 is -EINVAL).
+ * Returns: from the thread running the loop (inside its callbacks): a
+ *          TERN_CANCEL_* outcome (tern/admission.h): STOPPED for a timer,
+ *          watcher or stream, and for a job that never ran (again on a
+ *          second cancel); RUNNING for a job told to stop while it ran
+ *          (again once it has returned); FINISHED for a job whose work
+ *          returned before any cancel (done gets 0). -ENOENT for an
+ *          unknown, delivered or stale id (0 is -EINVAL).
  *          From any other thread — including while nobody runs the loop:
- *          0 once the request is queued (it is resolved by live id in the
- *          loop's next step 1, or by tern_loop_free; an id that is no
- *          longer live is then ignored), -ENOMEM, -EINVAL for id 0,
- *          -ESHUTDOWN once tern_loop_free has begun.
+ *          TERN_CANCEL_REQUESTED once the request is queued (it is resolved
+ *          by live id in the loop's next step 1, or by tern_loop_free; an
+ *          id that is no longer live is then ignored; done's status is the
+ *          outcome), -ENOMEM, -EINVAL for id 0, -ESHUTDOWN once
+ *          tern_loop_free has begun.
  * Threads: any thread. Only the thread running the loop touches the
  *          loop's containers; every other caller's request is queued, so
  *          a cancel never races setup calls made on an unclaimed loop.

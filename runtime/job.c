@@ -273,12 +273,22 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
 static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
 {
     uint8_t state = atomic_load_explicit(&job->work.state, memory_order_acquire);
-    if (state == TERN__WORK_TOMBSTONED)
-        return TERN_CANCEL_STOPPED; /* already stopped; its done is queued */
+    /*
+     * Already stopped; its done is queued. The pool may have let go of the
+     * tombstone meanwhile (POOL_DONE): the work still never ran.
+     */
+    if (state == TERN__WORK_TOMBSTONED || state == TERN__WORK_POOL_DONE)
+        return TERN_CANCEL_STOPPED;
+    /*
+     * Told before (running, or finished since): done gets -ECANCELED and the
+     * result, and the first reason stands. A worker sets the flag only
+     * before its release store of FINISHED, so with FINISHED seen the flag
+     * is final.
+     */
+    if (atomic_load_explicit(&job->work.cancel, memory_order_relaxed))
+        return TERN_CANCEL_RUNNING;
     if (state != TERN__WORK_QUEUED && state != TERN__WORK_RUNNING)
         return TERN_CANCEL_FINISHED; /* done gets 0 and the result */
-    if (atomic_load_explicit(&job->work.cancel, memory_order_relaxed))
-        return TERN_CANCEL_RUNNING; /* told before; the first reason stands */
     job->timed_out = timeout;
     /* A worker finishing right now may still report this as cancelled. */
     atomic_store_explicit(&job->work.cancel, true, memory_order_relaxed);

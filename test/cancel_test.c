@@ -6,7 +6,9 @@
  * -ECANCELED with the work's result. Finished: unaffected.
  */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <semaphore.h>
+#include <stdlib.h>
 
 #include "pool_helpers.h"
 
@@ -429,5 +431,286 @@ Test(cancel, many_queued_jobs_half_cancelled)
         }
     }
     ph_gate_destroy(&gate);
+    shutdown_clean();
+}
+
+/* ------------------------------------------------------------------ */
+/* A second cancel of a stopped job                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Cancel a queued job (STOPPED), let the worker walk past its tombstone
+ * and let go of it, then cancel it again before its done: the work never
+ * ran and never will, so the answer is STOPPED again, never FINISHED
+ * (which promises done 0 and the work's result).
+ */
+Test(cancel, second_cancel_after_the_worker_dropped_the_tombstone_says_stopped)
+{
+    tern_loop *loop = one_worker_loop();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job blocker, victim, probe;
+    ph_job_init(&blocker, &gate);
+    ph_job_init(&victim, NULL);
+    ph_job_init(&probe, NULL);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &blocker), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &victim), 0);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &probe), 0);
+
+    cr_assert_eq(tern__test_cancel_now(loop, victim.id), TERN_CANCEL_STOPPED);
+    cr_assert_eq(tern__test_cancel_now(loop, victim.id), TERN_CANCEL_STOPPED,
+                 "a second cancel before the worker met the tombstone");
+    /* One worker, first in first out: once the probe ran, the worker has
+     * dequeued the victim's tombstone and let go of it. Nobody runs the
+     * loop meanwhile, so the victim's done is still owed. */
+    ph_gate_open(&gate);
+    bool ok;
+    PH_WAIT_UNTIL(ok, atomic_load(&probe.returned) == 1);
+    cr_assert(ok);
+    cr_assert_eq(atomic_load(&victim.done_calls), 0);
+    int rc = tern__test_cancel_now(loop, victim.id);
+    cr_assert_eq(rc, TERN_CANCEL_STOPPED,
+                 "a second cancel after the worker let go of the tombstone said %d", rc);
+
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&victim.done_calls) == 1 &&
+                                atomic_load(&probe.done_calls) == 1 &&
+                                atomic_load(&blocker.done_calls) == 1);
+    cr_assert(ok);
+    cr_assert_eq(victim.status, -ECANCELED);
+    cr_assert_null(victim.done_result);
+    cr_assert_eq(atomic_load(&victim.ran), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(loop);
+    ph_gate_destroy(&gate);
+    shutdown_clean();
+}
+
+/*
+ * The same under load, at random: two loops, each run by its own thread
+ * and each with a foreign thread cancelling its jobs by id. Inside every
+ * done, the loop cancels one more of its live jobs and cancels again each
+ * job it has already cancelled whose done is still owed. Every answer a
+ * cancel gives on the loop thread must agree with the done that follows:
+ * STOPPED - the work never ran, done gets -ECANCELED and NULL; RUNNING -
+ * the work ran, done gets -ECANCELED; FINISHED - the work ran, done gets 0.
+ * Bounded (JOBS per loop, a liveness timer) and seeded (TERN_TEST_SEED).
+ */
+enum { RACE_JOBS = 3000, RACE_WINDOW = 48, RACE_ANSWERS = 64, RACE_ROUNDS = 8 };
+
+struct race_loop;
+
+struct race_job {
+    struct race_loop *rl;
+    tern_id id;
+    atomic_int ran;
+    unsigned spin;
+    bool delivered, cancelled;
+    unsigned n_answers;
+    int answers[RACE_ANSWERS];
+};
+
+struct race_loop {
+    tern_loop *loop;
+    struct race_job jobs[RACE_JOBS];
+    _Atomic tern_id ids[RACE_JOBS];
+    atomic_uint submitted;
+    unsigned delivered;
+    uint32_t rng;        /* the loop thread's */
+    uint32_t foreign_rng;
+    atomic_bool over;
+    unsigned wrong;
+    char first_wrong[160];
+    atomic_uint broken; /* a check inside a thread failed (criterion asserts on the test thread only) */
+    char first_broken[120];
+    tern_id guard;
+    bool timed_out;
+};
+
+#define RACE_CHECK(rl, cond, ...)                                                          \
+    do {                                                                                   \
+        if (!(cond) && atomic_fetch_add(&(rl)->broken, 1) == 0)                            \
+            snprintf((rl)->first_broken, sizeof (rl)->first_broken, __VA_ARGS__);          \
+    } while (0)
+
+static uint32_t race_next(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+static void *race_work(tern_job *job, void *arg)
+{
+    struct race_job *j = arg;
+    (void)job;
+    atomic_store(&j->ran, 1);
+    for (volatile unsigned i = 0; i < j->spin; i++) {
+    }
+    return j;
+}
+
+static void race_done(tern_loop *loop, tern_id id, int status, void *result, void *arg);
+
+static void race_submit_one(struct race_loop *rl)
+{
+    unsigned i = atomic_load(&rl->submitted);
+    if (i >= RACE_JOBS)
+        return;
+    struct race_job *j = &rl->jobs[i];
+    j->rl = rl;
+    j->spin = race_next(&rl->rng) % 1000;
+    int rc = tern_submit(rl->loop, TERN_BOUNDED, race_work, race_done, j, &j->id);
+    RACE_CHECK(rl, rc == 0, "submit refused (%d, %s)", rc,
+               tern_refusal_name(tern_loop_last_refusal(rl->loop)));
+    if (rc < 0)
+        return;
+    atomic_store(&rl->ids[i], j->id);
+    atomic_store(&rl->submitted, i + 1);
+}
+
+static void race_cancel(struct race_loop *rl, struct race_job *j)
+{
+    int rc = tern_cancel(rl->loop, j->id);
+    RACE_CHECK(rl, rc >= 0, "a live job's local cancel failed (%d)", rc);
+    j->cancelled = true;
+    if (j->n_answers < RACE_ANSWERS)
+        j->answers[j->n_answers++] = rc;
+}
+
+static void race_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    struct race_job *j = arg;
+    struct race_loop *rl = j->rl;
+    (void)id;
+    RACE_CHECK(rl, !j->delivered, "done came twice");
+    j->delivered = true;
+    rl->delivered++;
+    int ran = atomic_load(&j->ran);
+    for (unsigned a = 0; a < j->n_answers; a++) {
+        int want_ran = j->answers[a] != TERN_CANCEL_STOPPED;
+        int want_status = j->answers[a] == TERN_CANCEL_FINISHED ? 0 : -ECANCELED;
+        bool right = ran == want_ran && status == want_status &&
+                     (j->answers[a] != TERN_CANCEL_STOPPED || result == NULL);
+        if (!right && rl->wrong++ == 0)
+            snprintf(rl->first_wrong, sizeof rl->first_wrong,
+                     "cancel answer %u of %u was %d, but the work ran=%d and done got %d",
+                     a + 1, j->n_answers, j->answers[a], ran, status);
+    }
+    /* Cancel one more live job, and again every cancelled one still owed. */
+    unsigned n = atomic_load(&rl->submitted);
+    unsigned lo = n > RACE_WINDOW ? n - RACE_WINDOW : 0;
+    for (unsigned i = lo; i < n; i++) {
+        struct race_job *o = &rl->jobs[i];
+        if (!o->delivered && o->cancelled)
+            race_cancel(rl, o);
+    }
+    /* Mostly among the oldest, which the workers reach soonest: a worker
+     * that meets a tombstone between two of these cancels is the case. */
+    if (n > lo) {
+        unsigned span = race_next(&rl->rng) % 2 == 0 && n - lo > 8 ? 8 : n - lo;
+        struct race_job *o = &rl->jobs[lo + race_next(&rl->rng) % span];
+        if (!o->delivered && race_next(&rl->rng) % 2 == 0)
+            race_cancel(rl, o);
+    }
+    /* Linger, so workers move on while this step 2 still delivers. */
+    for (volatile unsigned k = race_next(&rl->rng) % 2000; k > 0; k--) {
+    }
+    race_submit_one(rl);
+    if (rl->delivered == RACE_JOBS)
+        (void)tern_timer_stop(loop, rl->guard);
+}
+
+static void race_guard(tern_loop *loop, tern_id id, void *arg)
+{
+    struct race_loop *rl = arg;
+    (void)id;
+    rl->timed_out = true;
+    tern_loop_stop(loop);
+}
+
+static void race_start(tern_loop *loop, void *arg)
+{
+    struct race_loop *rl = arg;
+    (void)loop;
+    for (unsigned i = 0; i < RACE_WINDOW; i++)
+        race_submit_one(rl);
+}
+
+static void *race_runner(void *arg)
+{
+    struct race_loop *rl = arg;
+    RACE_CHECK(rl, tern_timer_start(rl->loop, PH_LIVENESS_NS, 0, race_guard, rl, &rl->guard) == 0,
+               "guard timer");
+    RACE_CHECK(rl, tern_defer(rl->loop, race_start, rl) == 0, "defer");
+    (void)tern_loop_run(rl->loop);
+    atomic_store(&rl->over, true);
+    return NULL;
+}
+
+static void *race_foreign(void *arg)
+{
+    struct race_loop *rl = arg;
+    while (!atomic_load(&rl->over)) {
+        unsigned n = atomic_load(&rl->submitted);
+        if (n == 0) {
+            sched_yield();
+            continue;
+        }
+        unsigned lo = n > RACE_WINDOW ? n - RACE_WINDOW : 0;
+        tern_id id = atomic_load(&rl->ids[lo + race_next(&rl->foreign_rng) % (n - lo)]);
+        int rc = tern_cancel(rl->loop, id);
+        RACE_CHECK(rl, rc == TERN_CANCEL_REQUESTED, "foreign cancel: %d", rc);
+        if (race_next(&rl->foreign_rng) % 8 == 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+/* One round: two fresh loops, run to the end, every answer checked. */
+static void race_round(uint32_t seed, unsigned round)
+{
+    static struct race_loop rls[2];
+    pthread_t runner[2], foreign[2];
+    for (int l = 0; l < 2; l++) {
+        struct race_loop *rl = &rls[l];
+        memset(rl, 0, sizeof *rl);
+        rl->rng = (seed + round) * 2654435761u + (uint32_t)l;
+        if (rl->rng == 0)
+            rl->rng = 1;
+        rl->foreign_rng = rl->rng ^ 0x9e3779b9u;
+        cr_assert_eq(tern_loop_new(&rl->loop, NULL), 0);
+    }
+    for (int l = 0; l < 2; l++) {
+        cr_assert_eq(pthread_create(&runner[l], NULL, race_runner, &rls[l]), 0);
+        cr_assert_eq(pthread_create(&foreign[l], NULL, race_foreign, &rls[l]), 0);
+    }
+    for (int l = 0; l < 2; l++) {
+        pthread_join(runner[l], NULL);
+        pthread_join(foreign[l], NULL);
+    }
+    for (int l = 0; l < 2; l++) {
+        struct race_loop *rl = &rls[l];
+        cr_assert_eq(atomic_load(&rl->broken), 0, "loop %d: %s", l, rl->first_broken);
+        cr_assert(!rl->timed_out, "loop %d hit the liveness bound", l);
+        cr_assert_eq(rl->delivered, RACE_JOBS);
+        cr_assert_eq(rl->wrong, 0, "round %u, loop %d: %u wrong cancel answers (seed %u); first: %s",
+                     round, l, rl->wrong, seed, rl->first_wrong);
+        tern_loop_free(rl->loop);
+    }
+}
+
+Test(cancel, cancel_answers_agree_with_done_under_two_loops_and_foreign_cancellers)
+{
+    const char *env = getenv("TERN_TEST_SEED");
+    uint32_t seed = env != NULL ? (uint32_t)strtoul(env, NULL, 0) : (uint32_t)ph_now();
+    cr_log_info("seed %u (set TERN_TEST_SEED to repeat)", seed);
+    /* Room for every job of both loops: a tombstone keeps its queue slot
+     * until a worker meets it, so cancelling does not free room at once. */
+    tern_pool_config cfg = ph_config(2, 2 * RACE_JOBS, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    for (unsigned round = 0; round < RACE_ROUNDS; round++)
+        race_round(seed, round);
     shutdown_clean();
 }

@@ -56,14 +56,17 @@ TERN_EXTERN const char *tern_refusal_name(tern_refusal refusal);
 /*
  * tern_cancel returns one of these (never negative) when it succeeds. For
  * a job or a lookup it says what happened to the work; a timer, watcher or
- * stream is simply stopped (TERN_CANCEL_STOPPED). In every case the job's
- * done still comes exactly once.
+ * stream is simply stopped (TERN_CANCEL_STOPPED). A second cancel of a job
+ * whose done is still owed gives the first one's answer again (STOPPED
+ * stays STOPPED, RUNNING stays RUNNING after the work returns). In every
+ * case the job's done still comes exactly once, and its status agrees.
  */
 enum {
     TERN_CANCEL_STOPPED = 0,   /* not started and never will: done gets -ECANCELED, NULL result */
-    TERN_CANCEL_RUNNING = 1,   /* running: tern_job_cancelled() is now true; done gets
-                                  -ECANCELED and the work's result */
-    TERN_CANCEL_FINISHED = 2,  /* the work had returned: no effect; done gets 0 and its result */
+    TERN_CANCEL_RUNNING = 1,   /* told while running: tern_job_cancelled() is now true; done
+                                  gets -ECANCELED and the work's result */
+    TERN_CANCEL_FINISHED = 2,  /* the work had returned before any cancel: no effect; done
+                                  gets 0 and its result */
     TERN_CANCEL_REQUESTED = 3, /* queued from a thread not running the loop: resolved in the
                                   loop's next step 1; the outcome is done's status */
 };
