@@ -33,27 +33,6 @@
 #include "tern.h"
 
 /*
- * A header's state word: the two-party protocol between the client, which
- * may cancel a header still queued, and the workers, which claim it.
- *
- * QUEUED -> RUNNING -> FINISHED by a worker (claim, then hand-back);
- * QUEUED -> FINISHED by a cancelling shutdown (never started);
- * QUEUED -> TOMBSTONED by the client's cancel (one CAS). The record stays
- * in the queue until a worker or shutdown meets it and hands it back as
- * dropped; LOOP_DONE and POOL_DONE say which side let go of a tombstone
- * first, so the last one frees it and neither waits for the other. A steps
- * header goes RUNNING -> QUEUED between its steps.
- */
-enum tern__work_state {
-    TERN__WORK_QUEUED = 0,     /* accepted, not yet taken by a worker */
-    TERN__WORK_RUNNING = 1,    /* a worker runs fn */
-    TERN__WORK_FINISHED = 2,   /* fn returned (or never will): being handed back */
-    TERN__WORK_TOMBSTONED = 3, /* cancelled while queued; the queue still holds it */
-    TERN__WORK_LOOP_DONE = 4,  /* tombstone: the client has let go */
-    TERN__WORK_POOL_DONE = 5,  /* tombstone: the pool has let go */
-};
-
-/*
  * What a worker does with a header of the bounded class. LOOKUP runs under
  * the lookup cap (pool/lookup.c). STEPS runs one step per pass: fn returns
  * NULL while another step follows, and the header goes back into the
@@ -64,10 +43,13 @@ enum tern__work_kind { TERN__WORK_PLAIN = 0, TERN__WORK_LOOKUP = 1, TERN__WORK_S
 struct tern__work;
 
 /*
- * The hand-back: the client's, called by a pool thread exactly once per
- * accepted header. With the state FINISHED, the work is done (result set,
- * cancel latched if it was); otherwise it is a tombstone the pool has let
- * go of. The pool never touches the header again after the call.
+ * The hand-back: the client's, called by a pool thread at most once per
+ * accepted header, and the pool never touches the header after it. Either
+ * the work is done (tern__work_finished(w): result set, cancel latched if
+ * it was), or w is a stopped header both sides have now let go of, which
+ * the client frees (the pool does not know how it was allocated). A stopped
+ * header the client still holds is not handed back: the client frees it
+ * when tern__work_let_go says so.
  * Returns true when handing back woke a sleeping thread with a system
  * call (a worker then parks at once rather than spin for more work).
  */
@@ -78,12 +60,14 @@ typedef bool (*tern__handback_fn)(struct tern__work *w);
  * `tern_job *` a work function receives is the header's address (so
  * tern_job_cancelled, defined here, reads it), and the client turns it
  * back into its record with a cast. The client writes every field before
- * tern__pool_accept; from then on the pool owns fn, arg, result, t_submit
- * and cancel_window until the hand-back, and both sides use state and
- * cancel as described above.
+ * tern__pool_accept (state zero); from then on the pool owns fn, arg,
+ * result, t_submit and cancel_window until the hand-back. The state word
+ * is the pool's alone (pool_p.h): the client never reads or writes it, it
+ * asks the questions below (tern__work_stop, tern__work_finished,
+ * tern__work_let_go).
  */
 struct tern__work {
-    _Atomic uint8_t state;  /* enum tern__work_state */
+    _Atomic uint8_t state;  /* the pool's (pool_p.h, enum tern__work_state) */
     _Atomic bool cancel;    /* tern_job_cancelled(); latched, never cleared */
     uint8_t occupancy;      /* tern_occupancy: the class */
     uint8_t kind;           /* enum tern__work_kind */
@@ -94,6 +78,56 @@ struct tern__work {
     uint64_t t_submit; /* tern__ticks() at acceptance, or 0: not timed */
     tern__handback_fn handback;
 };
+
+/*
+ * What a stop did (tern__work_stop). Each names what the client owes:
+ *   STOPPED_NOW      w was queued and is now stopped: its work never runs,
+ *                    its result is NULL, and nothing more comes back for it
+ *                    but, maybe, the final hand-back to free it. The client
+ *                    delivers its outcome itself, now.
+ *   STOPPED_BEFORE   an earlier stop stopped it; nothing changes.
+ *   TOLD_NOW         w was running (or had just returned): its cancel flag
+ *                    is now set, and its hand-back comes as usual.
+ *   TOLD_BEFORE      the flag was set earlier (a stop, or a cancelling
+ *                    shutdown), whether or not the work has returned since.
+ *   FINISHED         the work returned before any stop; nothing changes.
+ */
+enum tern__stop {
+    TERN__STOP_STOPPED_NOW,
+    TERN__STOP_STOPPED_BEFORE,
+    TERN__STOP_TOLD_NOW,
+    TERN__STOP_TOLD_BEFORE,
+    TERN__STOP_FINISHED,
+};
+
+/*
+ * Ask the pool to stop w: tombstone it if still queued (one compare-and-
+ * swap), else set its cancel flag. Requires: w accepted, and the client
+ * has not let go of it (tern__work_let_go). Client's thread only (one
+ * stopper per header).
+ */
+enum tern__stop tern__work_stop(struct tern__work *w);
+
+/*
+ * In the hand-back: whether w is finished work (true) or a stopped header
+ * for the client to free (false). Acquire: pairs with the pool's release
+ * of the state word, so the result and the cancel flag are final.
+ */
+bool tern__work_finished(struct tern__work *w);
+
+/*
+ * The client lets go of w after delivering its outcome. True: the record
+ * is the client's to free or reuse now. False: w is a stopped header the
+ * queue still holds; the pool hands it back (to be freed) when a worker or
+ * a shutdown meets it. Client's thread only, once per accepted header.
+ */
+bool tern__work_let_go(struct tern__work *w);
+
+/* Whether w's cancel flag is set (done reports it). The client's thread, after the hand-back. */
+static inline bool tern__work_told(const struct tern__work *w)
+{
+    return atomic_load_explicit(&w->cancel, memory_order_relaxed);
+}
 
 /*
  * Admit w into its class and hand it to the pool, starting the pool with

@@ -6,10 +6,10 @@
  * Ownership of a work header. The client (runtime/job.c) allocates the
  * record around it and holds it until its done has run. The pool borrows
  * it from tern__pool_accept to its hand-back: a worker claims it, runs it,
- * marks it FINISHED and calls its hand-back. A header cancelled while still
- * queued is TOMBSTONED by the client; the worker (or shutdown) that later
- * meets it hands it back as dropped, and the client frees it when both
- * sides have let go (pool.h, enum tern__work_state).
+ * marks it FINISHED and calls its hand-back. A header stopped while still
+ * queued is TOMBSTONED (tern__work_stop); the worker (or shutdown) that
+ * later meets it lets go of it, and the client frees it when both sides
+ * have let go (enum tern__work_state, below).
  */
 #ifndef TERN_POOL_P_H
 #define TERN_POOL_P_H
@@ -32,14 +32,37 @@
 /* ------------------------------------------------------------------ */
 
 /*
+ * A header's state word: the protocol between the client, which may stop
+ * a header still queued (tern__work_stop), and the workers, which claim
+ * it. Only pool/ names these; the client asks pool.h's questions.
+ *
+ * QUEUED -> RUNNING -> FINISHED by a worker (claim, then hand-back);
+ * QUEUED -> FINISHED by a cancelling shutdown (never started);
+ * QUEUED -> TOMBSTONED by the client's stop (one CAS). The record stays
+ * in the queue until a worker or shutdown meets it; LOOP_DONE and
+ * POOL_DONE say which side let go of a tombstone first, so the last one
+ * frees it (the client, in tern__work_let_go's answer or in the hand-back)
+ * and neither waits for the other. A steps header goes RUNNING -> QUEUED
+ * between its steps.
+ */
+enum tern__work_state {
+    TERN__WORK_QUEUED = 0,     /* accepted, not yet taken by a worker */
+    TERN__WORK_RUNNING = 1,    /* a worker runs fn */
+    TERN__WORK_FINISHED = 2,   /* fn returned (or never will): being handed back */
+    TERN__WORK_TOMBSTONED = 3, /* stopped while queued; the queue still holds it */
+    TERN__WORK_LOOP_DONE = 4,  /* tombstone: the client has let go */
+    TERN__WORK_POOL_DONE = 5,  /* tombstone: the pool has let go */
+};
+
+/*
  * Hand finished work back (its state already FINISHED) and end its pool
  * life. True when the hand-back woke a sleeping thread with a syscall.
  */
 bool tern__work_complete(struct tern__work *w);
 /*
  * A worker found this header: true if it now runs (RUNNING), false if it
- * was a tombstone, which is then handed back as dropped and must not be
- * touched again.
+ * was a tombstone, which the pool then lets go of (handing it back to be
+ * freed if the client let go first) and must not touch again.
  */
 bool tern__work_claim(struct tern__work *w);
 /*

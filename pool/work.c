@@ -1,7 +1,9 @@
 /*
  * The worker side of a job, shared by every class: claim a header, run
- * it, hand it back. The hand-back is the client's function (pool.h); the
- * pool calls nothing else of its client's.
+ * it, hand it back; and the client's questions about a header (stop it,
+ * is it finished, may the client free it). The state word is changed here
+ * and in the shutdown and steps paths only. The hand-back is the client's
+ * function (pool.h); the pool calls nothing else of its client's.
  */
 #include "pool_p.h"
 
@@ -12,13 +14,59 @@ bool tern__work_claim(struct tern__work *w)
                                                 memory_order_acq_rel, memory_order_acquire))
         return true;
     /*
-     * A tombstone: its client has (or will have) delivered its done. Hand
-     * it back as dropped; the client frees it if it let go first.
+     * A tombstone: its client has (or will have) delivered its outcome.
+     * Let go of it; if the client let go first, the record is freed now,
+     * by the client's hand-back. The hand-back of a tombstone touches only
+     * the record, never the client's loop, which may be gone.
      */
     TERN_INSIST(expected == TERN__WORK_TOMBSTONED || expected == TERN__WORK_LOOP_DONE);
-    (void)w->handback(w);
+    if (expected == TERN__WORK_LOOP_DONE ||
+        !atomic_compare_exchange_strong_explicit(&w->state, &expected, TERN__WORK_POOL_DONE,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        (void)w->handback(w);
     tern__pool_leave(); /* the tombstone's pool life ends here */
     return false;
+}
+
+enum tern__stop tern__work_stop(struct tern__work *w)
+{
+    uint8_t state = atomic_load_explicit(&w->state, memory_order_acquire);
+    /* Stopped before; the pool may have let go of it since (POOL_DONE). */
+    if (state == TERN__WORK_TOMBSTONED || state == TERN__WORK_POOL_DONE)
+        return TERN__STOP_STOPPED_BEFORE;
+    /*
+     * Told before (running, or finished since). A worker latches the flag
+     * only before its release store of FINISHED, so with FINISHED seen
+     * (acquire, above) the flag read here is final.
+     */
+    if (atomic_load_explicit(&w->cancel, memory_order_relaxed))
+        return TERN__STOP_TOLD_BEFORE;
+    if (state != TERN__WORK_QUEUED && state != TERN__WORK_RUNNING)
+        return TERN__STOP_FINISHED;
+    /* Set before the swap: a worker finishing right now still reports it. */
+    atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+    uint8_t expected = TERN__WORK_QUEUED;
+    if (atomic_compare_exchange_strong_explicit(&w->state, &expected, TERN__WORK_TOMBSTONED,
+                                                memory_order_acq_rel, memory_order_acquire)) {
+        w->result = NULL;
+        return TERN__STOP_STOPPED_NOW;
+    }
+    return TERN__STOP_TOLD_NOW; /* claimed meanwhile (it sees the flag) or just finished */
+}
+
+bool tern__work_finished(struct tern__work *w)
+{
+    /* Pairs with the release stores and CASes of the state word. */
+    return atomic_load_explicit(&w->state, memory_order_acquire) == TERN__WORK_FINISHED;
+}
+
+bool tern__work_let_go(struct tern__work *w)
+{
+    uint8_t state = atomic_load_explicit(&w->state, memory_order_acquire);
+    /* A tombstone the queue still holds: the pool frees it through the hand-back. */
+    return !(state == TERN__WORK_TOMBSTONED &&
+             atomic_compare_exchange_strong_explicit(&w->state, &state, TERN__WORK_LOOP_DONE,
+                                                     memory_order_acq_rel, memory_order_acquire));
 }
 
 bool tern__work_complete(struct tern__work *w)

@@ -17,28 +17,22 @@ static inline tern_job *job_of(struct tern__op *op)
 
 /*
  * The pool's one call into the loop (pool.h): a finished job goes onto its
- * loop's result ring, and the loop is woken; a tombstone the pool has let
- * go of is freed if the loop let go first. Any thread.
+ * loop's result ring, and the loop is woken; a stopped job both sides have
+ * let go of is freed. Any thread.
  *
- * The two-party hand-off is the state word, not a urcu_ref: a reference
- * count would cost an atomic read-modify-write on every job (the pool's
- * reference dropped at hand-back), where the state word costs one CAS per
- * side only on the rare cancelled-in-queue path, and the word is needed
- * anyway for claim against cancel. (Reasoned, not measured: the figure to
- * watch is bench/pool_throughput's jobs per second.)
+ * The two-party hand-off of a stopped job is the pool's state word, not a
+ * urcu_ref: a reference count would cost an atomic read-modify-write on
+ * every job (the pool's reference dropped at hand-back), where the state
+ * word costs one CAS per side only on the rare stopped-in-queue path, and
+ * the word is needed anyway for claim against cancel. (Reasoned, not
+ * measured: the figure to watch is bench/pool_throughput's jobs per
+ * second.)
  */
 static bool job_handback(struct tern__work *w)
 {
     tern_job *job = (tern_job *)w; /* the header comes first */
-    /* Pairs with the release stores and CASes of the state word (pool.h). */
-    uint8_t state = atomic_load_explicit(&w->state, memory_order_acquire);
-    if (state != TERN__WORK_FINISHED) {
-        /* A tombstone: whichever side lets go last frees it. */
-        TERN_INSIST(state == TERN__WORK_TOMBSTONED || state == TERN__WORK_LOOP_DONE);
-        if (state != TERN__WORK_TOMBSTONED ||
-            !atomic_compare_exchange_strong_explicit(&w->state, &state, TERN__WORK_POOL_DONE,
-                                                     memory_order_acq_rel, memory_order_acquire))
-            free(job);
+    if (!tern__work_finished(w)) {
+        free(job); /* stopped, and the loop let go first: never touch the loop */
         return false;
     }
     tern_loop *loop = job->loop;
@@ -245,9 +239,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
 {
     tern_job *job = job_of(op);
     tern_id id = op->id;
-    int status = !atomic_load_explicit(&job->work.cancel, memory_order_relaxed) ? 0
-                 : job->timed_out                                        ? -ETIMEDOUT
-                                                                         : -ECANCELED;
+    int status = !tern__work_told(&job->work) ? 0 : job->timed_out ? -ETIMEDOUT : -ECANCELED;
     tern__op_finish(loop, op); /* the id is stale once done starts (disarms any deadline) */
     if (job->has_deadline)
         tern__deadline_unclaim(loop);
@@ -257,51 +249,30 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     atomic_fetch_add_explicit(status ? &tern__pool_stats.cancelled : &tern__pool_stats.completed,
                               1, memory_order_relaxed);
     job->done(loop, id, status, job->work.result, job->work.arg);
-    uint8_t state = atomic_load_explicit(&job->work.state, memory_order_acquire);
-    if (state == TERN__WORK_TOMBSTONED &&
-        atomic_compare_exchange_strong_explicit(&job->work.state, &state, TERN__WORK_LOOP_DONE,
-                                                memory_order_acq_rel, memory_order_acquire))
-        return; /* the queue still holds it; the pool frees it */
-    job_release(loop, job);
+    if (tern__work_let_go(&job->work))
+        job_release(loop, job); /* else the queue still holds it; the pool hands it back */
 }
 
 /*
- * Stop a job: tombstone it if still queued (its work never runs; done in
- * the next step 2, without its credit), flag it if running. Returns what
- * happened (TERN_CANCEL_*); done comes exactly once either way.
+ * Stop a job: the pool tombstones it if still queued (its work never runs;
+ * done in the next step 2, without its credit) or flags it if running.
+ * Returns what happened (TERN_CANCEL_*), the same answer again on a second
+ * call; done comes exactly once either way.
  */
 static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
 {
-    uint8_t state = atomic_load_explicit(&job->work.state, memory_order_acquire);
-    /*
-     * Already stopped; its done is queued. The pool may have let go of the
-     * tombstone meanwhile (POOL_DONE): the work still never ran.
-     */
-    if (state == TERN__WORK_TOMBSTONED || state == TERN__WORK_POOL_DONE)
-        return TERN_CANCEL_STOPPED;
-    /*
-     * Told before (running, or finished since): done gets -ECANCELED and the
-     * result, and the first reason stands. A worker sets the flag only
-     * before its release store of FINISHED, so with FINISHED seen the flag
-     * is final.
-     */
-    if (atomic_load_explicit(&job->work.cancel, memory_order_relaxed))
-        return TERN_CANCEL_RUNNING;
-    if (state != TERN__WORK_QUEUED && state != TERN__WORK_RUNNING)
-        return TERN_CANCEL_FINISHED; /* done gets 0 and the result */
-    job->timed_out = timeout;
-    /* A worker finishing right now may still report this as cancelled. */
-    atomic_store_explicit(&job->work.cancel, true, memory_order_relaxed);
-    uint8_t expected = TERN__WORK_QUEUED;
-    if (atomic_compare_exchange_strong_explicit(&job->work.state, &expected, TERN__WORK_TOMBSTONED,
-                                                memory_order_acq_rel, memory_order_acquire)) {
-        job->work.result = NULL;
+    switch (tern__work_stop(&job->work)) {
+    case TERN__STOP_STOPPED_NOW:
+        job->timed_out = timeout;
         release_credit(loop, job);
         tern__op_ready(loop, &job->op);
         return TERN_CANCEL_STOPPED;
+    case TERN__STOP_STOPPED_BEFORE: return TERN_CANCEL_STOPPED;
+    case TERN__STOP_TOLD_NOW: job->timed_out = timeout; return TERN_CANCEL_RUNNING;
+    case TERN__STOP_TOLD_BEFORE: return TERN_CANCEL_RUNNING; /* the first reason stands */
+    case TERN__STOP_FINISHED: return TERN_CANCEL_FINISHED;  /* done gets 0 and the result */
     }
-    /* Claimed meanwhile (running: it sees the flag) or just finished. */
-    return TERN_CANCEL_RUNNING;
+    TERN_UNREACHABLE();
 }
 
 static int job_cancel(tern_loop *loop, struct tern__op *op)
