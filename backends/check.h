@@ -4,6 +4,9 @@
  * check never changes behaviour, only safety.
  *
  *   TERN_REQUIRE(e)   a precondition the caller must meet
+ *   TERN_REQUIRE_SAID(e, rule) the same, reported as `rule` instead of
+ *                     the expression (when the expression would not tell
+ *                     a user what they did: "NULL or freed loop")
  *   TERN_ENSURE(e)    a postcondition this function promises
  *   TERN_INSIST(e)    an internal invariant (a broken one is a tern bug)
  *   TERN_UNREACHABLE  a branch that cannot be taken
@@ -21,6 +24,8 @@ noreturn void tern__check_failed(const char *file, int line, const char *func,
     ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, kind, #e))
 
 #define TERN_REQUIRE(e) TERN__CHECK("REQUIRE", e)
+#define TERN_REQUIRE_SAID(e, rule) \
+    ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, "REQUIRE", rule))
 #define TERN_ENSURE(e)  TERN__CHECK("ENSURE", e)
 #define TERN_INSIST(e)  TERN__CHECK("INSIST", e)
 #define TERN_UNREACHABLE() \

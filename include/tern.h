@@ -312,9 +312,9 @@ TERN_EXTERN int tern_defer(tern_loop *loop, tern_fn fn, void *arg);
 TERN_EXTERN int tern_cancel(tern_loop *loop, tern_id id);
 
 /*
- * tern_ref / tern_unref: whether a timer, watcher or signal watcher keeps
- * tern_loop_run() from returning. Operations start referenced. Both are
- * idempotent.
+ * tern_ref / tern_unref: whether a timer, fd watcher, stream, listener or
+ * signal watcher keeps tern_loop_run() from returning. Operations start
+ * referenced. Both are idempotent.
  * Requires: loop != NULL.
  * Returns: 0; -ENOENT for an unknown or stale id; -EINVAL for id 0 or for
  *          an operation that is always referenced (jobs, resolves).
@@ -412,8 +412,11 @@ typedef void (*tern_done_fn)(tern_loop *loop, tern_id id, int status, void *resu
 /*
  * tern_submit: run work(job, arg) on a pool thread of the given class and
  * then done(loop, id, status, result, arg) on this loop in step 2.
- * status is 0, or -ECANCELED (result is then the work's return value if it
- * ran, NULL if it never ran). Exactly one done per accepted job, before
+ * status is 0; -ECANCELED (result is then the work's return value if it
+ * ran, NULL if it never ran); or, for a job given a timeout with
+ * tern_submit_with, -ETIMEDOUT (result as for -ECANCELED). No order
+ * among dones is promised: not submission order (several workers run
+ * jobs, a cancel completes one early). Exactly one done per accepted job, before
  * tern_loop_free() returns. Starts the pool with the loop's configuration
  * (or the defaults) if it is not running.
  * Requires: loop != NULL.

@@ -115,7 +115,8 @@ struct tern_group {
 
 static _Thread_local struct member *current_member;
 
-#define REQUIRE_GROUP(g) TERN_REQUIRE((g) != NULL && (g)->magic == GROUP_MAGIC)
+#define REQUIRE_GROUP(g) \
+    TERN_REQUIRE_SAID((g) != NULL && (g)->magic == GROUP_MAGIC, "NULL or freed group")
 
 noreturn void tern__loop_sealed_failed(void)
 {

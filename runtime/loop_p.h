@@ -135,7 +135,7 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 }
 #define TERN__LOOP_ONLY(loop) tern__loop_only((loop), __func__)
 #define TERN__REQUIRE_LOOP(loop) \
-    TERN_REQUIRE((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC)
+    TERN_REQUIRE_SAID((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC, "NULL or freed loop")
 
 /*
  * A group keeps its loops alive with this bit in `flags` (beside the

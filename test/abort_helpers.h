@@ -70,6 +70,10 @@ static inline const char *abort_report_line(const char *text, char *line, size_t
     return NULL;
 }
 
+/* The report line of the last expect_abort, for tests that check more of
+ * it (the file it names, for one). */
+static char abort_report[1024];
+
 /*
  * Run body(ctx) in a forked child and require that it dies of SIGABRT
  * after tern reports a failed check in function `fn` whose text contains
@@ -147,6 +151,7 @@ static inline void expect_abort(void (*body)(void *ctx), void *ctx, const char *
     cr_assert_not_null(report,
                        "SIGABRT, but not from a tern check (expected %s: %s); stderr:\n%s", fn,
                        rule, buf);
+    snprintf(abort_report, sizeof abort_report, "%s", report);
     char who[256];
     snprintf(who, sizeof who, ": %s: ", fn);
     cr_assert_not_null(strstr(report, who), "the abort does not name %s: %s", fn, report);

@@ -511,3 +511,36 @@ Test(contract, io_modify_from_a_helper_thread_aborts, .timeout = TEST_TIMEOUT)
     expect_abort(io_modify_from_a_helper_thread_aborts_body, NULL, "tern_io_modify",
                  RULE_LOOP_ONLY);
 }
+
+/*
+ * A NULL loop is reported as what the caller did, not as the expression
+ * that caught it, and the report names the file from the project root
+ * (runtime/...), whatever directory the build ran in.
+ */
+static void null_loop_body(void *ctx)
+{
+    (void)ctx;
+    tern_id id;
+    tern_timer_start(NULL, 1000, 0, noop_timer, NULL, &id);
+}
+
+Test(contract, a_null_loop_is_reported_as_such_from_a_project_path, .timeout = TEST_TIMEOUT)
+{
+    expect_abort(null_loop_body, NULL, "tern_timer_start", "REQUIRE failed: NULL or freed loop");
+    cr_assert(strncmp(abort_report, "tern: runtime/", strlen("tern: runtime/")) == 0,
+              "the report does not name a path from the project root: %s", abort_report);
+    cr_assert_null(strstr(abort_report, "../"), "a build-relative path: %s", abort_report);
+}
+
+static void null_group_body(void *ctx)
+{
+    (void)ctx;
+    tern_group_size(NULL);
+}
+
+Test(contract, a_null_group_is_reported_as_such, .timeout = TEST_TIMEOUT)
+{
+    expect_abort(null_group_body, NULL, "tern_group_size", "REQUIRE failed: NULL or freed group");
+    cr_assert(strncmp(abort_report, "tern: runtime/", strlen("tern: runtime/")) == 0,
+              "the report does not name a path from the project root: %s", abort_report);
+}

@@ -131,8 +131,8 @@ TERN_EXTERN int tern_owner_open(tern_loop *loop, unsigned cap, tern_id *ownerp);
 /*
  * tern_owner_close: close an owner and cancel every job and lookup it still
  * has in flight (queued: never runs; running: flagged), each still getting
- * its one done (-ECANCELED). The id is stale at once; tern_cancel on it
- * also closes it.
+ * its one done: -ECANCELED, or 0 and its result when the work had already
+ * returned. The id is stale at once; tern_cancel on it also closes it.
  * Requires: loop != NULL.
  * Returns: 0; -EINVAL for id 0; -ENOENT for an unknown or closed owner.
  * Threads: loop-only.
