@@ -18,7 +18,7 @@ enum tern__fault_site {
     TERN__FAULT_ALLOC = 1u << 0,  /* malloc, calloc, realloc */
     TERN__FAULT_THREAD = 1u << 1, /* pthread_create */
     TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe, open */
-    TERN__FAULT_FS = 1u << 3,     /* each system call of a file request (pool/fs*.c) */
+    TERN__FAULT_FS = 1u << 3,     /* each system call of a file request (runtime/fs*.c) */
     TERN__FAULT_ALL = 15u,
 };
 

@@ -1,7 +1,7 @@
 /*
  * The bounded class: a fixed set of workers and a bounded queue.
  *
- * The queue is pool/ring.h's ring, with consumers competing by CAS on the
+ * The queue is backends/ring.h's ring, with consumers competing by CAS on the
  * head (a queue_capacity of 2^31 costs what is used). Admission is a
  * separate counter checked before the job is enqueued, so a full queue
  * refuses before the work exists anywhere, and the ring — sized to the
@@ -29,7 +29,7 @@
 
 /*
  * Before parking, a worker spins for a job within its adaptive budget
- * (pool/spin.h), but only if fewer than half the CPUs already have a
+ * (backends/spin.h), but only if fewer than half the CPUs already have a
  * spinner: on a small machine the loop that feeds the pool shares the
  * cores, and every extra spinner takes its time. It checks the clock every
  * CLOCK_EVERY rounds and yields every YIELD_EVERY, so a feeder that shares

@@ -14,12 +14,8 @@
  *     counters the client writes its own outcomes into.
  * Worker threads, the queue, the long class, the lookup cap and the
  * shutdown are private to pool/ (pool_p.h). pool/ includes headers from
- * backends/ and include/ only; test/layers_test.sh checks it.
- *
- * Other headers of this directory that a higher layer may include:
- * ring.h (the bounded ring both the queue and each loop's result ring
- * use), spin.h (the adaptive spin budget) and fs_p.h (file requests: the
- * record the runtime's half and the worker bodies share).
+ * backends/ and include/ only, and this is the one header of pool/ a
+ * higher layer may include; test/layers_test.sh checks both.
  */
 #ifndef TERN_POOL_H
 #define TERN_POOL_H

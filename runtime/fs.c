@@ -3,7 +3,7 @@
  * caller's values, copying paths into one block, admission through
  * tern__submit_job, and the done function that turns a finished job into
  * a tern_fs_cb — and the public calls. The work of single-call requests
- * is in pool/fs_calls.c, the whole-file requests' steps in pool/fs_whole.c.
+ * is in fs_calls.c, the whole-file requests' steps in fs_whole.c.
  *
  * Status. A request's own outcome is r->status, set by its work function;
  * the job's status (-ECANCELED whenever tern_cancel reached it) is not

@@ -41,12 +41,11 @@ static bool job_handback(struct tern__work *w)
      * may deliver it and tern_loop_free may run; the free waits for pins
      * to drop to zero before it releases anything we touch here.
      */
-    struct tern__ring *ring = loop->ring;
-    atomic_fetch_add_explicit(&ring->pins, 1, memory_order_acquire);
-    tern__ring_push(ring, job);
+    atomic_fetch_add_explicit(&loop->result_pins, 1, memory_order_acquire);
+    tern__ring_push(loop->ring, job);
     bool woke = tern__loop_wake(loop);
     /* Pairs with the acquire load in tern__jobs_destroy(). */
-    atomic_fetch_sub_explicit(&ring->pins, 1, memory_order_release);
+    atomic_fetch_sub_explicit(&loop->result_pins, 1, memory_order_release);
     return woke;
 }
 
@@ -314,7 +313,7 @@ void tern__jobs_destroy(tern_loop *loop)
 {
     TERN_INSIST(loop->undelivered == 0);
     /* Pool threads may still be inside a hand-over to us; wait them out. */
-    while (loop->ring != NULL && atomic_load_explicit(&loop->ring->pins, memory_order_acquire) != 0)
+    while (atomic_load_explicit(&loop->result_pins, memory_order_acquire) != 0)
         sched_yield();
     while (loop->job_cache != NULL) {
         tern_job *job = loop->job_cache;

@@ -80,7 +80,7 @@ void tern__jobs_check_books(tern_loop *loop);
 void tern__jobs_kick(tern_loop *loop);
 
 /*
- * The result ring is pool/ring.h's ring with one consumer, the loop: a
+ * The result ring is backends/ring.h's ring with one consumer, the loop: a
  * credit (undelivered) is taken at submission and given back only after
  * the job's slot was freed, so it is never full (ring.h's full-slot rule).
  * Its `pins` word counts pool threads inside job_handback's push + wake.

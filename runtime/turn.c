@@ -108,7 +108,7 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
  *    and are no round trip.
  *  - only while some worker is on a CPU (running a job or spinning for
  *    one); with every worker parked nothing can land soon.
- *  - only while spinning pays (pool/spin.h), and for a bounded time: on a
+ *  - only while spinning pays (backends/spin.h), and for a bounded time: on a
  *    busy machine the worker may be descheduled, spins stop finding work,
  *    and the credit runs out, so the loop parks at once instead of
  *    holding a core the worker needs.

@@ -5,7 +5,7 @@ Reads the C sources and headers under include/, runtime/, pool/,
 backends/ (and docs/examples/, bench/, test/ for their own names), splits
 each file into comment text and code text, and reports every identifier
 spelled tern_... or tern__... in a comment that no code (outside comments)
-in the whole tree defines or uses, and every path such as pool/ring.h that
+in the whole tree defines or uses, and every path such as backends/ring.h that
 names no file. A stale comment that names a function or a file that is
 gone fails here.
 

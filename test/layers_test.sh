@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # layers_test: tern's directories include downwards only (docs/design.md).
 #
-#   runtime/   the loop and its operation kinds  may include pool/, backends/
+#   runtime/   the loop and its operation kinds  may include pool/pool.h, backends/
 #   pool/      runs work, knows nothing of loops  may include backends/
-#   backends/  the system-call edge               includes only its own
+#   backends/  the system-call edge, shared rings includes only its own
 #
-# and every directory may include include/ (the public API). Each quoted
+# and every directory may include include/ (the public API). From pool/,
+# runtime/ includes its one interface header, pool.h, and nothing else:
+# the pool's state word and workers are reached only through it. Each quoted
 # #include in runtime/, pool/ and backends/ is resolved as the compiler
 # would (the including file's directory first, then the lower layers) and
 # must land in the same or a lower layer. A header name held by two
@@ -63,10 +65,12 @@ while IFS= read -r f; do
         echo "$dir -> $to_dir" >>"$edges"
         if [ "$(rank "$to_dir")" -gt "$from" ]; then
             bad="$bad \"$name\" ($to_dir)"
+        elif [ "$to_dir" = pool ] && [ "$dir" != pool ] && [ "$name" != pool.h ]; then
+            bad="$bad \"$name\" (pool/ beyond its interface, pool.h)"
         fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
     if [ -n "$bad" ]; then
-        echo "FAIL: $f includes a higher layer's header:$bad"
+        echo "FAIL: $f includes a higher layer's or a private header:$bad"
         failed=$((failed + 1))
     else
         passed=$((passed + 1))

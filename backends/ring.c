@@ -17,7 +17,6 @@ int tern__ring_init(struct tern__ring *ring, uint64_t capacity)
     ring->mask = size - 1;
     atomic_store_explicit(&ring->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&ring->head, 0, memory_order_relaxed);
-    atomic_store_explicit(&ring->pins, 0, memory_order_relaxed);
     return 0;
 }
 

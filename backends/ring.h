@@ -2,7 +2,8 @@
  * One bounded ring of pointers for tern's two queues between threads: the
  * bounded class's queue (many producers, many consumers: pool/bounded.c)
  * and each loop's result ring (many producers, one consumer:
- * runtime/job.c). Exported by pool/ for the runtime's use.
+ * runtime/job.c). It lives in the lowest layer because both use it; it
+ * knows nothing of either.
  *
  * Vyukov's scheme: free-running 64-bit head and tail with a power-of-two
  * mask, and a sequence word per slot saying whose turn it is. With
@@ -49,12 +50,6 @@ struct tern__ring {
     uint64_t mask;
     struct tern__ring_slot *slots;
     alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers */
-    /*
-     * The client's word on the producers' line (the ring never reads it):
-     * the result ring counts producers inside push + wake here, at no
-     * extra cache miss (runtime/job.c, job_handback).
-     */
-    _Atomic unsigned pins;
     alignas(TERN_CACHELINE) _Atomic uint64_t head; /* consumers */
 };
 

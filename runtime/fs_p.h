@@ -1,6 +1,8 @@
 /*
- * File requests (include/tern/fs.h), shared by their loop's half
- * (runtime/fs.c) and their worker bodies (pool/fs_calls.c, pool/fs_whole.c). A request is one malloc'd block: this record, then the
+ * File requests (include/tern/fs.h), shared by their loop's half (fs.c)
+ * and their worker bodies (fs_calls.c, fs_whole.c): an operation kind of
+ * the runtime whose work runs on pool workers, as jobs of the plain or
+ * steps kind. A request is one malloc'd block: this record, then the
  * strings and the iovec array it copied. It is the job's arg: the worker
  * writes it while a step runs, the loop reads it in done (the job's state
  * transitions order the two, see steps.c and job.c).
