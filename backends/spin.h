@@ -2,8 +2,8 @@
  * Spinning that adapts: spin only while spinning has been paying.
  *
  * Catching an event by spinning saves a sleep and a wake on each side (a
- * cross-core wake measured 10-20 µs on the 2-core VM of
- * docs/performance.md; other machines differ), but only while the thread
+ * cross-core wake measured 10-20 µs, docs/performance.md; it differs
+ * from machine to machine), but only while the thread
  * that will produce the event is on a CPU. On a busy machine it may be
  * descheduled, and a spinner then holds a core it needs. So each waiter
  * keeps a credit: a spin that finds its event earns one (up to

@@ -423,8 +423,8 @@ typedef void (*tern_done_fn)(tern_loop *loop, tern_id id, int status, void *resu
  * Returns: 0 and *idp; -EINVAL for NULL work or done or a bad occupancy;
  *          -EAGAIN when refused: bounded queue full, long ceiling reached,
  *          max_undelivered or max_operations reached (the pool statistics
- *          count which); -ESHUTDOWN while the loop is being freed; an
- *          errno from starting the pool. A refused job leaves no trace.
+ *          count which); -ESHUTDOWN while the loop is being freed; -ENOMEM;
+ *          an errno from starting the pool. A refused job leaves no trace.
  * Ownership: arg stays the caller's; the result is handed to done.
  * Threads: loop-only (from another thread, tern_post to the loop first).
  */
@@ -453,7 +453,8 @@ typedef void (*tern_resolve_cb)(tern_loop *loop, tern_id id, int status,
  * lookups run at once in the process; the rest wait in the bounded queue
  * behind CPU work without holding a worker.
  * Requires: loop != NULL; host or service non-NULL.
- * Returns: 0 and *idp; -EINVAL for NULL cb or both names NULL; -EAGAIN as
+ * Returns: 0 and *idp; -EINVAL for NULL cb or both names NULL;
+ *          -ESHUTDOWN while the loop is being freed; -EAGAIN as
  *          tern_submit; -ENOMEM. The callback's status is 0, -ECANCELED,
  *          a TERN_EAI_* code, or a negative errno (-ENOMEM, or the system
  *          error behind EAI_SYSTEM).

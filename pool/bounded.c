@@ -10,7 +10,7 @@
  *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
  * during the spin is cheaper to catch than to be woken for: a cross-core
- * wake measured about 20 µs on the 2-core VM of docs/performance.md),
+ * wake measured about 20 µs; docs/performance.md has the figures),
  * then parks on a condition variable after announcing itself in
  * `sleepers`. A submitter signals only when someone sleeps and no wake is
  * already on its way (`waking`); the woken worker clears `waking` and, if

@@ -97,10 +97,10 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
 /*
  * Before parking with pool jobs in flight, look for their completions for
  * a while: waking a sleeping thread on the other core is far dearer than a
- * short spin (on the 2-vCPU VM this was tuned on, commit 7f5f448, about
- * 20 µs against the few µs a completion is often away; see
- * docs/performance.md), so a completion due soon is cheaper to catch
- * spinning than sleeping. Only where it pays:
+ * short spin (a cross-core wake measured about 20 µs, against the few µs
+ * a completion is often away; docs/performance.md has the figures), so a
+ * completion due soon is cheaper to catch spinning than sleeping. Only
+ * where it pays:
  *  - for bounded jobs only, and only with a few in flight (a round trip's
  *    latency is won there; with many, completions come in batches anyway,
  *    and a spin would take the core from the workers that produce them).

@@ -1,5 +1,5 @@
 /*
- * Admission from every path (issue 13's Tests, beside admission_test.c):
+ * Admission from every path (SPEC §12, beside admission_test.c):
  *   - each cause of refusal from each path that can meet it — tern_submit,
  *     tern_submit_with, tern_resolve, tern_resolve_with, a single-call
  *     file request and a whole-file one — named by tern_loop_last_refusal,

@@ -10,7 +10,12 @@
 #      member or #define, include guards aside) is named in api.md;
 #   4. no heading in api.md names a tern_* function the headers no longer
 #      declare (a removed function must leave the reference too);
-#   5. every docs/examples/*.c file named in docs/guide.md exists.
+#   5. every docs/examples/*.c file named in docs/guide.md exists;
+#   6. test/docs_check.py: every TERN_* name docs/*.md uses exists, the
+#      return values a header comment promises and api.md's section for
+#      the function agree, and every ```c block in docs/ compiles against
+#      the headers (a deliberate excerpt is marked
+#      "<!-- docs_test: fragment of docs/examples/<file>.c -->").
 #
 # Given the build directory as $1 (unused: the check reads sources only).
 # Prints one line per failure and closes with "N passed, N failed".
@@ -113,6 +118,18 @@ if [ -f "$guide" ]; then
     for f in $(grep -oE 'docs/examples/[a-z_]+\.c' "$guide" | sort -u); do
         if [ -f "$root/$f" ]; then ok; else fail "docs/guide.md names $f, which does not exist"; fi
     done
+fi
+
+# Names, return values and snippets (test/docs_check.py prints its own
+# failures and a closing count, which is added to ours).
+check_out=$(python3 "$here/docs_check.py" "$root")
+printf '%s\n' "$check_out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
+counts=$(printf '%s\n' "$check_out" | tail -1)
+if [[ "$counts" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    passed=$((passed + BASH_REMATCH[1]))
+    failed=$((failed + BASH_REMATCH[2]))
+else
+    fail "test/docs_check.py did not finish: $counts"
 fi
 
 echo "$passed passed, $failed failed"

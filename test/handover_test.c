@@ -1,6 +1,6 @@
 /*
- * Issue 9's races and faults found by reading, one test each (each seen to
- * fail on the code before its fix):
+ * Races and faults of the hand-offs between a loop and the pool, found by
+ * reading, one test each (each seen to fail on the code before its fix):
  *
  *   - a job handed to a worker but not yet started still counts as in
  *     flight: TERN_POOL_CANCEL flags it, TERN_POOL_DRAIN times out on it

@@ -124,7 +124,8 @@ TERN_EXTERN int tern_tcp_connect(tern_loop *loop, const char *host, unsigned por
  * tern_tcp_port: the local port a listener or TCP stream is bound to.
  * Requires: loop != NULL; portp != NULL.
  * Returns: 0 and *portp; -ENOENT for an unknown or stale id or one that is
- *          not a stream; -ENOTCONN while a connect is still resolving.
+ *          not a stream; -ENOTCONN while a connect is still resolving;
+ *          -EAFNOSUPPORT for a socket that is not IPv4 or IPv6.
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_tcp_port(tern_loop *loop, tern_id id, unsigned *portp);
@@ -140,7 +141,8 @@ TERN_EXTERN int tern_tcp_port(tern_loop *loop, tern_id id, unsigned *portp);
  * MSG_NOSIGNAL).
  * Requires: loop != NULL; fd is a connected stream socket.
  * Returns: 0 and *idp; -EBADF for a negative or closed fd; -ENOTSOCK for a
- *          descriptor that is not a socket; -EAGAIN at max_operations;
+ *          descriptor that is not a socket; -EINVAL for a socket that is
+ *          not SOCK_STREAM; -EAGAIN at max_operations;
  *          -ENOMEM; -ESHUTDOWN while the loop is being freed. On error the
  *          fd stays the caller's.
  * Ownership: on success the stream owns fd and closes it when it closes.

@@ -1,5 +1,6 @@
 /*
- * credit_race_stress: the shape of issue 9's "credit race", and variants.
+ * credit_race_stress: the "credit race" (loop-only submissions on an
+ * unclaimed loop against foreign cancels), and variants.
  *
  * Loops, each run by its own thread, share the default pool. Each submits
  * its jobs (90 % TERN_BOUNDED, 10 % TERN_LONG, all tiny), keeping IN_FLIGHT
@@ -27,7 +28,7 @@
  * the watchdog (a free that hangs prints the loop's books and fails).
  *
  * Variants (argv[1] or TERN_CREDIT_VARIANT):
- *   shape          2 loops, 1 canceller: the issue's shape.
+ *   shape          2 loops, 1 canceller: the race's first known shape.
  *   loops4         4 loops.
  *   cancellers3    3 foreign cancellers.
  *   first-dequeue  30 % of jobs cancelled by a foreign thread the moment the
@@ -36,10 +37,10 @@
  *   long-handover  40 % long jobs, each cancelled at once (half by the
  *                  foreign canceller, half by the loop thread): a job
  *                  handed to a long worker and cancelled in the handover.
- * Counts: TERN_CREDIT_JOBS jobs per loop (default 100,000, the issue's) in
+ * Counts: TERN_CREDIT_JOBS jobs per loop (default 100,000) in
  * TERN_CREDIT_ROUNDS rounds (default 20; each round opens the unclaimed
  * window again, so more rounds find the race more often;
- * TERN_CREDIT_ROUNDS=1 is the issue's single window). Under ThreadSanitizer
+ * TERN_CREDIT_ROUNDS=1 is one window). Under ThreadSanitizer
  * the defaults are 10,000 jobs in 10 rounds. A loop whose books
  * break after a round stops there (the next round would only repeat it).
  * Seed: TERN_SEED (default 0xc4ed17): the job mix and cancel choices;

@@ -1,5 +1,5 @@
 /*
- * fork_stress: fork() while other threads use tern (issue 9, item 8).
+ * fork_stress: fork() while other threads use tern.
  *
  * In the parent, all the time:
  *   - loop A (its own thread) churns descriptors and signals: each turn it

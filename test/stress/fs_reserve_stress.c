@@ -1,5 +1,5 @@
 /*
- * Reservations under a full queue (SPEC §13, issue 14).
+ * Reservations under a full queue (SPEC §13).
  *
  * Two loops on two threads share a pool of 2 workers and a queue of 8
  * slots. Each loop keeps whole-file reads and atomic writes in flight,

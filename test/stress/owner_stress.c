@@ -1,5 +1,5 @@
 /*
- * Owners and deadlines under contention (issue 13): several loops, each
+ * Owners and deadlines under contention (SPEC §12): several loops, each
  * with owners of small caps, submitting jobs whose short deadlines race
  * their start and whose owners close while they run and complete; a
  * foreign thread cancels jobs by id meanwhile; at the end every loop

@@ -1,8 +1,7 @@
 /*
- * shutdown_race_stress: tern_pool_shutdown against jobs in flight (issue 9,
- * items 5 and 6).
+ * shutdown_race_stress: tern_pool_shutdown against jobs in flight.
  *
- * Part 1, a long job shut down at once (item 5). A loop on the main thread
+ * Part 1, a long job shut down at once. A loop on the main thread
  * submits one TERN_LONG job and calls tern_pool_shutdown(mode, 50 ms)
  * straight away, REPS times per mode. The job's work waits until it sees
  * tern_job_cancelled() or the test releases it (after the shutdown
@@ -19,18 +18,17 @@
  * and the job runs to its end uncancelled (0 after the backstop, never
  * -ETIMEDOUT). The first failing repetition of a mode ends that mode.
  *
- * Part 2, shutdown racing submitters (item 6). LOOPS loops, each on its own
+ * Part 2, shutdown racing submitters. LOOPS loops, each on its own
  * thread, submit jobs (both classes) in bursts of up to IN_FLIGHT in flight
  * from a 1 ms tick and from done, resting a few ticks between bursts, while
  * another thread runs CYCLES shutdown/restart cycles: shutdowns in a random
  * mode with a random timeout (0, 1 ms or 20 ms) until one ends the pool
  * (the loops' rests let it go idle), then the next pool is started explicitly (tern_pool_start) or
  * lazily by the next submission. A submission may be refused with -EAGAIN,
- * or with -ESHUTDOWN while a shutdown is under way; the lead's fix for item
- * 6 makes a submitter get -ESHUTDOWN or be served by the restarted pool,
- * never a freed one (today a stale submitter reads the freed pool, which
- * ASan reports, or leaves a job where no worker will take it, which the
- * watchdog reports). Checked: every accepted job gets exactly one done,
+ * or with -ESHUTDOWN while a shutdown is under way: a submitter is refused
+ * or served by the restarted pool, never by a freed one (the faults this
+ * hunts: a stale submitter reads the freed pool, which ASan reports, or
+ * leaves a job where no worker will take it, which the watchdog reports). Checked: every accepted job gets exactly one done,
  * status 0 or -ECANCELED; each loop's tern_loop_run returns 0 with
  * undelivered 0 and live_operations 0; the frees and a last shutdown end.
  *

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""docs_check: the docs cannot drift from the headers where a machine can tell.
+
+Run by test/docs_test.sh with the project root as argv[1]. Checks:
+
+  names     every TERN_* name docs/*.md uses exists: TERN_CANCEL_*,
+            TERN_REFUSED_* and every other public-looking name in the
+            public headers (include/), a TERN__* name in the sources
+            (runtime/, pool/, backends/), and the rest (environment
+            variables, build macros) somewhere in the tree outside docs/.
+            A name written as a family ("TERN_EAI_*", "TERN_HAVE_") needs
+            one member.
+  returns   every negative errno a header comment's "Returns:" promises
+            for a function appears in that function's section of
+            docs/api.md, and every errno the section's **Returns** names
+            is in the header comment (unless the comment defers to another
+            function: "as tern_submit").
+  snippets  every fenced ```c block in docs/*.md compiles against the
+            headers (cc -fsyntax-only, with the usual libc headers and
+            tern.h included first, and the warnings that GCC 14 makes
+            errors made errors here): as written, or else as the body of
+            a function. A block that is deliberately partial (an excerpt
+            with "..." in it) is marked on the line before its fence with
+                <!-- docs_test: fragment of docs/examples/<file>.c -->
+            naming the example it is cut from; the example must exist
+            (and is compiled by the build).
+
+Prints one line per failure and closes with "N passed, N failed".
+"""
+import concurrent.futures
+import glob
+import os
+import re
+import subprocess
+import sys
+
+root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+headers = [os.path.join(root, "include", "tern.h")] + sorted(glob.glob(os.path.join(root, "include", "tern", "*.h")))
+docs = sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+api_path = os.path.join(root, "docs", "api.md")
+
+passed = 0
+failed = 0
+
+
+def ok():
+    global passed
+    passed += 1
+
+
+def fail(msg):
+    global failed
+    failed += 1
+    print("FAIL: " + msg)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def rel(path):
+    return os.path.relpath(path, root)
+
+
+# ---------------------------------------------------------------- names
+
+def tree_text(dirs, exts):
+    out = []
+    for d in dirs:
+        base = os.path.join(root, d)
+        if os.path.isfile(base):
+            out.append(read(base))
+            continue
+        for dirpath, _, files in os.walk(base):
+            for name in files:
+                if name.endswith(exts):
+                    out.append(read(os.path.join(dirpath, name)))
+    return "\n".join(out)
+
+
+header_text = "\n".join(read(h) for h in headers)
+source_text = tree_text(["runtime", "pool", "backends"], (".c", ".h"))
+other_text = tree_text(["runtime", "pool", "backends", "test", "bench", "include", "meson.build",
+                        "meson_options.txt", ".ci", "docs/examples"],
+                       (".c", ".h", ".sh", ".py", ".txt", ".build", "test", "run"))
+
+# Public-looking names must be in include/; these families always are.
+PUBLIC = re.compile(r"TERN_(CANCEL|REFUSED|POOL|LOOP|BOUNDED|LONG|EAI|FS|TCP|STREAM|GROUP|SIGNAL|IO|READ|WRITE)(_|$)")
+
+
+def exists(name, text):
+    if name.endswith("_"):  # a family: one member will do
+        return re.search(r"\b" + re.escape(name) + r"[A-Z0-9]", text) is not None
+    return re.search(r"\b" + re.escape(name) + r"\b", text) is not None
+
+
+for doc in docs:
+    text = read(doc)
+    seen = set()
+    for m in re.finditer(r"\bTERN_[A-Z0-9_]*[A-Z0-9_]", text):
+        name = m.group(0)
+        if name.endswith("__"):
+            name = name.rstrip("_") + "_"
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.startswith("TERN__"):
+            where, text_in = "runtime/, pool/ or backends/", source_text
+        elif PUBLIC.match(name):
+            where, text_in = "the public headers", header_text
+        else:
+            where, text_in = "the sources", other_text
+        if exists(name, text_in):
+            ok()
+        else:
+            fail(f"{rel(doc)} names {name}, which {where} do not define")
+
+if passed < 30:
+    fail(f"found only {passed} TERN_* names in docs/: the extraction is broken")
+
+# -------------------------------------------------------------- returns
+
+api = read(api_path)
+headings = [(m.start(), m.group(1)) for m in re.finditer(r"^#{2,4} (.*)$", api, re.M)]
+
+
+def api_section(name):
+    parts = []
+    pat = re.compile(r"(^|[^a-z0-9_])" + re.escape(name) + r"([^a-z0-9_]|$)")
+    for k, (pos, title) in enumerate(headings):
+        if pat.search(title):
+            end = headings[k + 1][0] if k + 1 < len(headings) else len(api)
+            parts.append(api[pos:end])
+    return "\n".join(parts)
+
+
+ERRNO = re.compile(r"-E[A-Z0-9]+\b")
+checked = 0
+for h in headers:
+    text = read(h)
+    for m in re.finditer(r"/\*((?:(?!\*/).)*?)\*/\s*((?:TERN_EXTERN[^;]*;\s*)+)", text, re.S):
+        comment, decls = m.group(1), m.group(2)
+        r = re.search(r"Returns:(.*?)(?:\n\s*\*\s*(?:Ownership|Threads|Requires|Hazard)\b|$)", comment, re.S)
+        if r is None:
+            continue
+        promised = set(ERRNO.findall(r.group(1)))
+        defers = re.search(r"\bas (above|tern_[a-z0-9_]+)", r.group(1)) is not None
+        for name in re.findall(r"(tern_[a-z0-9_]+)\s*\(", decls):
+            section = api_section(name)
+            if not section:
+                continue  # docs_test.sh reports a function without a heading
+            for e in sorted(promised):
+                checked += 1
+                if e in section:
+                    ok()
+                else:
+                    fail(f"{rel(h)}: {name} returns {e}, which its section of docs/api.md does not say")
+            if defers:
+                continue
+            ret = re.search(r"\*\*Returns:?\*\*(.*?)(?:\*\*[A-Z][a-z]+:?\*\*|$)", section, re.S)
+            if ret is None:
+                continue
+            for e in sorted(set(ERRNO.findall(ret.group(1))) - set(ERRNO.findall(comment))):
+                fail(f"docs/api.md: {name} returns {e}, which the comment in {rel(h)} does not say")
+if checked < 60:
+    fail(f"checked only {checked} promised return values: the extraction is broken")
+
+# ------------------------------------------------------------- snippets
+
+PRELUDE = "".join(f"#include <{h}>\n" for h in
+                  ["errno.h", "netdb.h", "poll.h", "pthread.h", "signal.h", "stdbool.h", "stddef.h",
+                   "stdint.h", "stdio.h", "stdlib.h", "string.h", "unistd.h", "tern.h"])
+CC = os.environ.get("CC", "cc").split()
+FLAGS = ["-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(root, "include"), "-fsyntax-only",
+         "-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types",
+         "-Werror=int-conversion", "-Werror=implicit-int", "-Werror=return-type", "-x", "c", "-"]
+MARK = re.compile(r"<!--\s*docs_test:\s*fragment of (docs/examples/[A-Za-z0-9_/]+\.c)\s*-->")
+
+
+def compiles(source):
+    r = subprocess.run(CC + FLAGS, input=source, capture_output=True, text=True)
+    return r.returncode == 0, r.stderr
+
+
+def check_block(doc, start, code):
+    """Compile one block: None when it compiles, else the first errors."""
+    line = f'#line {start + 2} "{rel(doc)}"\n'
+    good, err = compiles(PRELUDE + line + code + "\n")
+    if not good:
+        good, _ = compiles(PRELUDE + "void docs_snippet(void);\nvoid docs_snippet(void)\n{\n"
+                           + line + code + "\n}\n")
+    return None if good else "\n".join(l for l in err.splitlines() if "error" in l)[:600]
+
+
+blocks = []
+for doc in docs:
+    lines = read(doc).split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() != "```c":
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and lines[j].strip() != "```":
+            j += 1
+        where = f"{rel(doc)}:{i + 1}"
+        mark = MARK.search(lines[i - 1]) if i > 0 else None
+        if mark is not None:
+            if os.path.isfile(os.path.join(root, mark.group(1))):
+                ok()
+            else:
+                fail(f"{where}: a fragment of {mark.group(1)}, which does not exist")
+        else:
+            blocks.append((where, doc, i, "\n".join(lines[i + 1:j])))
+        i = j + 1
+# Two compilers at a time: the blocks are independent.
+with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    results = list(pool.map(lambda b: check_block(b[1], b[2], b[3]), blocks))
+for (where, _, _, _), err in zip(blocks, results):
+    if err is None:
+        ok()
+    else:
+        fail(f"{where}: the C block does not compile against the headers "
+             f"(mark a deliberate excerpt as a fragment):\n{err}")
+if len(blocks) < 50:
+    fail(f"found only {len(blocks)} C blocks in docs/: the extraction is broken")
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
