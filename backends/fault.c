@@ -126,7 +126,48 @@ void tern__fault_fs_errno(int err)
     atomic_store(&fs_errno, err < 0 ? err : -err);
 }
 
+/* The hold: none, armed (the next call is held), or a call is held. */
+enum { HOLD_NONE, HOLD_ARMED, HOLD_HELD };
+static _Atomic int hold = HOLD_NONE;
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+
+void tern__fault_fs_hold(void)
+{
+    pthread_mutex_lock(&hold_lock);
+    atomic_store(&hold, HOLD_ARMED);
+    pthread_mutex_unlock(&hold_lock);
+}
+
+bool tern__fault_fs_held(void)
+{
+    return atomic_load(&hold) == HOLD_HELD;
+}
+
+void tern__fault_fs_release(void)
+{
+    pthread_mutex_lock(&hold_lock);
+    atomic_store(&hold, HOLD_NONE);
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+}
+
+/* The first caller to find the hold armed takes it and waits for release. */
+static void hold_here(void)
+{
+    pthread_mutex_lock(&hold_lock);
+    if (atomic_load(&hold) == HOLD_ARMED) {
+        atomic_store(&hold, HOLD_HELD);
+        while (atomic_load(&hold) == HOLD_HELD)
+            pthread_cond_wait(&hold_cond, &hold_lock);
+    }
+    pthread_mutex_unlock(&hold_lock);
+}
+
 int tern__fs_fault(void)
 {
+    /* Disarmed, one more relaxed load; the lock is taken only when armed. */
+    if (atomic_load_explicit(&hold, memory_order_relaxed) == HOLD_ARMED)
+        hold_here();
     return tern__fault_hit(TERN__FAULT_FS) ? atomic_load(&fs_errno) : 0;
 }

@@ -73,4 +73,16 @@ int tern__fd_fault(void);
 int tern__fs_fault(void);
 void tern__fault_fs_errno(int err);
 
+/*
+ * Hold the next file-request system call inside the seam, before it is
+ * made, until tern__fault_fs_release(): a test's way to keep a request
+ * inside a step for as long as it likes, as a call that waits on a peer
+ * would, on any kind of file. One hold at a time; release also disarms a
+ * hold that nothing reached. tern__fault_fs_held says whether a call is
+ * held now.
+ */
+void tern__fault_fs_hold(void);
+bool tern__fault_fs_held(void);
+void tern__fault_fs_release(void);
+
 #endif

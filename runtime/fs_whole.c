@@ -83,6 +83,14 @@ static void *read_fstat(struct tern__fs_req *r)
         return finish(r, rc);
     if (S_ISDIR(r->res.st.st_mode))
         return finish(r, -EISDIR);
+    /* A FIFO, socket or device could make a read wait forever on a peer
+     * that never comes, and nothing can interrupt a worker inside read(2). */
+    if (!S_ISREG(r->res.st.st_mode))
+        return finish(r, -ENOTSUP);
+    /* A regular file: back to blocking reads (open only had to not wait). */
+    int rc_fl = tern__fs_sys_fcntl_setfl(r->own_fd, 0);
+    if (rc_fl < 0)
+        return finish(r, rc_fl);
     uint64_t size = r->res.st.st_size > 0 ? (uint64_t)r->res.st.st_size : 0;
     if (size > r->max_bytes || size >= SSIZE_MAX)
         return finish(r, -EFBIG);
@@ -113,8 +121,7 @@ static void *read_data(struct tern__fs_req *r)
         r->cap = ncap;
     }
     size_t want = r->cap - r->done < r->step_bytes ? r->cap - r->done : r->step_bytes;
-    /* read(2), not pread(2): the descriptor is ours, at offset done, and
-     * a FIFO or a character device cannot seek. */
+    /* read(2), not pread(2): the descriptor is ours, at offset done. */
     ssize_t n = tern__fs_sys_read(r->own_fd, (char *)r->res.data + r->done, want);
     if (n < 0)
         return finish(r, (int)n);
@@ -142,7 +149,9 @@ static void *read_step(struct tern__fs_req *r)
 {
     switch (r->step) {
     case READ_OPEN: {
-        int fd = tern__fs_sys_open(r->path, O_RDONLY, 0);
+        /* O_NONBLOCK: open(2) of a FIFO with no writer, or of a device
+         * that waits for a carrier, returns at once; fstat then refuses it. */
+        int fd = tern__fs_sys_open(r->path, O_RDONLY | O_NONBLOCK, 0);
         if (fd < 0)
             return finish(r, fd);
         r->own_fd = fd;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "pool_helpers.h"
+#include "testing.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -532,22 +533,10 @@ static tern_fs_options fs_owned(tern_id owner, uint64_t timeout_ns)
     return fo;
 }
 
-/* Wait until a reader is blocked in open(fifo) and return a writer for it. */
-static int writer_when_reader_blocks(const char *fifo)
-{
-    int fd = -1;
-    bool ok;
-    PH_WAIT_UNTIL(ok, (fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0 || errno != ENXIO);
-    cr_assert(ok && fd >= 0, "FAIL: no reader ever blocked in open(%s): %s", fifo,
-              strerror(errno));
-    return fd;
-}
-
 Test(admission_paths, closing_an_owner_with_queued_running_and_finished_file_requests)
 {
     tern_loop *loop = setup(2, 16, 4, NULL);
     put_file(at("f"), "content");
-    cr_assert_eq(mkfifo(at("fifo"), 0600), 0);
     int fds = count_fds();
     tern_id owner;
     cr_assert_eq(tern_owner_open(loop, 8, &owner), 0);
@@ -558,10 +547,11 @@ Test(admission_paths, closing_an_owner_with_queued_running_and_finished_file_req
     bool ok;
     PH_WAIT_UNTIL(ok, ph_stats().busy == 0 && ph_stats().queued == 0);
     cr_assert(ok);
-    /* Running: the first step of a read_file, blocked in open(2) of the FIFO
-     * (its slot turned into a reservation when a worker took it). */
-    cr_assert_eq(tern_fs_read_file(loop, at("fifo"), &fo, probe_fs, &running, NULL), 0);
-    PH_WAIT_UNTIL(ok, ph_stats().reserved == 1);
+    /* Running: the first step of a read_file, held by the fault seam before
+     * its open(2) (its slot turned into a reservation when a worker took it). */
+    tern__fault_fs_hold();
+    cr_assert_eq(tern_fs_read_file(loop, at("f"), &fo, probe_fs, &running, NULL), 0);
+    PH_WAIT_UNTIL(ok, tern__fault_fs_held() && ph_stats().reserved == 1);
     cr_assert(ok, "FAIL: the first step never ran (reserved %u)", ph_stats().reserved);
     /* The other worker held by a job of nobody's, so the rest stay queued. */
     ph_gate gate;
@@ -593,18 +583,17 @@ Test(admission_paths, closing_an_owner_with_queued_running_and_finished_file_req
     cr_assert_eq(atomic_load(&running.calls), 0, "a running request answered before it returned");
     /* The running one was flagged: once its open returns it stops at the
      * step boundary and closes what it opened. */
-    int wfd = writer_when_reader_blocks(at("fifo"));
+    tern__fault_fs_release();
     wait_probe(loop, &running);
     cr_assert_eq(running.status, -ECANCELED, "%s", tern_err_name(running.status));
     cr_assert_null(running.res.data);
-    close(wfd);
     ph_gate_open(&gate);
     PH_PUMP_UNTIL(ok, loop, atomic_load(&blocker.done_calls) == 1);
     cr_assert(ok);
     cr_assert_eq(blocker.status, 0, "another owner's job was touched");
     cr_assert_eq(access(at("never"), F_OK), -1, "a queued mkdir of a closed owner ran");
     cr_assert_eq(access(at("w"), F_OK), -1, "a queued write_file of a closed owner ran");
-    cr_assert_eq(count_entries(), 2, "only f and fifo remain");
+    cr_assert_eq(count_entries(), 1, "only f remains");
     cr_assert_eq(count_fds(), fds);
     teardown(loop);
     ph_gate_destroy(&gate);
@@ -657,14 +646,18 @@ static void flag_fired(tern_loop *loop, tern_id id, void *arg)
 }
 
 /*
- * Start a request that blocks in open(2) of the FIFO, with a deadline of
- * `timeout`, and let its deadline be acted on (a timer of the same delay,
- * armed just after, has fired). Then either the request is inside open
- * (a writer's non-blocking open succeeds, which lets it return) or it was
- * stopped before its call began (it is answered -ETIMEDOUT). On a loaded
- * machine a worker may take longer than the timeout to reach it, so try
- * again with ten times the timeout until it was inside (bounded).
- * Returns the writer's descriptor.
+ * Start a request that blocks in its first system call, with a deadline
+ * of `timeout`, and let its deadline be acted on (a timer of the same
+ * delay, armed just after, has fired): a tern_fs_open of the FIFO, which
+ * waits in open(2) for a writer, or (whole) a tern_fs_read_file of f,
+ * whose open the fault seam holds (read_file never waits on a FIFO). Then
+ * either the request is inside its call (a writer's non-blocking open
+ * succeeds, which lets it return; or the seam holds it) or it was stopped
+ * before its call began (it is answered -ETIMEDOUT). On a loaded machine
+ * a worker may take longer than the timeout to reach it, so try again
+ * with ten times the timeout until it was inside (bounded).
+ * Returns the writer's descriptor, or -1 for a held whole-file request
+ * (tern__fault_fs_release lets it go on).
  */
 static int deadline_inside_open(tern_loop *loop, bool whole, probe *pr)
 {
@@ -674,7 +667,9 @@ static int deadline_inside_open(tern_loop *loop, bool whole, probe *pr)
                      (unsigned long long)timeout);
         memset(pr, 0, sizeof *pr);
         tern_fs_options fo = fs_owned(0, timeout);
-        int rc = whole ? tern_fs_read_file(loop, at("fifo"), &fo, probe_fs, pr, NULL)
+        if (whole)
+            tern__fault_fs_hold();
+        int rc = whole ? tern_fs_read_file(loop, at("f"), &fo, probe_fs, pr, NULL)
                        : tern_fs_open(loop, at("fifo"), O_RDONLY, 0, &fo, probe_fs, pr, NULL);
         cr_assert_eq(rc, 0);
         atomic_bool fired = false;
@@ -685,8 +680,11 @@ static int deadline_inside_open(tern_loop *loop, bool whole, probe *pr)
         int fd = -1;
         PH_PUMP_UNTIL(ok, loop,
                       atomic_load(&pr->calls) == 1 ||
-                          (fd = open(at("fifo"), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0);
+                          (whole ? tern__fault_fs_held()
+                                 : (fd = open(at("fifo"), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0));
         cr_assert(ok, "FAIL: neither answered nor inside open(2) (%s)", strerror(errno));
+        if (whole && tern__fault_fs_held())
+            return -1;
         if (fd >= 0)
             return fd;
         cr_assert_eq(pr->status, -ETIMEDOUT, "an unstarted request's status: %s",
@@ -715,16 +713,16 @@ Test(admission_paths, a_deadline_while_a_call_runs_lets_it_report_what_it_did)
 Test(admission_paths, a_deadline_while_a_step_runs_stops_at_the_boundary_with_etimedout)
 {
     tern_loop *loop = setup(1, 16, 4, NULL);
-    cr_assert_eq(mkfifo(at("fifo"), 0600), 0);
+    put_file(at("f"), "content");
     int fds = count_fds();
     probe pr;
-    int wfd = deadline_inside_open(loop, true, &pr);
+    cr_assert_eq(deadline_inside_open(loop, true, &pr), -1);
     cr_assert_eq(atomic_load(&pr.calls), 0, "answered before its step returned");
     /* The open returns; the request stops at the boundary and closes it. */
+    tern__fault_fs_release();
     wait_probe(loop, &pr);
     cr_assert_eq(pr.status, -ETIMEDOUT, "%s", tern_err_name(pr.status));
     cr_assert_null(pr.res.data);
-    close(wfd);
     cr_assert_eq(count_fds(), fds, "the descriptor of the first step leaked");
     teardown(loop);
 }

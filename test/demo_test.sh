@@ -32,6 +32,18 @@
 #      all closed by the server after the request bound, 5 that send
 #      nothing after the idle bound, /stats counts both, and the server
 #      keeps serving throughout.
+#   9. (before 6, on servers of their own) a hostile client: two requests
+#      for a FIFO under /files are 403 at once and the pool still serves;
+#      a client that pipelines 40 requests for a 4 MB file and never reads
+#      leaves the server under 64 MB resident and is closed after the
+#      write bound (slow_reader_closed); Content-Length 2^63 and a chunk
+#      of 7fffffffffffffff bytes are 413 at once, an Upgrade is 501, and
+#      each closes the connection, nothing after it parsed; a second
+#      server on the port exits non-zero saying it is in use; with a hard
+#      descriptor limit of 64 the server raises its soft limit to it, says
+#      so, and serves a new client while 100 idle connections pass the
+#      limit; a drain limit that passes, or a second SIGTERM, ends the
+#      server with status 3 saying what it abandoned.
 #
 # Exit 77 (skipped) when curl or wrk is missing, or when the demo was not
 # built (no libhttp-parser-dev / libssl-dev). Every wait is on the
@@ -68,8 +80,9 @@ ln -s "$work" "$root/dir_out"
 ln -s ../../secret "$root/sub/up_out"
 pid=
 pid2=
+extra_pids=()
 cleanup() {
-    for p in "$pid" "$pid2"; do
+    for p in "$pid" "$pid2" "${extra_pids[@]}"; do
         if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
             kill -KILL "$p" 2>/dev/null
         fi
@@ -338,6 +351,196 @@ else
     fail "the second server did not start"
     cat "$work/out2" "$work/err2"
 fi
+
+# 9. A hostile client, on servers of their own (each option short so the
+# test is quick): special files under /files, a reader that never reads,
+# bodies and upgrades the server does not take, a second server on a
+# taken port, a descriptor limit, and a drain limit that passes.
+# start_server NAME ARGS...: a demo in the background; sets spid and sport.
+start_server() {
+    local name=$1
+    shift
+    "$demo" --port 0 --loops 2 "$@" >"$work/$name.out" 2>"$work/$name.err" &
+    spid=$!
+    extra_pids+=("$spid")
+    sport=
+    sport_known() {
+        sport=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/$name.out")
+        [ -n "$sport" ]
+    }
+    sport_or_gone() { sport_known || ! kill -0 "$spid" 2>/dev/null; }
+    wait_for 30 "server $name to print its port" sport_or_gone && sport_known &&
+        wait_for 30 "port $sport to accept connections" connectable "$sport"
+}
+# stat_of PORT NAME: one counter from that server's /stats
+stat_of() { get "http://127.0.0.1:$1/stats" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\":\([0-9]*\)$/\1/p" | head -1; }
+# raw PORT FILE SECONDS: send stdin on one connection, save what comes back
+# until the server closes it or SECONDS pass; the exit status is timeout's.
+raw() {
+    local port=$1 out=$2 limit=$3
+    timeout "$limit" bash -c "exec 3<>/dev/tcp/127.0.0.1/$port; cat >&3; cat <&3" >"$out"
+}
+exited_pid() { ! kill -0 "$1" 2>/dev/null; }
+
+mkfifo "$root/fifo"
+head -c 4000000 /dev/urandom >"$root/big4.bin"
+if start_server h1 --threads 2 --files "$root" --write-timeout-ms 2000 --max-body-bytes 65536; then
+    p=$sport
+    hpid=$spid
+    # 9a. Two requests for a FIFO (no writer ever comes): each answered 403
+    # at once, and the pool (two threads) still serves /hash afterwards.
+    fifo_pids=()
+    for i in 1 2; do
+        get -o /dev/null -w '%{http_code}\n' --max-time 5 "http://127.0.0.1:$p/files/fifo" >"$work/fifo$i" &
+        fifo_pids+=($!)
+    done
+    wait "${fifo_pids[@]}"
+    check "a FIFO under /files is refused 403 at once ($(cat "$work/fifo1" "$work/fifo2" | tr '\n' ' '))" \
+        test "$(cat "$work/fifo1" "$work/fifo2" | tr -d '\n')" = 403403
+    check "and the pool still serves /hash" \
+        test "$(get --max-time 10 "http://127.0.0.1:$p/hash?rounds=1000")" = "$want"
+    check "the refusals are counted as forbidden ($(stat_of "$p" forbidden))" \
+        test "$(stat_of "$p" forbidden)" -ge 2
+
+    # 9b. A client pipelines 40 requests for a 4 MB file and never reads.
+    # Past the stream's high-water mark the server stops reading from it,
+    # and closes it when nothing drains for the write bound (2 s here).
+    # Without back-pressure the answers would pile up in the server:
+    # 40 x 4 MB = 160 MB. The bound stated here, 64 MB resident, leaves
+    # room for the answers one connection may hold at once (the file read,
+    # its response, what tern has queued) and the server's own ~4 MB.
+    rss_peak=0
+    rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$hpid/status"; }
+    exec 6<>"/dev/tcp/127.0.0.1/$p"
+    for i in $(seq 40); do
+        printf 'GET /files/big4.bin?i=%d HTTP/1.1\r\nHost: t\r\n\r\n' "$i" >&6
+    done
+    slow_closed=0
+    for _ in $(seq 100); do # 100 x 0.1 s: 10 s at most
+        r=$(rss)
+        [ "${r:-0}" -gt "$rss_peak" ] && rss_peak=$r
+        slow_closed=$(stat_of "$p" slow_reader_closed)
+        [ "${slow_closed:-0}" -ge 1 ] && break
+        sleep 0.1
+    done
+    exec 6>&- 6<&-
+    check "the server's resident memory stayed under 64 MB (peak ${rss_peak} kB)" \
+        test "$rss_peak" -lt 65536
+    check "it closed the reader that never reads (slow_reader_closed ${slow_closed:-none})" \
+        test "${slow_closed:-0}" -ge 1
+    check "and still serves (/hash)" \
+        test "$(get --max-time 10 "http://127.0.0.1:$p/hash?rounds=1000")" = "$want"
+
+    # 9c. Framing: a body over the limit is refused 413 at once, whether
+    # announced with Content-Length 2^63 or as a chunk of 2^63 - 1 bytes.
+    printf 'POST /hash HTTP/1.1\r\nHost: t\r\nContent-Length: 9223372036854775808\r\n\r\nxx' |
+        raw "$p" "$work/cl" 5
+    rc=$?
+    check "Content-Length 2^63: 413 and the connection closed (rc $rc: $(head -1 "$work/cl" | tr -d '\r'))" \
+        test "$rc" -eq 0 -a "$(head -1 "$work/cl" | tr -d '\r')" = "HTTP/1.1 413 Payload Too Large"
+    printf 'POST /hash HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n7fffffffffffffff\r\nxx' |
+        raw "$p" "$work/chunk" 5
+    rc=$?
+    check "a chunk of 7fffffffffffffff bytes: 413 and closed (rc $rc: $(head -1 "$work/chunk" | tr -d '\r'))" \
+        test "$rc" -eq 0 -a "$(head -1 "$work/chunk" | tr -d '\r')" = "HTTP/1.1 413 Payload Too Large"
+    printf 'GET /hash?rounds=10 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello' |
+        raw "$p" "$work/small" 5
+    check "a body within the limit is still taken ($(head -1 "$work/small" | tr -d '\r'))" \
+        test "$(head -1 "$work/small" | tr -d '\r')" = "HTTP/1.1 200 OK"
+    # An upgrade to a protocol it does not speak: refused, closed, and the
+    # bytes after it (here, what would parse as a second request) never read.
+    printf 'GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n' |
+        raw "$p" "$work/upgrade" 5
+    rc=$?
+    check "Upgrade: websocket is refused and the connection closed (rc $rc: $(grep -a -c '^HTTP/1.1' "$work/upgrade") answer(s), $(head -1 "$work/upgrade" | tr -d '\r'))" \
+        test "$rc" -eq 0 -a "$(grep -a -c '^HTTP/1.1' "$work/upgrade")" -eq 1 -a \
+        "$(head -1 "$work/upgrade" | tr -d '\r')" = "HTTP/1.1 501 Not Implemented"
+    printf 'GET / HTTP/1.1\r\nHost: t\r\nUpgrade: h2c\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n' |
+        raw "$p" "$work/upgrade2" 5
+    rc=$?
+    check "so is an Upgrade header the Connection header does not name (rc $rc: $(grep -a -c '^HTTP/1.1' "$work/upgrade2") answer(s))" \
+        test "$rc" -eq 0 -a "$(grep -a -c '^HTTP/1.1' "$work/upgrade2")" -eq 1
+
+    # 9d. A second server on the port the first serves: it refuses to start.
+    "$demo" --port "$p" --loops 2 >"$work/second.out" 2>"$work/second.err" &
+    second=$!
+    extra_pids+=("$second")
+    second_status=running
+    if wait_for 10 "the second server on port $p to exit" exited_pid "$second"; then
+        wait "$second"
+        second_status=$?
+    fi
+    check "a second server on a taken port exits non-zero (status $second_status)" \
+        test "$second_status" != running -a "$second_status" != 0
+    check "saying why ($(head -1 "$work/second.err"))" grep -q 'already in use' "$work/second.err"
+    check "and the first still serves every request (10 of 10 /stats)" bash -c "
+        for i in \$(seq 10); do
+            curl -s --max-time 5 -o /dev/null -w '%{http_code}\n' http://127.0.0.1:$p/stats
+        done | grep -c '^200\$' | grep -qx 10"
+    kill -TERM "$hpid"
+else
+    fail "the hostile-client server did not start"
+    cat "$work/h1.out" "$work/h1.err"
+fi
+
+# 9e. Descriptors: a hard limit of 64. The server raises its soft limit
+# (32 here) to the hard one and says so; 100 idle connections exhaust it
+# (EMFILE); once the idle bound (1 s) closes them, a new client is served.
+(ulimit -Sn 32 && ulimit -Hn 64 && exec "$demo" --port 0 --loops 1 --threads 1 \
+    --idle-timeout-ms 1000 >"$work/fd.out" 2>"$work/fd.err") &
+fdpid=$!
+extra_pids+=("$fdpid")
+fport() { fp=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/fd.out"); [ -n "$fp" ]; }
+fp=
+if wait_for 30 "the descriptor-limited server to start" fport; then
+    check "the start line gives the descriptor limit, raised to the hard one" \
+        grep -q 'descriptors 64' "$work/fd.out"
+    check "and so does /stats" test "$(stat_of "$fp" fd_limit)" = 64
+    "$client" slowloris --port "$fp" --connections 100 --idle --deadline-s 30 >"$work/fdidle" 2>&1 &
+    idlec=$!
+    wait_for 30 "the idle client to open its connections" grep -q holding "$work/fdidle"
+    code=$(get -o /dev/null -w '%{http_code}' --max-time 15 "http://127.0.0.1:$fp/stats")
+    check "a new client is served while 100 idle connections pass the limit (got $code within 15 s)" \
+        test "$code" = 200
+    wait "$idlec"
+    check "every idle connection was closed by the server ($(grep 'closed by' "$work/fdidle"))" \
+        grep -q 'closed by the server 100 of 100' "$work/fdidle"
+    check "and it served again at once" test "$(get -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$fp/")" = 200
+    kill -TERM "$fdpid"
+else
+    fail "the descriptor-limited server did not start"
+    cat "$work/fd.out" "$work/fd.err"
+fi
+
+# 9f. The drain limit: a /slow stream of 30 s outlives SIGTERM's drain
+# limit (1 s here). The server ends with a non-zero status and says what
+# it abandoned. A second SIGTERM ends it at once, the same way.
+for how in limit signal; do
+    if start_server "drain_$how" --threads 1 --drain-timeout-ms 1000; then
+        dpid=$spid
+        get -N --max-time 30 "http://127.0.0.1:$sport/slow?seconds=30" >"$work/dslow_$how" &
+        dcurl=$!
+        wait_for 30 "the /slow stream's first chunk" grep -q 'tick 1 of 30' "$work/dslow_$how"
+        kill -TERM "$dpid"
+        [ "$how" = signal ] && wait_for 5 "the server to report draining" \
+            grep -q draining "$work/drain_$how.err" && kill -TERM "$dpid"
+        dstatus=running
+        if wait_for 10 "the draining server to exit" exited_pid "$dpid"; then
+            wait "$dpid"
+            dstatus=$?
+        fi
+        check "drain ($how): the server ended with a non-zero status (got $dstatus)" \
+            test "$dstatus" != running -a "$dstatus" != 0
+        why="the drain limit (1000 ms) passed"
+        [ "$how" = signal ] && why="Terminated again"
+        check "drain ($how): it said what it abandoned ($(grep abandon "$work/drain_$how.err" | head -1))" \
+            grep -q "$why: abandoning 1 connection(s), 1 job(s)" "$work/drain_$how.err"
+        wait "$dcurl"
+    else
+        fail "the drain-limit server ($how) did not start"
+        cat "$work/drain_$how.out" "$work/drain_$how.err"
+    fi
+done
 
 # 7. Two loops, and SIGHUP's reconfiguration in exclusive mode.
 snapshot "$work/loops"

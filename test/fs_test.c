@@ -19,10 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "pool_helpers.h"
+#include "testing.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -663,34 +665,81 @@ Test(fs, cancel_running_open_reports_what_happened)
     end(loop);
 }
 
+/*
+ * Hold a whole-file request inside its first step: the fault seam keeps
+ * its open(2) waiting (as a call that waits on a peer would) until
+ * tern__fault_fs_release(). Its slot is a reservation by then.
+ */
+static void hold_first_step(void)
+{
+    bool ok;
+    PH_WAIT_UNTIL(ok, tern__fault_fs_held() && ph_stats().reserved == 1);
+    cr_assert(ok, "FAIL: the first step never ran (held %d, reserved %u)",
+              tern__fault_fs_held(), ph_stats().reserved);
+}
+
 Test(fs, cancel_while_a_step_runs_stops_at_the_boundary_and_closes)
 {
     make_dir();
     tern_loop *loop = loop_with_pool(1, 16);
-    cr_assert_eq(mkfifo(at("fifo"), 0600), 0);
+    put_file(at("f"), "content", 7);
     int fds = count_fds();
     rec r = {0};
     tern_id id;
-    cr_assert_eq(tern_fs_read_file(loop, at("fifo"), NULL, rec_cb, &r, &id), 0);
-    /* The open step runs, and cannot return while no writer exists: its
-     * slot is a reservation now. */
-    bool ok;
-    PH_WAIT_UNTIL(ok, ph_stats().reserved == 1);
-    cr_assert(ok, "FAIL: the first step never ran (reserved %u)", ph_stats().reserved);
+    tern__fault_fs_hold();
+    cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, &id), 0);
+    hold_first_step();
     cr_assert_eq(ph_stats().queued, 0u);
     cr_assert_geq(tern_cancel(loop, id), 0);
-    /* Resolved in the next step 1: the running job is flagged before the
-     * open can return (it cannot until a writer opens). */
+    /* Resolved in the next step 1: the running job is flagged before its
+     * open can return (it cannot until the hold is released). */
     tern_loop_run_once(loop, 0);
-    /* Opening a writer lets the open return; the request then stops at the
-     * boundary and closes the reading end (so nothing is written here: it
-     * would raise SIGPIPE). */
-    int wfd = writer_when_reader_blocks(at("fifo"));
+    /* The open returns; the request stops at the boundary and closes it. */
+    tern__fault_fs_release();
     wait_rec(loop, &r);
     cr_assert_eq(r.status, -ECANCELED);
     cr_assert_null(r.res.data);
-    close(wfd);
     cr_assert_eq(count_fds(), fds, "the descriptor opened by the first step leaked");
+    end(loop);
+}
+
+/*
+ * tern_fs_read_file reads regular files only. A FIFO with no writer is
+ * refused at once with -ENOTSUP (its open does not wait for a writer), and
+ * so is a character device; a socket cannot be opened at all (-ENXIO).
+ * The one worker is free afterwards: a stat behind them completes.
+ */
+Test(fs, read_file_refuses_special_files_at_once_and_the_worker_stays_free)
+{
+    make_dir();
+    tern_loop *loop = loop_with_pool(1, 16);
+    cr_assert_eq(mkfifo(at("fifo"), 0600), 0);
+    int sfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(sfd, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(at("sock")), sizeof sun.sun_path);
+    strcpy(sun.sun_path, at("sock"));
+    cr_assert_eq(bind(sfd, (struct sockaddr *)&sun, sizeof sun), 0);
+    int fds = count_fds();
+    struct {
+        const char *path;
+        int status;
+    } cases[] = {{at("fifo"), -ENOTSUP}, {"/dev/null", -ENOTSUP}, {at("sock"), -ENXIO}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rec r = {0};
+        cr_assert_eq(tern_fs_read_file(loop, cases[i].path, NULL, rec_cb, &r, NULL), 0);
+        wait_rec(loop, &r);
+        cr_assert_eq(r.status, cases[i].status, "%s: %s", cases[i].path,
+                     tern_err_name(r.status));
+        cr_assert_null(r.res.data);
+        cr_assert_eq(count_fds(), fds, "%s: the descriptor leaked", cases[i].path);
+    }
+    rec st = {0};
+    cr_assert_eq(tern_fs_stat(loop, at("fifo"), NULL, rec_cb, &st, NULL), 0);
+    wait_rec(loop, &st);
+    cr_assert_eq(st.status, 0);
+    cr_assert(S_ISFIFO(st.res.st.st_mode));
+    close(sfd);
     end(loop);
 }
 
@@ -777,14 +826,14 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
 {
     make_dir();
     tern_loop *loop = loop_with_pool(1, 2);
-    cr_assert_eq(mkfifo(at("fifo"), 0600), 0);
+    put_file(at("f"), "file data", 9);
     rec r = {0};
-    cr_assert_eq(tern_fs_read_file(loop, at("fifo"), NULL, rec_cb, &r, NULL), 0);
-    /* Its open step runs on a reservation, and cannot return while no
-     * writer exists: one slot of two is taken, and stays taken. */
+    tern__fault_fs_hold();
+    cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
+    /* Its open step runs on a reservation, and is held there: one slot of
+     * two is taken, and stays taken. */
+    hold_first_step();
     bool ok;
-    PH_WAIT_UNTIL(ok, ph_stats().reserved == 1);
-    cr_assert(ok, "FAIL: the first step never ran (reserved %u)", ph_stats().reserved);
     ph_job fill[2];
     ph_job_init(&fill[0], NULL);
     ph_job_init(&fill[1], NULL);
@@ -796,13 +845,11 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
     tern_pool_stats s = ph_stats();
     cr_assert_eq(s.queued + s.reserved, 2u);
     /* Let the open finish: every later step goes in without a refusal. */
-    int wfd = writer_when_reader_blocks(at("fifo"));
-    cr_assert_eq(write(wfd, "fifo data", 9), 9);
-    close(wfd);
+    tern__fault_fs_release();
     wait_rec(loop, &r);
     cr_assert_eq(r.status, 0, "got %s", tern_err_name(r.status));
     cr_assert_eq(r.res.value, 9);
-    cr_assert(memcmp(r.res.data, "fifo data", 9) == 0);
+    cr_assert(memcmp(r.res.data, "file data", 9) == 0);
     tern_fs_free(r.res.data);
     cr_assert_eq(ph_stats().refused_queue_full, refused + 1, "a later step was refused");
     PH_PUMP_UNTIL(ok, loop, atomic_load(&fill[0].done_calls) == 1);

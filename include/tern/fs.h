@@ -14,6 +14,23 @@
  *     stops at the next step boundary, closes what it opened, removes its
  *     temporary file, and cb gets -ECANCELED.
  *
+ * A worker inside a system call cannot be interrupted: neither a cancel,
+ * nor a timeout (tern_fs_options), nor closing an owner, nor a pool
+ * shutdown ends the call early; they act when it returns. A call that
+ * waits on something outside the process therefore holds its worker, and
+ * its request stays unanswered, for as long as that wait lasts, which
+ * may be forever: open(2) of a FIFO that no writer opens (without
+ * O_NONBLOCK), or of a device that waits for a carrier; read(2) of a pipe,
+ * socket or terminal with nothing to read; write(2) to one that nobody
+ * drains. The single-call requests make the call they are given
+ * (tern_fs_open with the caller's flags, tern_fs_read on the caller's
+ * descriptor, ...), so a caller that may meet such files passes
+ * O_NONBLOCK, or checks the type first (tern_fs_fstat on the descriptor
+ * it opened). tern_fs_read_file never waits on one: it reads regular
+ * files only (see its block). A pool sized for the files it serves is
+ * the caller's part: every worker held this way is one fewer for
+ * everybody.
+ *
  * Every call here is loop-only. Paths are copied: the caller's string may
  * go once the call returns. Buffers are not copied: the memory passed to
  * a read or write stays the caller's and must stay valid until cb runs.
@@ -131,7 +148,10 @@ TERN_EXTERN void tern_fs_free(void *p);
  */
 
 /*
- * tern_fs_open: open(2) with O_CLOEXEC added.
+ * tern_fs_open: open(2) with O_CLOEXEC added. Without O_NONBLOCK, an open
+ * of a FIFO waits for a writer, holding its worker (see the top of this
+ * file); with it, a FIFO opens at once (for reading) or fails -ENXIO (for
+ * writing, no reader).
  * Requires: path != NULL, shorter than PATH_MAX.
  * Returns: as above. cb: res->value is the new descriptor, which cb owns.
  */
@@ -248,16 +268,22 @@ TERN_EXTERN int tern_fs_sendfile(tern_loop *loop, int out_fd, int in_fd, int64_t
                                  tern_id *idp);
 
 /*
- * tern_fs_read_file: read a whole file, in steps (open, fstat, read until
- * done, close) that each take one pass through the pool, on a reservation
- * held from acceptance, so no step after the first is ever refused.
+ * tern_fs_read_file: read a whole regular file, in steps (open, fstat,
+ * read until done, close) that each take one pass through the pool, on a
+ * reservation held from acceptance, so no step after the first is ever
+ * refused. It never waits on a peer: the open is made with O_NONBLOCK (a
+ * FIFO with no writer, or a device that waits for a carrier, opens at
+ * once), fstat on that descriptor refuses anything but a regular file,
+ * and only then is O_NONBLOCK cleared for the reads.
  * Requires: path != NULL, shorter than PATH_MAX; opts->step_bytes 1..2^30.
  * Returns: as above. cb: 0 with res->data holding res->value bytes (the
  *     size fstat reported, or up to end of file for files that report size
  *     0, such as /proc) followed by a NUL, and res->st the file's stat;
- *     -EFBIG over opts->max_bytes; -EISDIR; -ECANCELED (stopped between
- *     steps, its descriptor closed); any step's errno. Only with 0 is
- *     anything returned.
+ *     -EFBIG over opts->max_bytes; -EISDIR; -ENOTSUP for a FIFO, a
+ *     character or a block device (the path as followed through symbolic
+ *     links); -ENXIO for a socket (open(2) refuses one); -ECANCELED
+ *     (stopped between steps, its descriptor closed); any step's errno.
+ *     Only with 0 is anything returned.
  * Ownership: cb owns res->data and frees it with tern_fs_free.
  */
 TERN_EXTERN int tern_fs_read_file(tern_loop *loop, const char *path, const tern_fs_options *opts,

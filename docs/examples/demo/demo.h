@@ -52,6 +52,9 @@ struct counters {
     _Atomic uint64_t hash_never_ran;   /* ... and its work never started (it was queued) */
     _Atomic uint64_t slowloris_closed; /* closed with a request still incomplete after the bound */
     _Atomic uint64_t idle_closed;      /* keep-alive connections closed after the idle bound */
+    _Atomic uint64_t slow_reader_closed; /* answers above the high-water mark past the write bound */
+    _Atomic uint64_t too_large;        /* bodies over --max-body-bytes, refused 413 */
+    _Atomic uint64_t upgrade_refused;  /* protocol upgrades, refused 501 */
     /* Every -EAGAIN from tern_submit_with, by its cause (tern_loop_last_refusal). */
     _Atomic uint64_t refused[TERN_REFUSED_THREADS + 1];
 };
@@ -71,6 +74,9 @@ struct server {
     unsigned owner_cap;    /* /hash jobs in flight per connection (its owner's cap) */
     uint64_t request_ns;   /* a started request must be complete within this (slowloris) */
     uint64_t idle_ns;      /* a keep-alive connection may wait this long for its next request */
+    uint64_t write_ns;     /* answers may stay above the high-water mark this long */
+    uint64_t max_body;     /* a request body over this is refused 413 */
+    unsigned long fd_limit; /* RLIMIT_NOFILE's soft limit, as raised at start */
     bool draining;         /* shutting down: finish in-flight work, accept nothing */
     _Atomic unsigned conns; /* open connections */
     _Atomic unsigned jobs;  /* pool jobs in flight */
@@ -110,6 +116,7 @@ enum conn_wait {
     WAIT_NONE,    /* the server owes an answer: no bound on the client */
     WAIT_IDLE,    /* between requests (keep-alive): the idle bound */
     WAIT_REQUEST, /* a request has begun and is incomplete: the request bound */
+    WAIT_WRITE,   /* answers queued above the high-water mark: the write bound */
 };
 
 struct conn {
@@ -129,6 +136,9 @@ struct conn {
     bool reading;
     bool closing;
     bool shutting;     /* the last answer is out; closing once the write side is shut */
+    bool backlogged;   /* a write passed the high-water mark; no drain callback yet */
+    int refuse;        /* 413 or 501: the request's headers are refused, or 0 */
+    uint64_t body_seen; /* the request's chunk sizes so far (chunked bodies) */
     struct job_base *job; /* the /slow or /files job, while busy */
     tern_id owner;     /* this connection's /hash jobs count against it */
     struct reply *replies, *replies_tail; /* answers owed, oldest first */

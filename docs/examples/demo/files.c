@@ -13,6 +13,14 @@
  *      thread (a procfs lookup, no disk I/O); unless it lies inside the
  *      root's real path the answer is 403. The check binds to the
  *      descriptor, not to a path that could change after it.
+ *   3. Only regular files are served: a FIFO, a socket or a device is
+ *      403. The descriptor is opened O_NONBLOCK (an open of a FIFO with
+ *      no writer, or of a device that waits for a carrier, returns at
+ *      once) and its type is checked with fstat(2) on the loop thread (a
+ *      cheap call on an open descriptor, no disk I/O): on the descriptor,
+ *      so no rename between a check and the open can swap the file.
+ *      tern_fs_read_file refuses anything but a regular file as well
+ *      (tern/fs.h); this check answers first and says 403, not 500.
  * The verified descriptor is then read whole with tern_fs_read_file on
  * /proc/self/fd/N (which reopens that same file), so the read is a
  * multi-step request on a reservation: once accepted, none of its steps
@@ -34,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "demo.h"
@@ -117,7 +126,8 @@ static int http_status_of(int err)
     case -ELOOP:
     case -EISDIR:
     case -EFBIG:
-    case -ENXIO: /* a FIFO with no writer, opened non-blocking: not a file */
+    case -ENXIO:   /* a socket, or a device with no driver: not a file */
+    case -ENOTSUP: /* tern_fs_read_file: not a regular file */
         return 403;
     case -EAGAIN:
         return 503;
@@ -236,7 +246,8 @@ static void opened(tern_loop *loop, tern_id id, int status, tern_fs_result *res,
         finish(f, 500, NULL, 0);
         return;
     }
-    if (!inside_root(f->base.srv, f->fd)) {
+    struct stat st;
+    if (!inside_root(f->base.srv, f->fd) || fstat(f->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         finish(f, 403, NULL, 0);
         return;
     }
@@ -289,7 +300,7 @@ void route_files(struct conn *c, const char *rel, size_t len)
         respond_status(c, 403);
         return;
     }
-    /* O_NONBLOCK: a FIFO in the directory must not hold a worker forever. */
+    /* O_NONBLOCK: a FIFO in the directory must not hold a worker in open(2). */
     int rc = tern_fs_open(srv->loop, f->path, O_RDONLY | O_NONBLOCK, 0, NULL, opened, f,
                           &f->base.id);
     if (rc < 0) {

@@ -27,8 +27,28 @@
  * so a client that trickles a request a byte at a time (a slowloris) is
  * closed when the request bound passes, like one that sends half a
  * request and stops. Either close is counted for /stats.
+ *
+ * A client that does not read. Answers go to tern_stream_write, which
+ * queues them until the socket takes them; past the stream's high-water
+ * mark it returns 1. From then until the drain callback the connection is
+ * "backlogged": no more of its requests are parsed (so no more answers
+ * are made for it), nor is a held request started, and the timer bounds
+ * the wait (--write-timeout-ms, WAIT_WRITE); when it passes, the
+ * connection is closed and counted (slow_reader_closed). Reading goes on
+ * up to IN_MAX, so a hang-up is still noticed. What one such client costs
+ * is thus its unparsed input (IN_MAX), one answer past the mark and what
+ * was queued before it.
+ *
+ * Framing. A request whose body is over --max-body-bytes is refused 413
+ * as soon as that is known: at the end of its headers for Content-Length,
+ * at each chunk's header for a chunked body (the sizes add up). A request
+ * to change protocols (an Upgrade header, or CONNECT) is refused 501: the
+ * server speaks no other protocol, and the bytes after such a request are
+ * not HTTP, so both refusals close the connection and nothing after them
+ * is parsed.
  */
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -42,6 +62,8 @@
 #define IN_MAX (64 * 1024)
 /* Answers a connection may owe before we stop parsing its requests. */
 #define PIPELINE_MAX 64
+/* Answer bytes queued in tern past which a connection is backlogged. */
+#define HIGH_WATER (1024 * 1024)
 
 static void conn_watch(struct conn *c);
 
@@ -51,6 +73,37 @@ static int on_message_begin(http_parser *p)
     c->url_len = 0;
     c->url_too_long = false;
     c->in_request = true;
+    c->refuse = 0;
+    c->body_seen = 0;
+    return 0;
+}
+
+/* Refuse the request now: pause, so it is answered before any body byte. */
+static int refuse(http_parser *p, int code)
+{
+    struct conn *c = p->data;
+    c->refuse = code;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    struct conn *c = p->data;
+    if ((p->flags & F_UPGRADE) || p->upgrade)
+        return refuse(p, 501);
+    /* ULLONG_MAX: no Content-Length (a chunked body is checked per chunk). */
+    if (p->content_length != ULLONG_MAX && p->content_length > c->srv->max_body)
+        return refuse(p, 413);
+    return 0;
+}
+
+static int on_chunk_header(http_parser *p)
+{
+    struct conn *c = p->data;
+    if (p->content_length > c->srv->max_body - c->body_seen)
+        return refuse(p, 413);
+    c->body_seen += p->content_length;
     return 0;
 }
 
@@ -79,6 +132,8 @@ static int on_message_complete(http_parser *p)
 static const http_parser_settings settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
+    .on_headers_complete = on_headers_complete,
+    .on_chunk_header = on_chunk_header,
     .on_message_complete = on_message_complete,
 };
 
@@ -88,6 +143,13 @@ static void write_done(tern_loop *loop, tern_id stream, int status, void *arg)
     (void)stream;
     (void)status; /* a client that went away is noticed by the read side */
     free(arg);
+}
+
+/* A write returned 1: hold the connection's requests until the drain callback. */
+static void backlogged(struct conn *c)
+{
+    c->backlogged = true;
+    conn_watch(c);
 }
 
 void http_write(struct conn *c, const char *data, size_t len)
@@ -103,6 +165,8 @@ void http_write(struct conn *c, const char *data, size_t len)
     if (rc < 0) {
         free(copy);
         http_close(c);
+    } else if (rc == 1) {
+        backlogged(c);
     }
 }
 
@@ -114,8 +178,10 @@ static const char *reason(int code)
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
     case 414: return "URI Too Long";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "Unknown";
     }
@@ -158,6 +224,8 @@ static void flush(struct conn *c)
             http_close(c);
         else if (close)
             shut_down(c);
+        if (rc == 1 && !c->closing)
+            backlogged(c);
     }
 }
 
@@ -224,6 +292,17 @@ static void handle(struct conn *c)
 {
     struct server *srv = c->srv;
     srv->n.requests++;
+    if (c->refuse != 0) {
+        c->keep_alive = false;
+        if (c->refuse == 413) {
+            srv->n.too_large++;
+            http_respond(c, 413, "text/plain", NULL, "body too large\n", 15);
+        } else {
+            srv->n.upgrade_refused++;
+            http_respond(c, 501, "text/plain", NULL, "no protocol upgrades\n", 21);
+        }
+        return;
+    }
     if (c->url_too_long) {
         c->keep_alive = false;
         http_respond(c, 414, "text/plain", NULL, "URI too long\n", 13);
@@ -256,7 +335,7 @@ static void handle(struct conn *c)
 /* Parse and answer what is buffered, one request at a time, while allowed. */
 static void process(struct conn *c)
 {
-    while (!c->busy && !c->held && !c->closing && !c->shutting && c->keep_alive &&
+    while (!c->busy && !c->held && !c->closing && !c->shutting && !c->backlogged && c->keep_alive &&
            !c->srv->draining && c->nreplies < PIPELINE_MAX && c->in_off < c->in_len) {
         size_t n = http_parser_execute(&c->parser, &settings, c->in + c->in_off,
                                        c->in_len - c->in_off);
@@ -288,7 +367,7 @@ void http_continue(struct conn *c)
     flush(c);
     if (c->closing || c->shutting)
         return;
-    if (c->replies == NULL && !c->busy) {
+    if (c->replies == NULL && !c->busy && !c->backlogged) {
         if (c->held) {
             c->held = route_request(c, c->url + c->held_path, c->held_path_len,
                                     c->url + c->held_query, c->held_query_len) == false;
@@ -356,6 +435,8 @@ static void on_bound(tern_loop *loop, tern_id id, void *arg)
     c->timer = 0; /* a one-shot timer's id is stale once its callback starts */
     if (c->waiting == WAIT_REQUEST)
         c->srv->n.slowloris_closed++;
+    else if (c->waiting == WAIT_WRITE)
+        c->srv->n.slow_reader_closed++;
     else
         c->srv->n.idle_closed++;
     c->waiting = WAIT_NONE;
@@ -371,7 +452,11 @@ static void on_bound(tern_loop *loop, tern_id id, void *arg)
 static void conn_watch(struct conn *c)
 {
     enum conn_wait want = WAIT_NONE;
-    if (!c->closing && !c->shutting && !c->busy && !c->held && c->replies == NULL)
+    if (c->closing)
+        want = WAIT_NONE;
+    else if (c->backlogged) /* even while shutting: the last answer must drain too */
+        want = WAIT_WRITE;
+    else if (!c->shutting && !c->busy && !c->held && c->replies == NULL)
         want = c->in_request ? WAIT_REQUEST : WAIT_IDLE;
     if (want == c->waiting)
         return;
@@ -383,7 +468,9 @@ static void conn_watch(struct conn *c)
     c->waiting = want;
     if (want == WAIT_NONE)
         return;
-    uint64_t ns = want == WAIT_REQUEST ? c->srv->request_ns : c->srv->idle_ns;
+    uint64_t ns = want == WAIT_REQUEST ? c->srv->request_ns
+                  : want == WAIT_WRITE ? c->srv->write_ns
+                                       : c->srv->idle_ns;
     if (tern_timer_start(loop, ns, 0, on_bound, c, &c->timer) < 0) {
         /* Out of operations or memory: a connection nothing bounds is not kept. */
         c->waiting = WAIT_NONE;
@@ -452,6 +539,21 @@ void http_close_idle(struct server *srv)
     }
 }
 
+/* The answers queued drained to half the high-water mark: go on. */
+static void on_drain(tern_loop *loop, tern_id stream, void *arg)
+{
+    (void)loop;
+    (void)stream;
+    struct conn *c = arg;
+    c->backlogged = false;
+    if (c->closing)
+        return;
+    if (c->shutting)
+        conn_watch(c); /* the write bound no longer applies */
+    else
+        http_continue(c);
+}
+
 void http_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, void *arg)
 {
     (void)listener;
@@ -482,6 +584,7 @@ void http_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, 
     if (fd >= 0) /* answers are single writes: no reason to wait for Nagle */
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     tern_stream_on_close(loop, stream, on_close, c);
+    tern_stream_set_high_water(loop, stream, HIGH_WATER, on_drain, c);
     c->next = srv->conn_list;
     if (c->next)
         c->next->prev = c;

@@ -17,6 +17,7 @@ struct app {
     uint64_t shed_wait_ns[2];    /* the two bounds SIGHUP swaps between */
     unsigned shed_choice;        /* which one is in force (exclusive mode writes it) */
     unsigned reconfigurations;   /* written in exclusive mode, read at exit */
+    uint64_t drain_ns;           /* --drain-timeout-ms: then the rest is abandoned */
 };
 
 /* SIGHUP, on loop 0: swap the shedding bound on every loop, in exclusive mode. */

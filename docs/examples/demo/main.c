@@ -5,7 +5,8 @@
  *             [--queue 64] [--long-max 64] [--shed-wait-ms 50]
  *             [--hup-shed-wait-ms N] [--max-rounds 1000000] [--files DIR]
  *             [--owner-cap 4] [--request-timeout-ms 10000]
- *             [--idle-timeout-ms 30000]
+ *             [--idle-timeout-ms 30000] [--write-timeout-ms 10000]
+ *             [--max-body-bytes 65536] [--drain-timeout-ms 30000]
  *
  * It serves on a loop group: --loops loops (default: one per CPU), each on
  * its own thread with its own listener on the shared port (SO_REUSEPORT),
@@ -14,26 +15,47 @@
  * loop at once, in exclusive mode. On SIGINT or SIGTERM it stops
  * accepting, closes idle keep-alive connections, lets every request in
  * flight finish (a /slow stream runs to its end), prints its final
- * statistics and exits 0. A second signal, or 30 s of draining, cancels
- * what is still running.
+ * statistics and exits 0. A drain that outlives --drain-timeout-ms, or a
+ * second signal, ends the process at once with status 3 (EXIT_ABANDONED),
+ * after saying what it abandoned (connections, jobs) and printing the
+ * final statistics. It does not wait for the pool: a worker inside a
+ * blocking system call cannot be interrupted (tern/fs.h), so waiting for
+ * it could be waiting forever.
+ *
+ * At start it raises its soft descriptor limit to the hard one (as
+ * servers do) and says the limit in its start line and /stats. It refuses
+ * to start, with status 1, when another socket already listens on the
+ * port: its loops share the port among themselves (SO_REUSEPORT), never
+ * silently with another process.
  *
  * Each connection may have --owner-cap /hash jobs in flight (its owner's
  * cap); a request beyond that is answered 503 at once. A connection whose
  * request is still incomplete --request-timeout-ms after it began (with
  * nothing owed to it) is closed, and so is a keep-alive connection idle
- * for --idle-timeout-ms.
+ * for --idle-timeout-ms, and one whose answers stay above the stream's
+ * high-water mark for --write-timeout-ms (a client that does not read).
+ * A request body over --max-body-bytes is refused 413 as soon as its
+ * length (or a chunk's) is known; a request to upgrade the protocol is
+ * refused 501; both close the connection.
  */
 #include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "demo.h"
 #include "loops.h"
 
-#define DRAIN_LIMIT_NS (30ull * 1000 * 1000 * 1000)
+/* The exit status of a drain cut short: what was in flight was abandoned. */
+#define EXIT_ABANDONED 3
 
 static void usage(const char *argv0)
 {
@@ -41,7 +63,8 @@ static void usage(const char *argv0)
             "usage: %s [--host ADDR] [--port N] [--loops N] [--threads N] [--queue N]\n"
             "          [--long-max N] [--shed-wait-ms N] [--hup-shed-wait-ms N] [--max-rounds N]\n"
             "          [--files DIR] [--owner-cap N] [--request-timeout-ms N]\n"
-            "          [--idle-timeout-ms N]\n",
+            "          [--idle-timeout-ms N] [--write-timeout-ms N] [--max-body-bytes N]\n"
+            "          [--drain-timeout-ms N]\n",
             argv0);
     exit(2);
 }
@@ -56,16 +79,35 @@ static unsigned long number(const char *s, const char *argv0)
     return v;
 }
 
-/* Cancel every job still running and close every connection. */
-static void force_stop(struct server *srv)
+static void print_final(const struct app *app)
 {
-    for (struct conn *c = srv->conn_list; c != NULL; c = c->next)
-        if (c->job != NULL)
-            tern_cancel(srv->loop, c->job->id);
-    for (struct conn *c = srv->conn_list, *next; c != NULL; c = next) {
-        next = c->next;
-        http_close(c);
-    }
+    char buf[4096];
+    app_final_json(app, buf, sizeof(buf));
+    printf("final statistics:\n%s", buf);
+    fflush(stdout);
+}
+
+/*
+ * End the process now, saying why and what is left: the draining has
+ * taken too long or was told to stop. Nothing is cancelled and waited for,
+ * because what outlives a drain may be a pool worker inside a system call
+ * that nothing can interrupt (a read that waits on a peer, an open that
+ * waits on a FIFO); the process exit is what reclaims it. Any loop may
+ * call this; the first caller wins and the others never return either.
+ */
+static _Noreturn void abandon(struct app *app, const char *why)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&once))
+        for (;;)
+            pause(); /* the first caller is exiting */
+    struct gauges g;
+    struct counters total;
+    app_totals(&app->servers[0], &total, &g);
+    fprintf(stderr, "tern-demo: %s: abandoning %u connection(s), %u job(s) on %u loop(s), exit %d\n",
+            why, g.conns, g.jobs, app->nloops, EXIT_ABANDONED);
+    print_final(app);
+    _exit(EXIT_ABANDONED);
 }
 
 static void drain_limit(tern_loop *loop, tern_id id, void *arg)
@@ -73,10 +115,10 @@ static void drain_limit(tern_loop *loop, tern_id id, void *arg)
     (void)loop;
     (void)id;
     struct server *srv = arg;
-    srv->drain_timer = 0;
-    fprintf(stderr, "tern-demo: loop %u: drain limit reached, cancelling what is left\n",
-            srv->index);
-    force_stop(srv);
+    char why[96];
+    snprintf(why, sizeof why, "the drain limit (%llu ms) passed",
+             (unsigned long long)(srv->app->drain_ns / 1000000));
+    abandon(srv->app, why);
 }
 
 /*
@@ -104,15 +146,31 @@ static void server_teardown(tern_loop *loop, void *arg)
     tern_stream_close(loop, srv->listener);
     srv->listener = 0;
     http_close_idle(srv);
-    if (tern_timer_start(loop, DRAIN_LIMIT_NS, 0, drain_limit, srv, &srv->drain_timer) == 0)
+    if (tern_timer_start(loop, srv->app->drain_ns, 0, drain_limit, srv, &srv->drain_timer) == 0)
         tern_unref(loop, srv->drain_timer);
     server_maybe_done(srv);
 }
 
-static void force_stop_post(tern_loop *loop, void *arg)
+/*
+ * The second SIGINT or SIGTERM, once draining began. Loop 0 may have
+ * finished its part of the shutdown and stopped reading its signalfd
+ * while other loops still drain, and every thread blocks these signals,
+ * so the second one would stay pending forever; this thread waits for it
+ * with sigwait instead (whichever of the two sees it first abandons).
+ */
+static void *second_signal(void *arg)
 {
-    (void)loop;
-    force_stop(arg);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int signo;
+    if (sigwait(&set, &signo) == 0) {
+        char why[64];
+        snprintf(why, sizeof why, "%s again", strsignal(signo));
+        abandon(arg, why);
+    }
+    return NULL;
 }
 
 /* SIGINT, SIGTERM and SIGHUP, all watched on loop 0. */
@@ -127,10 +185,9 @@ static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
         return;
     }
     if (app->draining) {
-        fprintf(stderr, "tern-demo: %s again, cancelling what is left\n", strsignal(signo));
-        for (unsigned i = 0; i < app->nloops; i++)
-            tern_post(tern_group_loop(app->group, i), force_stop_post, &app->servers[i]);
-        return;
+        char why[64];
+        snprintf(why, sizeof why, "%s again", strsignal(signo));
+        abandon(app, why);
     }
     struct gauges g;
     struct counters total;
@@ -138,6 +195,10 @@ static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
     fprintf(stderr, "tern-demo: %s, draining %u connection(s), %u job(s) on %u loop(s)\n",
             strsignal(signo), g.conns, g.jobs, app->nloops);
     app->draining = true;
+    /* Created from this thread, it inherits its mask: every signal blocked. */
+    pthread_t waiter;
+    if (pthread_create(&waiter, NULL, second_signal, app) == 0)
+        pthread_detach(waiter);
     /* The watchers stay for a second signal but no longer keep loop 0 alive. */
     tern_unref(loop, app->sigint);
     tern_unref(loop, app->sigterm);
@@ -145,12 +206,59 @@ static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
     tern_group_shutdown(app->group);
 }
 
-static void print_final(const struct app *app)
+/*
+ * Raise the soft descriptor limit to the hard one: a server holds one
+ * descriptor per connection, and the common soft default (1,024) would
+ * refuse connections (EMFILE) long before memory runs short. Returns the
+ * limit in force.
+ */
+static unsigned long raise_fd_limit(void)
 {
-    char buf[4096];
-    app_final_json(app, buf, sizeof(buf));
-    printf("final statistics:\n%s", buf);
-    fflush(stdout);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit want = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl.rlim_cur = rl.rlim_max;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? ULONG_MAX : (unsigned long)rl.rlim_cur;
+}
+
+/*
+ * Whether host:port is free to listen on: bind a plain socket there,
+ * without SO_REUSEPORT, and close it. A socket that listens on the port
+ * already (another demo, with or without SO_REUSEPORT, or anything else)
+ * makes that bind fail with EADDRINUSE; SO_REUSEADDR lets a port held
+ * only by connections in TIME_WAIT pass. Returns 0 or a negative errno.
+ *
+ * The race accepted: between this probe's close and the first loop's
+ * bind, another process could bind the port with SO_REUSEPORT and then
+ * share it silently. The window is a few system calls long and needs a
+ * process of the same user starting at the same instant; closing it would
+ * take holding the port with one socket that every loop's listener then
+ * shares, which tern_tcp_listen does not offer.
+ */
+static int probe_port(const char *host, unsigned long port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    struct addrinfo *ai;
+    char service[24];
+    snprintf(service, sizeof service, "%lu", port);
+    int grc = getaddrinfo(host, service, &hints, &ai);
+    if (grc != 0)
+        return grc == EAI_MEMORY ? -ENOMEM : -EINVAL;
+    int rc = 0;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+        rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -165,7 +273,8 @@ int main(int argc, char **argv)
     pool.long_threads_max = 64;
     unsigned max_rounds = 1000000;
     const char *files_dir = NULL;
-    unsigned long owner_cap = 4, request_ms = 10000, idle_ms = 30000;
+    unsigned long owner_cap = 4, request_ms = 10000, idle_ms = 30000, write_ms = 10000;
+    unsigned long drain_ms = 30000, max_body = 65536;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -199,16 +308,38 @@ int main(int argc, char **argv)
             request_ms = number(v, argv[0]);
         else if (strcmp(a, "--idle-timeout-ms") == 0)
             idle_ms = number(v, argv[0]);
+        else if (strcmp(a, "--write-timeout-ms") == 0)
+            write_ms = number(v, argv[0]);
+        else if (strcmp(a, "--drain-timeout-ms") == 0)
+            drain_ms = number(v, argv[0]);
+        else if (strcmp(a, "--max-body-bytes") == 0)
+            max_body = number(v, argv[0]);
         else
             usage(argv[0]);
     }
     /* tern_owner_open takes caps 1..2^31; a day bounds the timeouts well below 2^62 ns. */
     if (loops > 1024 || owner_cap < 1 || owner_cap > (1ul << 31) || request_ms < 1 ||
-        request_ms > 86400000 || idle_ms < 1 || idle_ms > 86400000)
+        request_ms > 86400000 || idle_ms < 1 || idle_ms > 86400000 || write_ms < 1 ||
+        write_ms > 86400000 || drain_ms < 1 || drain_ms > 86400000)
         usage(argv[0]);
+    unsigned long fd_limit = raise_fd_limit();
+    if (port != 0) {
+        int prc = probe_port(host, port);
+        if (prc == -EADDRINUSE) {
+            fprintf(stderr, "tern-demo: %s:%lu is already in use by another socket; not "
+                            "sharing it (choose another --port)\n", host, port);
+            return 1;
+        }
+        if (prc < 0) {
+            fprintf(stderr, "tern-demo: cannot serve on %s:%lu: %s\n", host, port,
+                    tern_strerror(prc));
+            return 1;
+        }
+    }
 
     struct app app = {.shed_wait_ns = {shed_ms * 1000 * 1000,
-                                       (hup_given ? hup_ms : shed_ms / 2) * 1000 * 1000}};
+                                       (hup_given ? hup_ms : shed_ms / 2) * 1000 * 1000},
+                      .drain_ns = drain_ms * 1000 * 1000};
     /* --files: one real path, shared by every loop's server. */
     struct server files = {0};
     int files_rc = files_dir != NULL ? files_init(&files, files_dir) : 0;
@@ -250,6 +381,9 @@ int main(int argc, char **argv)
                                .owner_cap = (unsigned)owner_cap,
                                .request_ns = request_ms * 1000 * 1000,
                                .idle_ns = idle_ms * 1000 * 1000,
+                               .write_ns = write_ms * 1000 * 1000,
+                               .max_body = max_body,
+                               .fd_limit = fd_limit,
                                .files_root = files.files_root};
         rc = tern_tcp_listen(srv->loop, host, shared_port, TERN_TCP_BACKLOG_DEFAULT,
                              TERN_TCP_REUSEPORT, http_accept, srv, &srv->listener);
@@ -276,10 +410,11 @@ int main(int argc, char **argv)
     }
     printf("tern-demo listening on http://%s:%u (%u loops; pool: %u threads, queue %u; shed "
            "above %lu ms queue-wait p99, %lu ms after SIGHUP; %lu hashes in flight per "
-           "connection; requests complete within %lu ms, idle %lu ms; pid %ld)\n",
+           "connection; requests complete within %lu ms, idle %lu ms; descriptors %lu; "
+           "pid %ld)\n",
            host, shared_port, app.nloops, pool.threads, pool.queue_capacity, shed_ms,
            (unsigned long)(app.shed_wait_ns[1] / 1000000), owner_cap, request_ms, idle_ms,
-           (long)getpid());
+           fd_limit, (long)getpid());
     fflush(stdout);
 
     tern_group_wait(app.group); /* until the shutdown has run its course */

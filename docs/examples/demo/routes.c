@@ -380,7 +380,8 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         ",\"jobs_in_flight\":%u,\"shed_wait_ms\":%" PRIu64 ",\"hashes_per_connection\":%u"
         ",\"owners\":%u,\"owner_jobs\":%u,\"slowloris_closed\":%" PRIu64
         ",\"idle_closed\":%" PRIu64 ",\"request_timeout_ms\":%" PRIu64
-        ",\"idle_timeout_ms\":%" PRIu64 "},\n"
+        ",\"idle_timeout_ms\":%" PRIu64 ",\"slow_reader_closed\":%" PRIu64
+        ",\"too_large\":%" PRIu64 ",\"upgrade_refused\":%" PRIu64 ",\"fd_limit\":%lu},\n"
         " \"refusals\":%s,\n"
         " \"connection_owner\":{\"cap\":%u,\"in_flight\":%u,\"jobs_accepted\":%" PRIu64
         ",\"jobs_refused\":%" PRIu64 "},\n"
@@ -399,7 +400,7 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         n->slow_completed, n->slow_cancelled, n->files_served, n->forbidden, g.jobs,
         srv->shed_wait_ns / 1000000, srv->owner_cap, g.owners, g.owner_jobs,
         n->slowloris_closed, n->idle_closed, srv->request_ns / 1000000, srv->idle_ns / 1000000,
-        refusals, mine.cap, mine.in_flight,
+        n->slow_reader_closed, n->too_large, n->upgrade_refused, srv->fd_limit, refusals, mine.cap, mine.in_flight,
         mine.accepted, mine.refused, loops, p.threads, p.busy, p.queued, p.queued_peak,
         p.reserved, p.long_threads, p.long_busy, p.submitted, p.completed, p.cancelled,
         p.refused_queue_full, p.refused_long_ceiling, p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns,
