@@ -31,6 +31,9 @@ extern "C" {
 #else
 #define TERN_EXTERN
 #endif
+/* A public function compiled into the caller: it passes what only the
+ * caller knows (the size of a struct as this header defines it). */
+#define TERN_INLINE static inline
 
 struct addrinfo;
 
@@ -482,15 +485,26 @@ typedef struct tern_pool_stats {
 } tern_pool_stats;
 
 /*
- * tern_pool_stats_get: a snapshot of the process-wide pool's counters.
+ * tern_pool_stats_read: a snapshot of the process-wide pool's counters.
  * Never blocks, never fails; the fields are read one by one without a lock
  * and may be a moment apart. All zero before the pool first starts.
  * Percentiles cover recent jobs (a decaying window) in nanoseconds, to
  * within the histogram's bucket width (about 1/8 of the value).
- * Requires: out != NULL.
+ * Fills the first size bytes of out: a caller compiled against an older,
+ * shorter struct gets its prefix; fields the library does not know (a
+ * newer header than the library) read as zero (docs/api.md, "How the ABI
+ * grows"). Callers use tern_pool_stats_get, which passes sizeof *out.
+ * Requires: out != NULL; size > 0.
  * Threads: any thread.
  */
-TERN_EXTERN void tern_pool_stats_get(tern_pool_stats *out);
+TERN_EXTERN void tern_pool_stats_read(tern_pool_stats *out, size_t size);
+
+/* tern_pool_stats_get: tern_pool_stats_read with this header's struct size.
+ * Requires: out != NULL. Threads: any thread. */
+TERN_INLINE void tern_pool_stats_get(tern_pool_stats *out)
+{
+    tern_pool_stats_read(out, sizeof *out);
+}
 
 typedef struct tern_loop_stats {
     uint64_t turns, posts, wake_syscalls, events, idle_ns;
@@ -498,14 +512,22 @@ typedef struct tern_loop_stats {
 } tern_loop_stats;
 
 /*
- * tern_loop_stats_get: the loop's counters. turns completed, posts run,
+ * tern_loop_stats_read: the loop's counters. turns completed, posts run,
  * wake syscalls made by producers, callbacks dispatched in step 2 (events),
  * time blocked in the backend (idle_ns), live operations now, pool
- * completions undelivered now and at peak.
- * Requires: loop != NULL; out != NULL.
+ * completions undelivered now and at peak. Fills the first size bytes of
+ * out, as tern_pool_stats_read. Callers use tern_loop_stats_get.
+ * Requires: loop != NULL; out != NULL; size > 0.
  * Threads: any thread (relaxed reads; a moment apart).
  */
-TERN_EXTERN void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out);
+TERN_EXTERN void tern_loop_stats_read(const tern_loop *loop, tern_loop_stats *out, size_t size);
+
+/* tern_loop_stats_get: tern_loop_stats_read with this header's struct size.
+ * Requires: loop != NULL; out != NULL. Threads: any thread. */
+TERN_INLINE void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out)
+{
+    tern_loop_stats_read(loop, out, sizeof *out);
+}
 
 #include "tern/net.h"
 #include "tern/admission.h"

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "pool_p.h"
+#include "sized.h"
 
 struct tern__pool_counters tern__pool_stats;
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
@@ -237,12 +238,6 @@ bool tern__pool_active(void)
            atomic_load_explicit(&tern__pool_waking, memory_order_relaxed);
 }
 
-unsigned tern__test_pool_sleepers(void)
-{
-    struct tern__pool *p = tern__pool_current();
-    return p != NULL ? atomic_load_explicit(&p->sleepers, memory_order_relaxed) : 0;
-}
-
 bool tern__pool_running(void)
 {
     return atomic_load_explicit(&current, memory_order_acquire) != NULL;
@@ -336,13 +331,13 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
 /* Statistics                                                          */
 /* ------------------------------------------------------------------ */
 
-void tern_pool_stats_get(tern_pool_stats *out)
+void tern_pool_stats_read(tern_pool_stats *out, size_t size)
 {
-    TERN_REQUIRE(out != NULL);
+    TERN_REQUIRE(out != NULL && size > 0);
     struct tern__pool_counters *c = &tern__pool_stats;
 #define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
     uint64_t slots = LOAD(queued); /* queued and reserved at one instant */
-    *out = (tern_pool_stats){
+    tern_pool_stats full = {
         .threads = LOAD(threads),
         .busy = LOAD(busy),
         .queued = tern__slots_queued(slots),
@@ -370,10 +365,11 @@ void tern_pool_stats_get(tern_pool_stats *out)
     r[n] = &tern__pool_run_hist[TERN__MAX_THREADS];
     /* The histograms hold ticks (see backends/clock.c). */
     double per_ns = tern__ticks_per_ns();
-    out->wait_p50_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.50) / per_ns);
-    out->wait_p99_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.99) / per_ns);
-    out->run_p50_ns = (uint64_t)((double)tern__hist_percentile(r, n + 1, 0.50) / per_ns);
-    out->run_p99_ns = (uint64_t)((double)tern__hist_percentile(r, n + 1, 0.99) / per_ns);
+    full.wait_p50_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.50) / per_ns);
+    full.wait_p99_ns = (uint64_t)((double)tern__hist_percentile(w, n + 1, 0.99) / per_ns);
+    full.run_p50_ns = (uint64_t)((double)tern__hist_percentile(r, n + 1, 0.50) / per_ns);
+    full.run_p99_ns = (uint64_t)((double)tern__hist_percentile(r, n + 1, 0.99) / per_ns);
+    tern__copy_sized(out, size, &full, sizeof full);
 }
 
 /* ------------------------------------------------------------------ */

@@ -266,7 +266,3 @@ void tern__deadline_fire(tern_loop *loop)
     }
 }
 
-void tern__test_heap_seq(tern_loop *loop, uint32_t next)
-{
-    loop->heap.next_seq = next;
-}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "job_p.h"
+#include "sized.h"
 
 static inline tern_job *job_of(struct tern__op *op)
 {
@@ -215,18 +216,19 @@ int tern_owner_close(tern_loop *loop, tern_id owner)
     return 0;
 }
 
-int tern_owner_stats_get(tern_loop *loop, tern_id owner, tern_owner_stats *out)
+int tern_owner_stats_read(tern_loop *loop, tern_id owner, tern_owner_stats *out, size_t size)
 {
     TERN__REQUIRE_LOOP(loop);
-    TERN_REQUIRE(out != NULL);
+    TERN_REQUIRE(out != NULL && size > 0);
     TERN__LOOP_ONLY(loop);
     if (owner == 0)
         return -EINVAL;
     struct tern__owner *o = owner_find(loop, owner);
     if (o == NULL)
         return -ENOENT;
-    *out = (tern_owner_stats){.cap = o->cap, .in_flight = o->in_flight,
-                              .accepted = o->accepted, .refused = o->refused};
+    tern_owner_stats full = {.cap = o->cap, .in_flight = o->in_flight,
+                             .accepted = o->accepted, .refused = o->refused};
+    tern__copy_sized(out, size, &full, sizeof full);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 
 #include "job_p.h"
 #include "loop_p.h"
+#include "sized.h"
 #include "testing.h"
 
 /* ------------------------------------------------------------------ */
@@ -482,12 +483,12 @@ void tern__loop_check_books(tern_loop *loop)
 /* Statistics and test seams                                           */
 /* ------------------------------------------------------------------ */
 
-void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out)
+void tern_loop_stats_read(const tern_loop *loop, tern_loop_stats *out, size_t size)
 {
     TERN__REQUIRE_LOOP(loop);
-    TERN_REQUIRE(out != NULL);
+    TERN_REQUIRE(out != NULL && size > 0);
     tern_loop *l = (tern_loop *)loop;
-    *out = (tern_loop_stats){
+    tern_loop_stats full = {
         .turns = atomic_load_explicit(&l->st_turns, memory_order_relaxed),
         .posts = atomic_load_explicit(&l->st_posts, memory_order_relaxed),
         .wake_syscalls = atomic_load_explicit(&l->wake_syscalls, memory_order_relaxed),
@@ -498,29 +499,6 @@ void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out)
         .undelivered = atomic_load_explicit(&l->st_undelivered, memory_order_relaxed),
         .undelivered_peak = atomic_load_explicit(&l->st_undelivered_peak, memory_order_relaxed),
     };
+    tern__copy_sized(out, size, &full, sizeof full);
 }
 
-int64_t tern__loop_last_wait(const tern_loop *loop)
-{
-    return loop->last_wait;
-}
-
-const char *tern__loop_backend_name(const tern_loop *loop)
-{
-    return loop->backend.ops->name;
-}
-
-void tern__test_claim(tern_loop *loop)
-{
-    (void)tern__loop_claim(loop, "tern__test_claim");
-}
-
-void tern__test_release(tern_loop *loop)
-{
-    tern__loop_release(loop, NULL);
-}
-
-int tern__loop_step(const tern_loop *loop)
-{
-    return loop->step;
-}

@@ -30,12 +30,9 @@ struct lookup {
     void *arg;
 };
 
-static _Atomic(tern__getaddrinfo_fn) getaddrinfo_fn;
-
-void tern__set_getaddrinfo(tern__getaddrinfo_fn fn)
-{
-    atomic_store(&getaddrinfo_fn, fn);
-}
+/* The lookup tern_resolve calls: getaddrinfo unless a test replaced it
+ * (runtime/seams.c, built only into the tests' library). */
+_Atomic(tern__getaddrinfo_fn) tern__resolve_getaddrinfo;
 
 static int map_gai(int rc)
 {
@@ -61,7 +58,7 @@ static void *lookup_work(tern_job *job, void *arg)
     (void)job;
     struct lookup *l = arg;
     struct addrinfo *res = NULL;
-    tern__getaddrinfo_fn fn = atomic_load(&getaddrinfo_fn);
+    tern__getaddrinfo_fn fn = atomic_load(&tern__resolve_getaddrinfo);
     errno = 0; /* EAI_SYSTEM reads it: never a stale value */
     int rc = fn ? fn(l->host, l->service, l->has_hints ? &l->hints : NULL, &res)
                 : getaddrinfo(l->host, l->service, l->has_hints ? &l->hints : NULL, &res);

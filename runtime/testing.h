@@ -1,6 +1,7 @@
 /*
- * Internal seams for tern's own tests (link the static library).
- * Not part of the public API; not exported from the shared library.
+ * Internal seams for tern's own tests. Defined in runtime/seams.c and
+ * pool/seams.c, which build into the tests' own static library (tern-seams
+ * in meson.build), never into the installed libtern.a or libtern.so.
  */
 #ifndef TERN_TESTING_H
 #define TERN_TESTING_H
@@ -27,6 +28,8 @@ typedef int (*tern__getaddrinfo_fn)(const char *host, const char *service,
 /* Replace getaddrinfo for tern_resolve (NULL restores the real one), so a
  * test can stall lookups. Set it before submitting lookups. */
 void tern__set_getaddrinfo(tern__getaddrinfo_fn fn);
+/* The lookup tern_resolve calls: NULL means getaddrinfo (runtime/resolve.c). */
+extern _Atomic(tern__getaddrinfo_fn) tern__resolve_getaddrinfo;
 
 /*
  * Make the calling thread the loop's owner between turns, as a host that

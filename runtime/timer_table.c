@@ -304,13 +304,3 @@ void tern__timer_table_destroy(struct tern__timer_table *t)
     t->nchunks = t->chunk_no_cap = t->rec_cap = t->used = 0;
 }
 
-/* Test seam (testing.h): move a live timer's generation forward. */
-tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen)
-{
-    uint32_t slot = tern__timer_slot_of(&loop->timers, id);
-    TERN_INSIST(slot != TERN__SLOT_NONE);
-    struct tern__timer *r = tern__timer_at(&loop->timers, slot);
-    TERN_INSIST(gen >= r->gen && gen < GEN_LIMIT);
-    r->gen = gen;
-    return tern__timer_id_of(&loop->timers, slot);
-}

@@ -38,20 +38,23 @@ if [ ! -f "$api" ]; then
     exit 1
 fi
 
-# One line per declaration: from TERN_EXTERN to the closing semicolon,
-# joined, with the macro dropped and whitespace normalised.
+# One line per declaration: from TERN_EXTERN to the closing semicolon (or
+# from TERN_INLINE to the opening brace of its body, which becomes a
+# semicolon), joined, with the macro dropped and whitespace normalised.
 normalise() {
     sed -E -e 's/[[:space:]]+/ /g' -e 's/\( /(/g' -e 's/ \)/)/g' -e 's/^ //' -e 's/ $//'
 }
 declarations() {
     awk '
         /^[[:space:]]*#/ { next }
-        /TERN_EXTERN/ { collecting = 1; decl = "" }
+        /TERN_EXTERN|TERN_INLINE/ { collecting = 1; decl = "" }
         collecting {
-            decl = decl " " $0
-            if ($0 ~ /;/) { print decl; collecting = 0 }
+            line = $0
+            if (line ~ /^[[:space:]]*\{/) { print decl ";"; collecting = 0; next }
+            decl = decl " " line
+            if (line ~ /;/) { print decl; collecting = 0 }
         }
-    ' "${headers[@]}" | sed -E 's/TERN_EXTERN//' | normalise
+    ' "${headers[@]}" | sed -E 's/TERN_(EXTERN|INLINE)//' | normalise
 }
 
 # Every code block of api.md flattened into one normalised line, so a

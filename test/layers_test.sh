@@ -89,7 +89,7 @@ if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-bac
     rt=$(mktemp)
     pl=$(mktemp)
     trap 'rm -f "$edges" "$rt" "$pl"' EXIT
-    defined "$build"/libtern.so.p/runtime_*.o >"$rt"
+    defined "$build"/libtern.so*.p/runtime_*.o >"$rt"
     defined "$build/libtern-pool.a" >"$pl"
     up=$(comm -12 <(used "$build/libtern-pool.a") "$rt" | tr '\n' ' ')
     if [ -n "$up" ]; then

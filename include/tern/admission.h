@@ -147,12 +147,21 @@ typedef struct tern_owner_stats {
 } tern_owner_stats;
 
 /*
- * tern_owner_stats_get: the owner's counts now.
- * Requires: loop != NULL, out != NULL.
+ * tern_owner_stats_read: the owner's counts now, in the first size bytes
+ * of out (as tern_pool_stats_read). Callers use tern_owner_stats_get.
+ * Requires: loop != NULL, out != NULL, size > 0.
  * Returns: 0; -EINVAL for id 0; -ENOENT for an unknown or closed owner.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_owner_stats_get(tern_loop *loop, tern_id owner, tern_owner_stats *out);
+TERN_EXTERN int tern_owner_stats_read(tern_loop *loop, tern_id owner, tern_owner_stats *out,
+                                      size_t size);
+
+/* tern_owner_stats_get: tern_owner_stats_read with this header's struct
+ * size. Requires, Returns, Threads: as tern_owner_stats_read. */
+TERN_INLINE int tern_owner_stats_get(tern_loop *loop, tern_id owner, tern_owner_stats *out)
+{
+    return tern_owner_stats_read(loop, owner, out, sizeof *out);
+}
 
 #ifdef __cplusplus
 }
