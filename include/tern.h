@@ -306,8 +306,11 @@ TERN_EXTERN int tern_defer(tern_loop *loop, tern_fn fn, void *arg);
  *          TERN_CANCEL_REQUESTED once the request is queued (it is resolved
  *          by live id in the loop's next step 1, or by tern_loop_free; an
  *          id that is no longer live is then ignored; done's status is the
- *          outcome), -ENOMEM, -EINVAL for id 0, -ESHUTDOWN once
- *          tern_loop_free has begun.
+ *          outcome), -EINVAL for id 0, -ESHUTDOWN once tern_loop_free has
+ *          begun, -EAGAIN while 65536 such requests already wait for the
+ *          loop's next step 1. Never -ENOMEM: a cancel allocates nothing
+ *          (its record is reserved with the loop), so it works when memory
+ *          has run out.
  * Threads: any thread. Only the thread running the loop touches the
  *          loop's containers; every other caller's request is queued, so
  *          a cancel never races setup calls made on an unclaimed loop.

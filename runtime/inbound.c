@@ -39,6 +39,7 @@
 #include <urcu/wfcqueue.h>
 
 #include "loop_p.h"
+#include "testing.h"
 
 #if defined(__SANITIZE_THREAD__)
 /* TSan cannot see liburcu's hand-over (asm); annotate it. */
@@ -170,9 +171,61 @@ static struct tern__inbound *node_alloc(void)
     return &carving->nodes[carved++];
 }
 
+void tern__test_inbound_fresh_block(void)
+{
+    carving_exit(NULL);
+}
+
 static void node_free(struct tern__inbound *in)
 {
     block_release((struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1)), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel records: reserved with the loop                              */
+/* ------------------------------------------------------------------ */
+
+int tern__cancel_reserve_init(struct tern__cancel_reserve *r)
+{
+    r->nodes = tern__calloc_lazy(TERN__CANCEL_RESERVE, sizeof(*r->nodes));
+    if (r->nodes == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&r->lock, NULL);
+    r->spare = NULL;
+    r->carved = 0;
+    return 0;
+}
+
+void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r)
+{
+    if (r->nodes == NULL)
+        return; /* tern_loop_new failed before the reserve was made */
+    pthread_mutex_destroy(&r->lock);
+    tern__free_lazy(r->nodes, TERN__CANCEL_RESERVE, sizeof(*r->nodes));
+    r->nodes = NULL;
+}
+
+/* A record for one foreign cancel, or NULL when all of them are waiting. */
+static struct tern__inbound *cancel_node_get(struct tern__cancel_reserve *r)
+{
+    struct tern__inbound *in = NULL;
+    pthread_mutex_lock(&r->lock);
+    if (r->spare != NULL) {
+        in = caa_container_of(r->spare, struct tern__inbound, node);
+        r->spare = r->spare->next;
+    }
+    else if (r->carved < TERN__CANCEL_RESERVE)
+        in = &r->nodes[r->carved++];
+    pthread_mutex_unlock(&r->lock);
+    return in;
+}
+
+static void cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound *in)
+{
+    pthread_mutex_lock(&r->lock);
+    in->node.next = r->spare;
+    r->spare = &in->node;
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -317,6 +370,9 @@ static int cancel_local(tern_loop *loop, tern_id id)
  * code on an unclaimed loop is "another thread" here too: it cannot be
  * told apart from a third thread, and the whole point is that no two
  * threads ever touch the containers at once.
+ *
+ * Neither path allocates: the queued request's record comes from the
+ * loop's reserve, so a cancel made under memory pressure still lands.
  */
 int tern_cancel(tern_loop *loop, tern_id id)
 {
@@ -334,8 +390,8 @@ int tern_cancel(tern_loop *loop, tern_id id)
     atomic_fetch_add_explicit(&loop->foreign_inflight, 1, memory_order_seq_cst);
     int rc = -ESHUTDOWN;
     if (!atomic_load_explicit(&loop->closing, memory_order_seq_cst)) {
-        struct tern__inbound *in = node_alloc();
-        rc = -ENOMEM;
+        struct tern__inbound *in = cancel_node_get(&loop->cancels);
+        rc = -EAGAIN;
         if (in != NULL) {
             in->kind = TERN__IN_CANCEL;
             in->u.cancel_id = id;
@@ -398,6 +454,6 @@ void tern__inbound_drain(tern_loop *loop)
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;
         cancel_local(loop, in->u.cancel_id);
-        node_free(in);
+        cancel_node_put(&loop->cancels, in);
     }
 }

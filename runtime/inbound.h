@@ -6,6 +6,7 @@
 #ifndef TERN_INBOUND_H
 #define TERN_INBOUND_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #include <urcu/wfcqueue.h>
@@ -25,6 +26,25 @@ struct tern__inbound {
         tern_id cancel_id;
     } u;
 };
+
+/*
+ * Cancel requests from other threads take their records from here, never
+ * from malloc: a cancel must not fail for want of memory, which is when
+ * it is needed most. The records are reserved with the loop; their pages
+ * are touched only as they are first used (tern__calloc_lazy), and the
+ * loop gives each one back as it resolves the request.
+ */
+#define TERN__CANCEL_RESERVE 65536u
+struct tern__cancel_reserve {
+    pthread_mutex_t lock;
+    struct tern__inbound *nodes;   /* TERN__CANCEL_RESERVE records */
+    struct cds_wfcq_node *spare;   /* given back, linked through node.next */
+    unsigned carved;               /* nodes[0..carved) have been handed out */
+};
+/* 0 or -ENOMEM (tern_loop_new's failure). */
+int tern__cancel_reserve_init(struct tern__cancel_reserve *r);
+/* After the loop's last drain: every record has been given back. */
+void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r);
 
 /* The wake word: see inbound.c for the protocol. */
 enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };

@@ -269,6 +269,8 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     tern__slab_init(&loop->defers, tern__defer_size);
     if ((rc = tern__idmap_init(&loop->ids)) < 0)
         goto fail;
+    if ((rc = tern__cancel_reserve_init(&loop->cancels)) < 0)
+        goto fail;
     loop->backend.ops = tern__backend_find(o.backend);
     if ((rc = loop->backend.ops->init(&loop->backend)) < 0) {
         loop->backend.ops = NULL;
@@ -291,6 +293,7 @@ fail:
         loop->backend.ops->close(&loop->backend);
     tern__wake_close(&loop->wake);
     tern__idmap_destroy(&loop->ids);
+    tern__cancel_reserve_destroy(&loop->cancels);
     free(loop);
     return rc;
 }
@@ -446,6 +449,7 @@ void tern_loop_free(tern_loop *loop)
     free(loop->fds);
     tern__heap_destroy(&loop->heap);
     tern__idmap_destroy(&loop->ids);
+    tern__cancel_reserve_destroy(&loop->cancels);
     tern__timers_destroy(loop);
     tern__slab_destroy(&loop->defers);
     loop->magic = 0;

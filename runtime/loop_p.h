@@ -53,6 +53,8 @@ struct tern_loop {
     _Atomic uint64_t posted;
     /* Foreign tern_cancel calls between their `closing` check and enqueue. */
     _Atomic unsigned foreign_inflight;
+    /* Records for those calls, so none allocates (inbound.c). */
+    alignas(TERN_CACHELINE) struct tern__cancel_reserve cancels;
     alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
     /*
      * Pool threads inside job_handback's push + wake (runtime/job.c);

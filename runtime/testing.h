@@ -70,4 +70,11 @@ bool tern__pool_running(void);
 /* Bounded workers parked now (inside park, asleep or about to be); 0 with no pool. */
 unsigned tern__test_pool_sleepers(void);
 
+/*
+ * Give back the calling thread's block of post records, so its next
+ * tern_post allocates a fresh one: an input replayed under an armed
+ * allocation fault then meets the same allocations as the first time.
+ */
+void tern__test_inbound_fresh_block(void);
+
 #endif

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child_exit.h"
+
 /* How long the child may take to die. A liveness bound, not a speed
  * limit: a correct child aborts within milliseconds. */
 #define ABORT_WAIT_NS (UINT64_C(20) * 1000000000)
@@ -94,7 +96,7 @@ static inline void expect_abort(void (*body)(void *ctx), void *ctx, const char *
         close(pipefd[0]);
         close(pipefd[1]);
         body(ctx);
-        _exit(0); /* no atexit handlers, no leak check: the parent decides */
+        child_exit(0); /* no atexit handlers, no leak check: the parent decides */
     }
     close(pipefd[1]);
 

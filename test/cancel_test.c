@@ -713,4 +713,71 @@ Test(cancel, cancel_answers_agree_with_done_under_two_loops_and_foreign_cancelle
     for (unsigned round = 0; round < RACE_ROUNDS; round++)
         race_round(seed, round);
     shutdown_clean();
+
+/* A cancel never needs memory (tern.h, tern_cancel)                   */
+/* ------------------------------------------------------------------ */
+
+static void never_fires(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id;
+    atomic_fetch_add((_Atomic unsigned *)arg, 1);
+}
+
+/*
+ * With every allocation, thread and descriptor made to fail from the first
+ * one on, cancels from a thread that does not run the loop are all queued
+ * (more than one block of post records' worth, so a cancel that carved
+ * records from malloc'd blocks would meet the fault), none of them reaches
+ * the fault seam, and each one takes effect in the loop's next turn.
+ */
+Test(cancel, a_queued_cancel_allocates_nothing)
+{
+    enum { N = 300 };
+    static tern_id ids[N];
+    _Atomic unsigned fired = 0;
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(tern_timer_start(loop, 60 * PH_SEC, 0, never_fires, &fired, &ids[i]), 0);
+    tern__test_inbound_fresh_block(); /* the next record from malloc would be the first */
+    tern__fault_arm(TERN__FAULT_ALL, 1);
+    for (int i = 0; i < N; i++) {
+        int rc = tern_cancel(loop, ids[i]); /* unclaimed: queued, as from another thread */
+        cr_assert_eq(rc, TERN_CANCEL_REQUESTED, "cancel %d under an armed fault: %s", i,
+                     tern_err_name(rc));
+    }
+    bool fired_fault = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(!fired_fault, "a queued cancel reached the fault seam (it allocated)");
+    tern_loop_stats st;
+    cr_assert_eq(tern_loop_run_once(loop, 0), 0);
+    tern_loop_stats_get(loop, &st);
+    cr_assert_eq(st.live_operations, 0, "%u timers still live after the cancels' turn",
+                 (unsigned)st.live_operations);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(loop);
+    cr_assert_eq(atomic_load(&fired), 0);
+}
+
+/*
+ * The reserve is bounded: while 65536 requests (tern.h) wait for
+ * the loop, one more is refused with -EAGAIN (never -ENOMEM); once the
+ * loop has taken them, cancels are queued again, reusing the records.
+ */
+Test(cancel, queued_cancels_beyond_the_reserve_are_refused_then_accepted_again)
+{
+    tern_loop *loop = NULL;
+    tern_id id = 0;
+    _Atomic unsigned fired = 0;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    cr_assert_eq(tern_timer_start(loop, 60 * PH_SEC, 0, never_fires, &fired, &id), 0);
+    tern_id stranger = id + (UINT64_C(1) << 40); /* names nothing: ignored when resolved */
+    for (unsigned i = 0; i < 65536; i++)
+        cr_assert_eq(tern_cancel(loop, stranger + i), TERN_CANCEL_REQUESTED);
+    cr_assert_eq(tern_cancel(loop, id), -EAGAIN);
+    cr_assert_eq(tern_loop_run_once(loop, 0), 1); /* the timer is still live */
+    cr_assert_eq(tern_cancel(loop, id), TERN_CANCEL_REQUESTED);
+    cr_assert_eq(tern_loop_run(loop), 0); /* the timer is gone: nothing keeps it running */
+    tern_loop_free(loop);
+    cr_assert_eq(atomic_load(&fired), 0);
 }

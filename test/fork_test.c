@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child_exit.h"
 #include "pool_helpers.h"
 
 static void shutdown_clean(void)
@@ -63,7 +64,7 @@ static void fork_and_check_child(void)
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0)
-        _exit(child_main());
+        child_exit(child_main());
     int wstatus = 0;
     cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
     cr_assert(WIFEXITED(wstatus), "the child died (signal %d)",

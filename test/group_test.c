@@ -7,6 +7,7 @@
  * window (a few milliseconds in which nothing may move); the window is not
  * a threshold: a broken pause moves them in microseconds.
  */
+#include "child_exit.h"
 #include "loop_helpers.h"
 
 #include <signal.h>
@@ -620,16 +621,16 @@ static void body_schedule_in_destroy(void)
     tern_loop *loop = tern_group_loop(g, 0);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
-        _exit(3);
+        child_exit(3);
     tern_id s;
     /* An unreferenced stream outlives phase one; destroy closes it. */
     if (tern_stream_open(loop, sv[0], &s) != 0 || tern_unref(loop, s) != 0 ||
         tern_stream_on_close(loop, s, on_close_defers, NULL) != 0)
-        _exit(4);
+        child_exit(4);
     tern_group_start(g);
     tern_group_shutdown(g);
     tern_group_wait(g);
-    _exit(0); /* not reached when the rule holds */
+    child_exit(0); /* not reached when the rule holds */
 }
 
 /* Run body in a forked child with stderr captured: it must die of SIGABRT
@@ -647,7 +648,7 @@ static void expect_child_abort(void (*body)(void), const char *needle)
         close(pipefd[1]);
         alarm((unsigned)(LIVENESS_NS / SEC)); /* a child that hangs dies of SIGALRM: FAIL */
         body();
-        _exit(0);
+        child_exit(0);
     }
     close(pipefd[1]);
     char buf[4096];
@@ -708,7 +709,7 @@ static void body_pause_from_job(void)
     tern_group_start(job_group);
     tern_post(tern_group_loop(job_group, 0), submit_pausing_job, NULL);
     tern_group_wait(job_group); /* never returns: the job aborts first */
-    _exit(0);
+    child_exit(0);
 }
 
 Test(exclusive, pause_from_a_bounded_job_aborts_with_its_message, .timeout = TEST_TIMEOUT)

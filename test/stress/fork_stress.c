@@ -31,6 +31,7 @@
  */
 #include <sys/socket.h>
 
+#include "../child_exit.h"
 #include "stress.h"
 
 #define DEFAULT_SEED UINT64_C(0xf0f0f0)
@@ -120,26 +121,26 @@ static void child(void)
     alarm(CHILD_BOUND);
     tern_loop *loop;
     if (tern_loop_new(&loop, NULL) != 0)
-        _exit(CHILD_LOOP_NEW);
+        child_exit(CHILD_LOOP_NEW);
     if (tern_post(loop, kid_post, NULL) != 0)
-        _exit(CHILD_POST);
+        child_exit(CHILD_POST);
     if (tern_submit(loop, TERN_BOUNDED, kid_work, kid_done, NULL, NULL) != 0 ||
         tern_submit(loop, TERN_LONG, kid_work, kid_done, NULL, NULL) != 0)
-        _exit(CHILD_SUBMIT);
+        child_exit(CHILD_SUBMIT);
     if (tern_timer_start(loop, STRESS_MS, 0, kid_timer, NULL, NULL) != 0)
-        _exit(CHILD_TIMER);
+        child_exit(CHILD_TIMER);
     if (pipe(kid.pipe_fd) != 0 || write(kid.pipe_fd[1], "x", 1) != 1)
-        _exit(CHILD_PIPE);
+        child_exit(CHILD_PIPE);
     if (tern_io_start(loop, kid.pipe_fd[0], TERN_READABLE, kid_readable, NULL, &kid.io) != 0)
-        _exit(CHILD_IO);
+        child_exit(CHILD_IO);
     if (tern_loop_run(loop) != 0)
-        _exit(CHILD_RUN);
+        child_exit(CHILD_RUN);
     if (kid.posts != 1 || kid.jobs != 2 || kid.timers != 1 || kid.reads != 1)
-        _exit(CHILD_COUNTS);
+        child_exit(CHILD_COUNTS);
     tern_loop_free(loop);
     if (tern_pool_shutdown(TERN_POOL_DRAIN, 5 * STRESS_SEC) != 0)
-        _exit(CHILD_SHUTDOWN);
-    _exit(CHILD_OK);
+        child_exit(CHILD_SHUTDOWN);
+    child_exit(CHILD_OK);
 }
 
 /* ------------------------------------------------------------------ */
