@@ -319,18 +319,38 @@ BACKEND_TEST(process, uid_gid)
     loop_free_clean(loop);
 }
 
+/* Whether pid is a zombie now (ended, not yet reaped). */
+static bool is_zombie(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp != NULL && rp[2] == 'Z';
+}
+
 BACKEND_TEST(process, other_children_left_alone)
 {
     tern_loop *loop = loop_new_backend(backend);
-    struct exit_seen e = {0};
-    cr_assert_eq(spawn_sh(loop, "sleep 0.3", &e, NULL), 0);
+    /* The test's own child, older than tern's and ended before them. */
     pid_t mine = fork();
     cr_assert_geq(mine, 0);
     if (mine == 0)
         _exit(3);
-    /* Turns while the test's own child ends: tern must not reap it. */
-    run_until_exit(loop, &e);
-    cr_assert_eq(e.code, 0);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!is_zombie(mine) && mono_ns() < end)
+        sleep_ns(MS);
+    cr_assert(is_zombie(mine));
+    struct exit_seen e[3] = {{0}};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(spawn_sh(loop, "exit 0", &e[i], NULL), 0);
+    for (int i = 0; i < 3; i++)
+        run_until_exit(loop, &e[i]);
     int st;
     cr_assert_eq(waitpid(mine, &st, 0), mine, "tern reaped a child that is not its own");
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3);
