@@ -536,6 +536,7 @@ TERN_INLINE void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out
 #include "tern/admission.h"
 #include "tern/group.h"
 #include "tern/fs.h"
+#include "tern/process.h"
 
 #ifdef __cplusplus
 }

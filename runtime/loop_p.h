@@ -37,6 +37,7 @@
 /* ------------------------------------------------------------------ */
 
 struct tern__ring; /* backends/ring.h: the result ring (runtime/job.c) */
+struct tern__children; /* the loop's share of the SIGCHLD fallback (process_exit.c) */
 
 #define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
 #define TERN__FIRED_MAX 256
@@ -95,6 +96,7 @@ struct tern_loop {
     struct tern__io **fds; /* fd -> its watcher (io.c), grown on demand */
     unsigned fds_len;
     struct tern__fired fired[TERN__FIRED_MAX];
+    struct tern__children *children; /* NULL unless a child is seen through SIGCHLD */
 
     /* jobs (runtime/job.c) */
     struct tern__ring *ring;

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1583,4 +1584,86 @@ Test(fault, fs_steps_enospc, .timeout = TEST_TIMEOUT)
 Test(fault, fs_steps_eintr, .timeout = TEST_TIMEOUT)
 {
     fs_walk(EINTR);
+}
+
+/* ------------------------------------------------------------------ */
+/* Child processes                                                     */
+/* ------------------------------------------------------------------ */
+
+struct procrec {
+    atomic_uint exits;
+    int code;
+    atomic_bool eof;
+};
+
+static void proc_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)sig;
+    struct procrec *r = arg;
+    cr_assert_eq(status, 0);
+    r->code = code;
+    atomic_fetch_add(&r->exits, 1);
+}
+
+static void proc_read_cb(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                         void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)data;
+    if (status < 0 || len == 0)
+        atomic_store(&((struct procrec *)arg)->eof, true);
+}
+
+static bool proc_done(void *arg)
+{
+    struct procrec *r = arg;
+    return atomic_load(&r->exits) == 1 && atomic_load(&r->eof);
+}
+
+static bool step_spawn(uint64_t n, void *ctx)
+{
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(ctx);
+    struct procrec r = {0};
+    tern_stdio io[3] = {{.kind = TERN_STDIO_IGNORE}, {.kind = TERN_STDIO_STREAM},
+                        {.kind = TERN_STDIO_INHERIT}};
+    tern_process_options o;
+    tern_process_options_init(&o);
+    o.file = "/bin/sh";
+    char *argv[] = {"sh", "-c", "echo out; exit 5", NULL};
+    o.argv = argv;
+    o.stdio = io;
+    o.stdio_count = 3;
+
+    arm(n);
+    bool ok = ARMED("tern_process_spawn", tern_process_spawn(loop, &o, proc_exit_cb, &r, NULL));
+    bool fired = end_armed(0);
+
+    if (!ok) {
+        /* A stream opened for it and closed again ends in the next step 2. */
+        cr_assert(run_until(loop, nothing_live, loop), "a refused spawn left an operation");
+        cr_assert_eq(tern_process_spawn(loop, &o, proc_exit_cb, &r, NULL), 0);
+    }
+    cr_assert_eq(tern_stream_read_start(loop, io[1].stream, proc_read_cb, &r), 0);
+    cr_assert(run_until(loop, proc_done, &r), "the child's exit or output never came");
+    cr_assert_eq(r.code, 5);
+    cr_assert_eq(tern_stream_close(loop, io[1].stream), 0);
+    free_clean(loop);
+    int st;
+    cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a child was left behind");
+    cr_assert_eq(count_open_fds(), fds);
+    return fired;
+}
+
+Test(fault, process_spawn, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_spawn, (void *)tern__backend_names[i]);
+    }
 }
