@@ -713,7 +713,9 @@ Test(cancel, cancel_answers_agree_with_done_under_two_loops_and_foreign_cancelle
     for (unsigned round = 0; round < RACE_ROUNDS; round++)
         race_round(seed, round);
     shutdown_clean();
+}
 
+/* ------------------------------------------------------------------ */
 /* A cancel never needs memory (tern.h, tern_cancel)                   */
 /* ------------------------------------------------------------------ */
 

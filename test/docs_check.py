@@ -82,8 +82,8 @@ def tree_text(dirs, exts):
 header_text = "\n".join(read(h) for h in headers)
 source_text = tree_text(["runtime", "pool", "backends"], (".c", ".h"))
 other_text = tree_text(["runtime", "pool", "backends", "test", "bench", "include", "meson.build",
-                        "meson_options.txt", ".ci", "docs/examples"],
-                       (".c", ".h", ".sh", ".py", ".txt", ".build", "test", "run"))
+                        "meson_options.txt", ".ci", "docs/examples", "abi"],
+                       (".c", ".h", ".sh", ".py", ".txt", ".build", "test", "run", ".map"))
 
 # Public-looking names must be in include/; these families always are.
 PUBLIC = re.compile(r"TERN_(CANCEL|REFUSED|POOL|LOOP|BOUNDED|LONG|EAI|FS|TCP|STREAM|GROUP|SIGNAL|IO|READ|WRITE)(_|$)")
