@@ -293,7 +293,14 @@ BACKEND_TEST(udp, multicast_on_loopback_and_a_group_that_is_not_one)
     tern_loop *loop = loop_new_backend(backend);
     tern_id ids[2] = {bind_ok(loop, NULL, 0, TERN_UDP_REUSEADDR),
                       bind_ok(loop, "127.0.0.1", 0, 0)};
-    /* Not multicast, or not an address: refused, and nothing joined. */
+    /* Not multicast, or not an address: refused before any system call
+     * (an armed fault on the next one never fires), and nothing joined. */
+    tern__fault_arm(TERN__FAULT_NET, 1);
+    cr_assert_eq(tern_udp_membership(loop, ids[0], "127.0.0.1", NULL, true), -EINVAL);
+    cr_assert_eq(tern_udp_membership(loop, ids[0], "::1", NULL, true), -EINVAL);
+    bool reached = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert_not(reached, "a group that is not multicast reached setsockopt");
     cr_assert_eq(tern_udp_membership(loop, ids[0], "127.0.0.1", "127.0.0.1", true), -EINVAL);
     cr_assert_eq(tern_udp_membership(loop, ids[0], "10.1.2.3", NULL, true), -EINVAL);
     cr_assert_eq(tern_udp_membership(loop, ids[0], "ff02::1", NULL, true), -EINVAL);
