@@ -171,3 +171,8 @@ int tern__fs_fault(void)
         hold_here();
     return tern__fault_hit(TERN__FAULT_FS) ? atomic_load(&fs_errno) : 0;
 }
+
+int tern__net_fault(void)
+{
+    return tern__fault_hit(TERN__FAULT_NET) ? -ENOBUFS : 0;
+}

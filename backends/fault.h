@@ -19,7 +19,8 @@ enum tern__fault_site {
     TERN__FAULT_THREAD = 1u << 1, /* pthread_create */
     TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe, open */
     TERN__FAULT_FS = 1u << 3,     /* each system call of a file request (runtime/fs*.c) */
-    TERN__FAULT_ALL = 15u,
+    TERN__FAULT_NET = 1u << 4,    /* each system call of a UDP socket (runtime/net/udp*.c) */
+    TERN__FAULT_ALL = 31u,
 };
 
 /*
@@ -84,5 +85,13 @@ void tern__fault_fs_errno(int err);
 void tern__fault_fs_hold(void);
 bool tern__fault_fs_held(void);
 void tern__fault_fs_release(void);
+
+/*
+ * Called just before each system call of a UDP socket (bind, setsockopt,
+ * connect, the receives and the sends): 0 to go ahead, or -ENOBUFS when a
+ * failure is injected — an error every one of those calls can really
+ * return, so each error path is walked with a cause it must handle.
+ */
+int tern__net_fault(void);
 
 #endif

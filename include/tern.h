@@ -533,6 +533,7 @@ TERN_INLINE void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out
 }
 
 #include "tern/net.h"
+#include "tern/udp.h"
 #include "tern/admission.h"
 #include "tern/group.h"
 #include "tern/fs.h"

@@ -103,10 +103,11 @@ static void disarm(void)
 }
 
 /* The errors an injected failure may surface as (fault.h: allocation ->
- * -ENOMEM, descriptor -> -EMFILE, thread -> -EAGAIN). */
+ * -ENOMEM, descriptor -> -EMFILE, thread -> -EAGAIN, a UDP socket's
+ * system call -> -ENOBUFS). */
 static bool injected_errno(int rc)
 {
-    return rc == -ENOMEM || rc == -EMFILE || rc == -EAGAIN;
+    return rc == -ENOMEM || rc == -EMFILE || rc == -EAGAIN || rc == -ENOBUFS;
 }
 
 /*
@@ -121,7 +122,7 @@ static bool armed_outcome(const char *what, bool fired_before, int rc)
 {
     if (!fired_before && tern__fault_fired()) {
         cr_assert(injected_errno(rc),
-                  "%s: the injected failure must return -ENOMEM, -EMFILE or -EAGAIN, got %d (%s)",
+                  "%s: the injected failure must return -ENOMEM, -EMFILE, -EAGAIN or -ENOBUFS, got %d (%s)",
                   what, rc, tern_err_name(rc));
         refusals++;
         return false;
@@ -1420,6 +1421,149 @@ Test(fault, stream_open_write_read, .timeout = TEST_TIMEOUT)
             continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_stream, (void *)tern__backend_names[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* UDP sockets: bind, settings, membership, receive and send            */
+/* ------------------------------------------------------------------ */
+
+struct udprec {
+    atomic_uint got;      /* datagrams received, all "hello" */
+    atomic_uint rx_errors; /* injected receive failures told to the callback */
+    atomic_uint sent;     /* send callbacks */
+    int send_status;
+    atomic_uint closed;
+};
+
+static void udp_rx(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                   const struct sockaddr *from, unsigned flags, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)from;
+    (void)flags;
+    struct udprec *u = arg;
+    if (status < 0) {
+        cr_assert_eq(status, -ENOBUFS, "receive failed with %s, which was not injected",
+                     tern_err_name(status));
+        atomic_fetch_add(&u->rx_errors, 1);
+        return;
+    }
+    cr_assert_eq(len, sizeof(hello));
+    cr_assert_eq(memcmp(data, hello, len), 0);
+    atomic_fetch_add(&u->got, 1);
+}
+
+static void udp_sent(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct udprec *u = arg;
+    cr_assert(status == 0 || status == -ENOBUFS, "send failed with %s, which was not injected",
+              tern_err_name(status));
+    u->send_status = status;
+    atomic_fetch_add(&u->sent, 1);
+}
+
+static void udp_closed(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    atomic_fetch_add(&((struct udprec *)arg)->closed, 1);
+}
+
+static bool udp_settled(void *arg)
+{
+    struct udprec *u = arg;
+    return atomic_load(&u->sent) == 1 && (u->send_status < 0 || atomic_load(&u->got) == 1);
+}
+
+static bool udp_got(void *arg)
+{
+    return atomic_load(&((struct udprec *)arg)->got) >= 1;
+}
+
+/*
+ * ARMED for a send: a send into an empty queue is tried at once, so a
+ * failure injected into that system call belongs to the accepted datagram
+ * and reaches its callback (a notice), not the call's return.
+ */
+static bool send_outcome(const char *what, bool fired_before, int rc)
+{
+    return rc == 0 ? true : armed_outcome(what, fired_before, rc);
+}
+
+static bool step_udp(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    struct udprec u = {0};
+    tern_id a = 0, b = 0;
+    static const tern_buf buf = {hello, sizeof(hello)};
+    struct sockaddr_storage to;
+
+    arm(n);
+    bool a_ok = ARMED("tern_udp_bind", tern_udp_bind(loop, "127.0.0.1", 0, TERN_UDP_REUSEADDR, &a));
+    bool b_ok = ARMED("tern_udp_bind", tern_udp_bind(loop, "127.0.0.1", 0, 0, &b));
+    bool recv_ok = false, send_ok = false, ttl_ok = false, join_ok = false;
+    if (a_ok && b_ok) {
+        unsigned port = 0;
+        cr_assert_eq(tern_udp_port(loop, b, &port), 0);
+        cr_assert_eq(tern_sockaddr_parse("127.0.0.1", port, &to), 0);
+        ttl_ok = ARMED("tern_udp_set", tern_udp_set(loop, a, TERN_UDP_TTL, 64));
+        join_ok = ARMED("tern_udp_membership",
+                        tern_udp_membership(loop, b, "239.1.2.3", "127.0.0.1", true));
+        recv_ok = ARMED("tern_udp_recv_start", tern_udp_recv_start(loop, b, 0, udp_rx, &u));
+        fired_mark = tern__fault_fired();
+        send_ok = send_outcome("tern_udp_send", fired_mark, tern_udp_send(loop, a, &buf, 1,
+                                                       (struct sockaddr *)&to, udp_sent, &u));
+        if (send_ok && recv_ok)
+            cr_assert(run_until(loop, udp_settled, &u));
+    }
+    unsigned notices = atomic_load(&u.rx_errors) + (u.send_status < 0 ? 1 : 0);
+    bool fired = end_armed(notices);
+
+    /* What was refused changed nothing: doing it again now succeeds. */
+    if (!a_ok)
+        cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, TERN_UDP_REUSEADDR, &a), 0);
+    if (!b_ok)
+        cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &b), 0);
+    unsigned port = 0;
+    cr_assert_eq(tern_udp_port(loop, b, &port), 0);
+    cr_assert_eq(tern_sockaddr_parse("127.0.0.1", port, &to), 0);
+    if (!ttl_ok)
+        cr_assert_eq(tern_udp_set(loop, a, TERN_UDP_TTL, 64), 0);
+    if (!join_ok)
+        cr_assert_eq(tern_udp_membership(loop, b, "239.1.2.3", "127.0.0.1", true), 0);
+    cr_assert_eq(tern_udp_membership(loop, b, "239.1.2.3", "127.0.0.1", false), 0,
+                 "the group was not joined exactly once");
+    if (!recv_ok)
+        cr_assert_eq(tern_udp_recv_start(loop, b, 0, udp_rx, &u), 0);
+    if (!send_ok || u.send_status < 0) {
+        atomic_store(&u.sent, 0);
+        cr_assert_eq(tern_udp_send(loop, a, &buf, 1, (struct sockaddr *)&to, udp_sent, &u), 0);
+    }
+    cr_assert(run_until(loop, udp_got, &u), "the socket no longer carries datagrams after the fault");
+    cr_assert_eq(atomic_load(&u.got), 1, "a datagram was delivered twice");
+    cr_assert_eq(tern_udp_on_close(loop, a, udp_closed, &u), 0);
+    cr_assert_eq(tern_udp_on_close(loop, b, udp_closed, &u), 0);
+    cr_assert_eq(tern_udp_close(loop, a), 0);
+    cr_assert_eq(tern_udp_close(loop, b), 0);
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&u.closed), 2);
+    cr_assert_eq(count_open_fds(), fds, "the sockets did not close their descriptors");
+    return fired;
+}
+
+Test(fault, udp_bind_set_join_send_receive, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_udp, (void *)tern__backend_names[i]);
     }
 }
 

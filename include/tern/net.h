@@ -130,6 +130,36 @@ TERN_EXTERN int tern_tcp_connect(tern_loop *loop, const char *host, unsigned por
  */
 TERN_EXTERN int tern_tcp_port(tern_loop *loop, tern_id id, unsigned *portp);
 
+/* The longest keep-alive idle time or interval tern_tcp_keepalive takes. */
+#define TERN_TCP_KEEPALIVE_MAX_S 32767u
+
+/*
+ * tern_tcp_nodelay: turn Nagle's algorithm off (on == true: TCP_NODELAY,
+ * small writes leave at once) or back on.
+ * Requires: loop != NULL.
+ * Returns: 0; -ENOENT for an unknown or stale id; -EINVAL for a listener;
+ *          -ENOTCONN while connecting; the setsockopt errors (-EOPNOTSUPP
+ *          for a stream that is not TCP).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_tcp_nodelay(tern_loop *loop, tern_id id, bool on);
+
+/*
+ * tern_tcp_keepalive: turn TCP keep-alive on, probing after idle_s
+ * seconds without traffic and every interval_s seconds after that, or
+ * off (on == false; the timings are then ignored).
+ * Requires: loop != NULL; when on, 1 <= idle_s, interval_s <=
+ *           TERN_TCP_KEEPALIVE_MAX_S.
+ * Returns: 0; -EINVAL for a timing out of range or a listener (nothing
+ *          changed); -ENOENT for an unknown or stale id; -ENOTCONN while
+ *          connecting; -ENOTSUP where the system cannot set the timings;
+ *          the setsockopt errors (-EOPNOTSUPP for a stream that is not
+ *          TCP).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_tcp_keepalive(tern_loop *loop, tern_id id, bool on, unsigned idle_s,
+                                   unsigned interval_s);
+
 /* ------------------------------------------------------------------ */
 /* Streams                                                             */
 /* ------------------------------------------------------------------ */
@@ -190,6 +220,25 @@ TERN_EXTERN int tern_stream_read_stop(tern_loop *loop, tern_id id);
  */
 TERN_EXTERN int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs,
                                   unsigned nbufs, tern_stream_cb cb, void *arg);
+
+/*
+ * tern_stream_try_write: write what the kernel takes now, without
+ * queueing and without a callback (libuv's uv_try_write): the buffers are
+ * written in order, as far as the socket buffer has room.
+ * Requires: loop != NULL; bufs != NULL; 1 <= nbufs <= 1024.
+ * Returns: the bytes written (> 0, or 0 when every buffer is empty; at
+ *          most INT_MAX, and at most 128 non-empty buffers are tried); -EAGAIN when the kernel took nothing or
+ *          when writes are queued (they go first: tern_stream_write);
+ *          -EINVAL for bad bufs or nbufs or a listener; -ENOENT for an
+ *          unknown or stale id; -ENOTCONN while connecting; -EPIPE after
+ *          tern_stream_shutdown() or a failed write; -EPIPE, -ECONNRESET
+ *          and other errors of the send itself (which, unlike a queued
+ *          write's, leave later writes allowed).
+ * Ownership: the bytes are copied by the kernel before this returns.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_stream_try_write(tern_loop *loop, tern_id id, const tern_buf *bufs,
+                                      unsigned nbufs);
 
 /*
  * tern_stream_set_high_water: set the high-water mark (bytes queued but not

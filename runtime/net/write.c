@@ -1,6 +1,7 @@
 /*
  * The write queue: requests in order, coalesced into one sendmsg, with a
- * high-water mark that tells the writer to back off.
+ * high-water mark that tells the writer to back off; and the write that
+ * bypasses it (tern_stream_try_write), allowed only while it is empty.
  *
  * A write is tried at once when the queue was empty (the common case for
  * a request/response server costs one syscall and no epoll change); what
@@ -14,6 +15,7 @@
  * socket instead.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -218,6 +220,47 @@ int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigne
         return 1;
     }
     return 0;
+}
+
+int tern_stream_try_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (bufs == NULL || nbufs == 0 || nbufs > TERN__WRITE_BUFS_MAX)
+        return -EINVAL;
+    struct iovec iov[GATHER_MAX];
+    unsigned n = 0;
+    size_t total = 0;
+    for (unsigned i = 0; i < nbufs; i++) {
+        if (bufs[i].base == NULL && bufs[i].len != 0)
+            return -EINVAL;
+        if (n == GATHER_MAX || bufs[i].len == 0 || total == INT_MAX)
+            continue; /* checked, not sent this time */
+        size_t len = bufs[i].len < INT_MAX - total ? bufs[i].len : INT_MAX - total;
+        iov[n++] = (struct iovec){.iov_base = (void *)bufs[i].base, .iov_len = len};
+        total += len;
+    }
+    struct tern__stream *s = tern__stream_get(loop, id);
+    if (s == NULL)
+        return -ENOENT;
+    if (s->kind != TERN__STREAM)
+        return -EINVAL;
+    if ((s->state & TERN__S_CONNECTING) || s->fd < 0)
+        return -ENOTCONN;
+    if ((s->state & TERN__S_SHUT_ASKED) || s->write_error != 0)
+        return -EPIPE;
+    if (s->wq != NULL)
+        return -EAGAIN; /* order: what is queued goes first */
+    if (total == 0)
+        return 0;
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+    ssize_t r;
+    do
+        r = sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return (int)r;
 }
 
 int tern_stream_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb,

@@ -1,0 +1,18 @@
+/*
+ * UDP ping-pong: one datagram in flight between a client socket and an
+ * echo socket on one loop (latency-bound).
+ * Twin: udp_pingpong.c (see udp_bench_uv.h for the shared body).
+ *
+ * Parameters: trips=100000 size=32
+ * Figures: udp_pingpong (echoes/s, from the first send to the last echo).
+ */
+#include "udp_bench_uv.h"
+
+int main(int argc, char **argv)
+{
+    unsigned long count = bench_arg(argc, argv, "trips", 100000);
+    unsigned long inflight = 1;
+    size_t size = bench_arg(argc, argv, "size", 32);
+    bench_figure("udp_pingpong", udp_bench_run(count, inflight, size), "echoes/s");
+    return 0;
+}

@@ -1,0 +1,19 @@
+/*
+ * UDP pound: 64 datagrams in flight (by default) between a client socket
+ * and an echo socket on one loop, so several wait at each readiness and
+ * batched system calls can show.
+ * Twin: udp_pound.c (see udp_bench_uv.h for the shared body).
+ *
+ * Parameters: requests=1000000 inflight=64 size=32
+ * Figures: udp_pound (echoes/s, from the first send to the last echo).
+ */
+#include "udp_bench_uv.h"
+
+int main(int argc, char **argv)
+{
+    unsigned long count = bench_arg(argc, argv, "requests", 1000000);
+    unsigned long inflight = bench_arg(argc, argv, "inflight", 64);
+    size_t size = bench_arg(argc, argv, "size", 32);
+    bench_figure("udp_pound", udp_bench_run(count, inflight, size), "echoes/s");
+    return 0;
+}

@@ -1,0 +1,535 @@
+/*
+ * UDP sockets: the record's life (bind, close, free), receiving in
+ * batches, and the dispatch hook that delivers everything a socket owes.
+ *
+ * Hazards, named where they are handled:
+ *  - A receive callback may close the socket, stop receiving, or start
+ *    again with a larger size (a new buffer) while the rest of its batch
+ *    waits in the old one. Closing or stopping drops the rest of the
+ *    batch (those datagrams are gone, as if the kernel had dropped them);
+ *    a buffer replaced during the batch is freed after it (`rbuf_busy`).
+ *  - Nothing frees the record inside a callback: closing only marks it
+ *    and queues it, and tern__op_finish() at the end of the dispatch that
+ *    ran the close callback frees it, as for streams.
+ *  - The descriptor is closed only after its watcher stopped, so the
+ *    process-wide fd registry never names a closed fd.
+ *
+ * Receive errors are not the end of a datagram socket: an ICMP refusal on
+ * a connected socket, or ENOBUFS, is told to the callback and receiving
+ * goes on.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "udp_p.h"
+
+static void udp_dispatch(tern_loop *loop, struct tern__op *op);
+static int udp_cancel(tern_loop *loop, struct tern__op *op);
+static void udp_free(tern_loop *loop, struct tern__op *op);
+
+static const struct tern__op_class udp_class = {
+    .name = "udp",
+    .dispatch = udp_dispatch,
+    .cancel = udp_cancel,
+    .free = udp_free,
+    .refable = true,
+};
+
+/* A send callback that sends again is served in the next turn after this
+ * many completions, so it cannot starve the other operations. */
+#define DISPATCH_BUDGET 256
+
+struct tern__udp *tern__udp_get(tern_loop *loop, tern_id id)
+{
+    struct tern__op *op = tern__op_find(loop, id);
+    if (op == NULL || op->cls != &udp_class)
+        return NULL;
+    struct tern__udp *u = (struct tern__udp *)op;
+    return (u->state & TERN__U_CLOSING) ? NULL : u;
+}
+
+void tern__udp_owe(struct tern__udp *u)
+{
+    tern__op_ready(u->loop, &u->op); /* a no-op when already queued */
+}
+
+/* ------------------------------------------------------------------ */
+/* The watcher                                                         */
+/* ------------------------------------------------------------------ */
+
+/* Step 4: note what the backend reported; the dispatch acts on it. */
+static void udp_fired(tern_loop *loop, struct tern__io *io, unsigned events)
+{
+    struct tern__udp *u = caa_container_of(io, struct tern__udp, io);
+    u->io_revents |= events;
+    tern__op_ready(loop, &u->op);
+}
+
+static unsigned wanted_events(const struct tern__udp *u)
+{
+    if (u->state & TERN__U_CLOSING)
+        return 0;
+    unsigned ev = 0;
+    if (u->state & TERN__U_RECEIVING)
+        ev |= TERN_READABLE;
+    if (u->sq != NULL)
+        ev |= TERN_WRITABLE;
+    return ev;
+}
+
+static int watch(struct tern__udp *u, unsigned events)
+{
+    if (events == u->io.events)
+        return 0;
+    if (events == 0) {
+        tern__io_stop(u->loop, &u->io);
+        u->io_revents = 0;
+        return 0;
+    }
+    if (!tern__io_active(&u->io))
+        return tern__io_start(u->loop, &u->io, u->fd, events);
+    return tern__io_modify(u->loop, &u->io, events);
+}
+
+/*
+ * Interest that drops to nothing is dropped lazily, as a stream's is: the
+ * watcher stays until it next reports. A failure to widen it (ENOMEM, or
+ * the backend) fails the queued sends and stops receiving with the cause.
+ */
+void tern__udp_rewatch(struct tern__udp *u)
+{
+    unsigned want = wanted_events(u);
+    if (want == 0 && !(u->state & TERN__U_CLOSING))
+        return;
+    int rc = watch(u, want);
+    if (rc == 0)
+        return;
+    tern__udp_fail_all(u, rc);
+    if (u->state & TERN__U_RECEIVING) {
+        u->state &= ~TERN__U_RECEIVING;
+        u->recv_cb(u->loop, u->op.id, rc, NULL, 0, NULL, 0, u->recv_arg);
+    }
+    if (watch(u, wanted_events(u)) < 0)
+        watch(u, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Receiving                                                           */
+/* ------------------------------------------------------------------ */
+
+static bool still_receiving(const struct tern__udp *u)
+{
+    return (u->state & (TERN__U_RECEIVING | TERN__U_CLOSING)) == TERN__U_RECEIVING;
+}
+
+/* Hand one datagram (or an error) to the callback. */
+static void deliver(struct tern__udp *u, const void *data, size_t len,
+                    const struct sockaddr_storage *from, int msg_flags)
+{
+    unsigned flags = (msg_flags & MSG_TRUNC) ? TERN_UDP_TRUNCATED : 0;
+    u->recv_cb(u->loop, u->op.id, 0, data, len, (const struct sockaddr *)from, flags,
+               u->recv_arg);
+}
+
+/* A failed receive: EAGAIN ends the batch quietly, anything else is told. */
+static void recv_failed(struct tern__udp *u, int err)
+{
+    if (err == -EAGAIN || err == -EWOULDBLOCK)
+        return;
+    u->recv_cb(u->loop, u->op.id, err, NULL, 0, NULL, 0, u->recv_arg);
+}
+
+#if defined(TERN_HAVE_MMSG)
+/* One recvmmsg: up to TERN_UDP_BATCH datagrams. */
+static void receive_batch(struct tern__udp *u, unsigned char *buf, size_t slot)
+{
+    struct mmsghdr msgs[TERN_UDP_BATCH];
+    struct iovec iov[TERN_UDP_BATCH];
+    struct sockaddr_storage from[TERN_UDP_BATCH];
+    for (unsigned i = 0; i < TERN_UDP_BATCH; i++) {
+        iov[i] = (struct iovec){.iov_base = buf + i * slot, .iov_len = u->recv_len};
+        msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i],
+                                          .msg_namelen = sizeof(from[i]),
+                                          .msg_iov = &iov[i],
+                                          .msg_iovlen = 1};
+    }
+    int n = tern__net_fault();
+    if (n == 0) {
+        do
+            n = recvmmsg(u->fd, msgs, TERN_UDP_BATCH, MSG_DONTWAIT, NULL);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+            n = -errno;
+    }
+    if (n < 0) {
+        recv_failed(u, n);
+        return;
+    }
+    for (int i = 0; i < n && still_receiving(u); i++)
+        deliver(u, iov[i].iov_base, msgs[i].msg_len, &from[i], msgs[i].msg_hdr.msg_flags);
+}
+#else
+/* The portable way: recvmsg until the socket is empty or the batch full. */
+static void receive_batch(struct tern__udp *u, unsigned char *buf, size_t slot)
+{
+    (void)slot;
+    for (unsigned i = 0; i < TERN_UDP_BATCH && still_receiving(u); i++) {
+        struct sockaddr_storage from;
+        struct iovec iov = {.iov_base = buf, .iov_len = u->recv_len};
+        struct msghdr msg = {
+            .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1};
+        ssize_t n = tern__net_fault();
+        if (n == 0) {
+            do
+                n = recvmsg(u->fd, &msg, 0);
+            while (n < 0 && errno == EINTR);
+            if (n < 0)
+                n = -errno;
+        }
+        if (n < 0) {
+            recv_failed(u, (int)n);
+            return;
+        }
+        deliver(u, buf, (size_t)n, &from, msg.msg_flags);
+    }
+}
+#endif
+
+static void receive(struct tern__udp *u)
+{
+    unsigned char *buf = u->rbuf;
+    size_t slot = u->rbuf_slot;
+    u->rbuf = NULL; /* busy: a recv_start meanwhile allocates a new one */
+    receive_batch(u, buf, slot);
+    if (u->rbuf == NULL) {
+        u->rbuf = buf;
+    } else {
+        tern__free_lazy(buf, TERN_UDP_BATCH, slot);
+    }
+}
+
+/* Allocate (or grow) the receive buffer for datagrams of len bytes. */
+static int ensure_rbuf(struct tern__udp *u, size_t len)
+{
+    size_t slot = (len + 63) & ~(size_t)63;
+    if (u->rbuf != NULL && u->rbuf_slot >= slot)
+        return 0;
+    unsigned char *buf = tern__calloc_lazy(TERN_UDP_BATCH, slot);
+    if (buf == NULL)
+        return -ENOMEM;
+    if (u->rbuf != NULL)
+        tern__free_lazy(u->rbuf, TERN_UDP_BATCH, u->rbuf_slot);
+    /* While a batch is being delivered u->rbuf is NULL and the busy buffer
+     * is receive()'s to free; the new one replaces it after the batch. */
+    u->rbuf = buf;
+    u->rbuf_slot = slot;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch and close                                                  */
+/* ------------------------------------------------------------------ */
+
+static bool owes(const struct tern__udp *u)
+{
+    return u->done != NULL || u->drain_due;
+}
+
+/*
+ * Step 2. Order: what the watcher reported (a batch of datagrams to the
+ * receive callback, a flush of the send queue), then the flush of what
+ * those callbacks sent, then the completed sends' callbacks in order, the
+ * drain callback, and finally, once closed and owing nothing else, the
+ * close callback, after which the record goes.
+ */
+static void udp_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    struct tern__udp *u = (struct tern__udp *)op;
+    tern_id id = op->id;
+    unsigned ev = u->io_revents & (u->io.events | TERN_HANGUP | TERN_ERROR);
+    u->io_revents = 0;
+    u->state |= TERN__U_DISPATCH;
+    if (ev != 0 && !(u->state & TERN__U_CLOSING)) {
+        if (wanted_events(u) == 0) {
+            watch(u, 0); /* interest dropped lazily: stop now */
+        } else {
+            if (u->sq != NULL && (ev & (TERN_WRITABLE | TERN_ERROR)))
+                tern__udp_flush(u);
+            if (still_receiving(u) && (ev & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
+                receive(u);
+        }
+    }
+    /* Sends queued by the receive callback leave together; then their
+     * callbacks run, and what those send leaves together too. */
+    if (!(u->state & TERN__U_CLOSING) && u->sq != NULL && !(u->io.events & TERN_WRITABLE))
+        tern__udp_flush(u);
+    tern__udp_deliver(u, DISPATCH_BUDGET);
+    if (!(u->state & TERN__U_CLOSING) && u->sq != NULL && !(u->io.events & TERN_WRITABLE))
+        tern__udp_flush(u);
+    u->state &= ~TERN__U_DISPATCH;
+    if (u->done == NULL && u->drain_due) {
+        u->drain_due = false;
+        if (u->drain_cb != NULL && !(u->state & TERN__U_CLOSING))
+            u->drain_cb(loop, id, u->drain_arg);
+        if (u->sq != NULL && !(u->state & TERN__U_CLOSING) && !(u->io.events & TERN_WRITABLE))
+            tern__udp_flush(u);
+    }
+    if (owes(u) || (u->sq != NULL && !(u->state & TERN__U_CLOSING) &&
+                    !(u->io.events & TERN_WRITABLE))) {
+        tern__udp_owe(u); /* the rest in the next turn */
+        return;
+    }
+    if ((u->state & (TERN__U_CLOSING | TERN__U_CLOSE_RAN)) == TERN__U_CLOSING) {
+        u->state |= TERN__U_CLOSE_RAN;
+        if (u->close_cb != NULL)
+            u->close_cb(loop, id, u->close_arg);
+        tern__op_finish(loop, &u->op);
+    }
+}
+
+/* The shared body of tern_udp_close and the cancel hook. */
+static int udp_close(struct tern__udp *u)
+{
+    if (u->state & TERN__U_CLOSING)
+        return -ENOENT;
+    u->state = (u->state & ~TERN__U_RECEIVING) | TERN__U_CLOSING;
+    watch(u, 0);
+    close(u->fd);
+    u->fd = -1;
+    tern__udp_fail_all(u, -ECANCELED);
+    u->drain_due = false;
+    /* The close callback is owed: keep run() turning until it is delivered. */
+    tern__op_set_ref(u->loop, &u->op, true);
+    tern__udp_owe(u);
+    return 0;
+}
+
+static int udp_cancel(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    return udp_close((struct tern__udp *)op);
+}
+
+static void udp_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    struct tern__udp *u = (struct tern__udp *)op;
+    TERN_INSIST(u->fd < 0 && !tern__io_active(&u->io));
+    tern__udp_free_sends(u);
+    if (u->rbuf != NULL)
+        tern__free_lazy(u->rbuf, TERN_UDP_BATCH, u->rbuf_slot);
+    tern__free(u);
+}
+
+/* ------------------------------------------------------------------ */
+/* Binding                                                             */
+/* ------------------------------------------------------------------ */
+
+int tern_sockaddr_parse(const char *host, unsigned port, struct sockaddr_storage *out)
+{
+    TERN_REQUIRE(host != NULL && out != NULL);
+    if (port > 65535)
+        return -EINVAL;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons((uint16_t)port);
+    } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+    } else {
+        return -EINVAL;
+    }
+    *out = ss;
+    return 0;
+}
+
+static int set_flag(int fd, int level, int name)
+{
+    int one = 1, rc = tern__net_fault();
+    if (rc == 0 && setsockopt(fd, level, name, &one, sizeof(one)) < 0)
+        rc = -errno;
+    return rc;
+}
+
+static int open_socket(const char *host, unsigned port, unsigned flags)
+{
+    struct sockaddr_storage ss;
+    int rc;
+    if (host == NULL) {
+        memset(&ss, 0, sizeof(ss));
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+        in4->sin_family = AF_INET;
+        in4->sin_addr.s_addr = htonl(INADDR_ANY);
+        in4->sin_port = htons((uint16_t)port);
+    } else if ((rc = tern_sockaddr_parse(host, port, &ss)) < 0) {
+        return rc;
+    }
+#ifndef SO_REUSEPORT
+    if (flags & TERN_UDP_REUSEPORT)
+        return -ENOTSUP;
+#endif
+    if ((flags & TERN_UDP_IPV6ONLY) && ss.ss_family != AF_INET6)
+        return -EINVAL;
+    int fd = tern__socket(ss.ss_family, SOCK_DGRAM);
+    if (fd < 0)
+        return fd;
+    rc = 0;
+    if (flags & TERN_UDP_REUSEADDR)
+        rc = set_flag(fd, SOL_SOCKET, SO_REUSEADDR);
+#ifdef SO_REUSEPORT
+    if (rc == 0 && (flags & TERN_UDP_REUSEPORT))
+        rc = set_flag(fd, SOL_SOCKET, SO_REUSEPORT);
+#endif
+    if (rc == 0 && (flags & TERN_UDP_IPV6ONLY))
+        rc = set_flag(fd, IPPROTO_IPV6, IPV6_V6ONLY);
+    if (rc == 0)
+        rc = tern__net_fault();
+    socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                            : sizeof(struct sockaddr_in6);
+    if (rc == 0 && bind(fd, (struct sockaddr *)&ss, len) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned flags,
+                  tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (port > 65535 ||
+        (flags & ~(unsigned)(TERN_UDP_REUSEADDR | TERN_UDP_REUSEPORT | TERN_UDP_IPV6ONLY)))
+        return -EINVAL;
+    int rc = tern__op_admit(loop);
+    if (rc < 0)
+        return rc;
+    struct tern__udp *u = tern__calloc(1, sizeof(*u));
+    if (u == NULL) {
+        tern__op_unadmit(loop);
+        return -ENOMEM;
+    }
+    int fd = open_socket(host, port, flags);
+    if (fd < 0) {
+        tern__op_unadmit(loop);
+        tern__free(u);
+        return fd;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    (void)getsockname(fd, (struct sockaddr *)&ss, &len);
+    u->loop = loop;
+    u->fd = fd;
+    u->family = ss.ss_family;
+    u->sq_tail = &u->sq;
+    u->done_tail = &u->done;
+    u->high_water = (size_t)1 << 20;
+    tern__io_init(&u->io, udp_fired);
+    if ((rc = tern__op_add(loop, &u->op, &udp_class)) < 0) {
+        tern__op_unadmit(loop);
+        close(fd);
+        tern__free(u);
+        return rc;
+    }
+    if (idp != NULL)
+        *idp = u->op.id;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The public calls                                                    */
+/* ------------------------------------------------------------------ */
+
+int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_recv_cb cb,
+                        void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (cb == NULL || max_len > TERN__UDP_RECV_MAX)
+        return -EINVAL;
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    if (max_len == 0)
+        max_len = TERN__UDP_RECV_MAX;
+    int rc = ensure_rbuf(u, max_len);
+    if (rc < 0)
+        return rc;
+    unsigned old = u->state;
+    u->state |= TERN__U_RECEIVING;
+    if ((rc = watch(u, wanted_events(u))) < 0) {
+        u->state = old;
+        return rc;
+    }
+    u->recv_cb = cb;
+    u->recv_arg = arg;
+    u->recv_len = max_len;
+    return 0;
+}
+
+int tern_udp_recv_stop(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    u->state &= ~TERN__U_RECEIVING;
+    tern__udp_rewatch(u);
+    return 0;
+}
+
+int tern_udp_on_close(tern_loop *loop, tern_id id, tern_close_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    u->close_cb = cb;
+    u->close_arg = arg;
+    return 0;
+}
+
+int tern_udp_close(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    return u == NULL ? -ENOENT : udp_close(u);
+}
+
+int tern_udp_fd(tern_loop *loop, tern_id id)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    return u == NULL ? -ENOENT : u->fd;
+}
+
+int tern_udp_port(tern_loop *loop, tern_id id, unsigned *portp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    TERN_REQUIRE(portp != NULL);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(u->fd, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    *portp = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                           : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}

@@ -1,0 +1,108 @@
+/*
+ * UDP sockets: the private layout shared by udp.c (the record's life,
+ * receiving, the dispatch that delivers what a socket owes), udp_send.c
+ * (the send queue and its batched flush) and udp_opt.c (connect and the
+ * socket settings).
+ *
+ * A UDP socket is a loop operation (struct tern__op first), built like a
+ * stream (net_p.h): its descriptor is watched through an embedded
+ * `struct tern__io`; readiness and owed callbacks queue the op on the
+ * ready queue and its dispatch acts in step 2; closing marks the record
+ * CLOSING at once and the op stays registered until the close callback
+ * has run, so tern_loop_free's drain turns until the socket owes nothing.
+ *
+ * Sends made from inside the socket's own dispatch (a receive callback
+ * answering, a send callback sending again) are only queued: the dispatch
+ * flushes the whole queue once its callbacks have run, so the replies to
+ * a batch of datagrams leave in one sendmmsg. A send made elsewhere into
+ * an empty queue is tried at once, as a stream's write is.
+ */
+#ifndef TERN_UDP_P_H
+#define TERN_UDP_P_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "loop_p.h"
+#include "tern.h"
+
+enum {
+    TERN__U_RECEIVING = 1u << 0,  /* recv_start is in force */
+    TERN__U_CONNECTED = 1u << 1,  /* tern_udp_connect fixed a peer */
+    TERN__U_CLOSING = 1u << 2,    /* closed: the id is stale to callers */
+    TERN__U_CLOSE_RAN = 1u << 3,  /* the close callback has run */
+    TERN__U_DRAIN_OWED = 1u << 4, /* a send returned 1: drain_cb owed on low water */
+    TERN__U_DISPATCH = 1u << 5,   /* inside the socket's dispatch: sends only queue */
+};
+
+#define TERN__UDP_BUFS_MAX 64u
+#define TERN__UDP_RECV_MAX 65536u
+
+/* One tern_udp_send: its own copies of the address and the iovec array. */
+struct tern__usend {
+    struct tern__usend *next;
+    tern_stream_cb cb; /* may be NULL */
+    void *arg;
+    int status; /* set when it completes */
+    socklen_t tolen; /* 0: the connected peer */
+    struct sockaddr_storage to;
+    size_t len;
+    unsigned nbufs;
+    struct iovec iov[];
+};
+
+struct tern__udp {
+    struct tern__op op; /* first: the id, the class, the ready link */
+    tern_loop *loop;
+    unsigned state;
+    int fd;
+    int family;          /* AF_INET or AF_INET6 */
+    struct tern__io io;  /* the fd's watcher; io.events is what it waits for now */
+    unsigned io_revents; /* reported by the watcher since the last dispatch */
+
+    /* receiving */
+    tern_udp_recv_cb recv_cb;
+    void *recv_arg;
+    size_t recv_len;     /* bytes per datagram slot */
+    unsigned char *rbuf; /* TERN_UDP_BATCH slots of recv_len bytes */
+    size_t rbuf_slot;    /* the slot size rbuf was allocated for (0: none) */
+
+    /* sending (udp_send.c) */
+    struct tern__usend *sq, **sq_tail;     /* queued, in order */
+    struct tern__usend *done, **done_tail; /* completed, callbacks owed */
+    size_t queued;                         /* bytes queued, not yet sent */
+    size_t queued_count;                   /* datagrams queued */
+    size_t high_water;
+    tern_drain_cb drain_cb;
+    void *drain_arg;
+    bool drain_due;
+
+    /* closing */
+    tern_close_cb close_cb;
+    void *close_arg;
+};
+
+/* udp.c */
+/* The open socket named id, or NULL (unknown, stale, not UDP, closing). */
+struct tern__udp *tern__udp_get(tern_loop *loop, tern_id id);
+/* Queue the socket so its dispatch delivers what it owes. */
+void tern__udp_owe(struct tern__udp *u);
+/* Watch for what the state asks (receiving, sends waiting for room); a
+ * failure is told to the receive callback and fails the queued sends. */
+void tern__udp_rewatch(struct tern__udp *u);
+
+/* udp_send.c */
+/* Send what the kernel takes now; wait for room when it takes no more. */
+void tern__udp_flush(struct tern__udp *u);
+/* Complete every queued send with status. */
+void tern__udp_fail_all(struct tern__udp *u, int status);
+/* Step 2: run up to budget completed sends' callbacks, in order. */
+void tern__udp_deliver(struct tern__udp *u, unsigned budget);
+void tern__udp_free_sends(struct tern__udp *u);
+
+/* udp_opt.c: the length of a socket address of the socket's family, or 0. */
+socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa);
+
+#endif

@@ -1,0 +1,242 @@
+/*
+ * A UDP socket's send queue: datagrams in order, sent in batches, bounded
+ * by a high-water mark that tells the sender to back off.
+ *
+ * Where the system has sendmmsg, one call sends up to TERN_UDP_BATCH
+ * queued datagrams; elsewhere (and in -Dportable builds) a sendmsg per
+ * datagram does the same. A datagram is sent whole or not at all, so a
+ * send's failure (EMSGSIZE, an unreachable network, a refusal reported by
+ * ICMP on a connected socket) belongs to that datagram alone: it
+ * completes with the error and the queue goes on. Only EAGAIN stops the
+ * flush, to wait for TERN_WRITABLE.
+ *
+ * Completions are never called from inside tern_udp_send: finished sends
+ * move to the `done` list and the socket's dispatch runs them in step 2.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "udp_p.h"
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+static void complete_head(struct tern__udp *u, int status)
+{
+    struct tern__usend *r = u->sq;
+    u->sq = r->next;
+    if (u->sq == NULL)
+        u->sq_tail = &u->sq;
+    u->queued -= r->len;
+    u->queued_count--;
+    r->next = NULL;
+    r->status = status;
+    *u->done_tail = r;
+    u->done_tail = &r->next;
+}
+
+static void check_drain(struct tern__udp *u)
+{
+    if ((u->state & TERN__U_DRAIN_OWED) && u->queued <= u->high_water / 2) {
+        u->state &= ~TERN__U_DRAIN_OWED;
+        u->drain_due = true;
+        tern__udp_owe(u);
+    }
+}
+
+static void fill_msg(struct msghdr *m, struct tern__usend *r)
+{
+    *m = (struct msghdr){.msg_name = r->tolen ? &r->to : NULL,
+                         .msg_namelen = r->tolen,
+                         .msg_iov = r->iov,
+                         .msg_iovlen = r->nbufs};
+}
+
+#if defined(TERN_HAVE_MMSG)
+/* Send up to a batch from the head of the queue: how many the kernel took,
+ * or a negative errno for the head datagram. */
+static int send_some(struct tern__udp *u)
+{
+    struct mmsghdr msgs[TERN_UDP_BATCH];
+    unsigned n = 0;
+    for (struct tern__usend *r = u->sq; r != NULL && n < TERN_UDP_BATCH; r = r->next) {
+        fill_msg(&msgs[n].msg_hdr, r);
+        msgs[n++].msg_len = 0;
+    }
+    int rc = tern__net_fault();
+    if (rc < 0)
+        return rc;
+    rc = sendmmsg(u->fd, msgs, n, MSG_NOSIGNAL);
+    return rc < 0 ? -errno : rc;
+}
+#else
+static int send_some(struct tern__udp *u)
+{
+    int sent = 0;
+    for (struct tern__usend *r = u->sq; r != NULL && sent < TERN_UDP_BATCH; r = r->next) {
+        struct msghdr m;
+        fill_msg(&m, r);
+        int rc = tern__net_fault();
+        if (rc == 0 && sendmsg(u->fd, &m, MSG_NOSIGNAL) < 0)
+            rc = -errno;
+        if (rc < 0)
+            return sent > 0 ? sent : rc; /* the failure is the next call's to report */
+        sent++;
+    }
+    return sent;
+}
+#endif
+
+void tern__udp_flush(struct tern__udp *u)
+{
+    while (u->sq != NULL) {
+        int n = send_some(u);
+        if (n == -EINTR)
+            continue;
+        if (n == -EAGAIN || n == -EWOULDBLOCK)
+            break;
+        if (n < 0) {
+            complete_head(u, n);
+            continue;
+        }
+        while (n-- > 0)
+            complete_head(u, 0);
+    }
+    if (u->done != NULL)
+        tern__udp_owe(u);
+    check_drain(u);
+    tern__udp_rewatch(u);
+}
+
+void tern__udp_fail_all(struct tern__udp *u, int status)
+{
+    while (u->sq != NULL)
+        complete_head(u, status);
+    if (u->done != NULL)
+        tern__udp_owe(u);
+    check_drain(u);
+}
+
+/*
+ * Step 2: run up to `budget` completed sends' callbacks, in order. Each is
+ * unlinked before its callback runs, so sends completed (or cancelled) by
+ * a callback join the end of the same list.
+ */
+void tern__udp_deliver(struct tern__udp *u, unsigned budget)
+{
+    tern_id id = u->op.id;
+    while (u->done != NULL && budget-- > 0) {
+        struct tern__usend *r = u->done;
+        u->done = r->next;
+        if (u->done == NULL)
+            u->done_tail = &u->done;
+        if (r->cb != NULL)
+            r->cb(u->loop, id, r->status, r->arg);
+        tern__free(r);
+    }
+}
+
+void tern__udp_free_sends(struct tern__udp *u)
+{
+    struct tern__usend *lists[2] = {u->sq, u->done};
+    for (int i = 0; i < 2; i++) {
+        for (struct tern__usend *r = lists[i], *next; r != NULL; r = next) {
+            next = r->next;
+            tern__free(r);
+        }
+    }
+    u->sq = u->done = NULL;
+}
+
+int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
+                  const struct sockaddr *to, tern_stream_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (bufs == NULL || nbufs == 0 || nbufs > TERN__UDP_BUFS_MAX)
+        return -EINVAL;
+    size_t total = 0;
+    for (unsigned i = 0; i < nbufs; i++) {
+        if ((bufs[i].base == NULL && bufs[i].len != 0) || bufs[i].len > SIZE_MAX / 2 - total)
+            return -EINVAL;
+        total += bufs[i].len;
+    }
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    socklen_t tolen = 0;
+    if (u->state & TERN__U_CONNECTED) {
+        if (to != NULL)
+            return -EISCONN;
+    } else if (to == NULL) {
+        return -EDESTADDRREQ;
+    } else if ((tolen = tern__udp_addr_len(u, to)) == 0) {
+        return -EINVAL;
+    }
+    struct tern__usend *r = tern__malloc(sizeof(*r) + nbufs * sizeof(struct iovec));
+    if (r == NULL)
+        return -ENOMEM;
+    r->next = NULL;
+    r->cb = cb;
+    r->arg = arg;
+    r->status = 0;
+    r->tolen = tolen;
+    if (tolen != 0)
+        memcpy(&r->to, to, tolen);
+    r->len = total;
+    r->nbufs = nbufs;
+    for (unsigned i = 0; i < nbufs; i++)
+        r->iov[i] = (struct iovec){.iov_base = (void *)bufs[i].base, .iov_len = bufs[i].len};
+    bool was_empty = u->sq == NULL;
+    *u->sq_tail = r;
+    u->sq_tail = &r->next;
+    u->queued += total;
+    u->queued_count++;
+    /* Inside its own dispatch the socket flushes once its callbacks ran;
+     * a queue waiting for room is flushed when the room comes. */
+    if (!(u->state & TERN__U_DISPATCH) && !(u->io.events & TERN_WRITABLE)) {
+        if (was_empty)
+            tern__udp_flush(u);
+        else
+            tern__udp_owe(u);
+    }
+    if (u->queued > u->high_water) {
+        u->state |= TERN__U_DRAIN_OWED;
+        return 1;
+    }
+    return 0;
+}
+
+int tern_udp_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb,
+                            void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    if (bytes == 0)
+        return -EINVAL;
+    u->high_water = bytes;
+    u->drain_cb = cb;
+    u->drain_arg = arg;
+    check_drain(u);
+    return 0;
+}
+
+int tern_udp_send_queue_size(tern_loop *loop, tern_id id, size_t *bytes, size_t *count)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    TERN_REQUIRE(bytes != NULL);
+    struct tern__udp *u = tern__udp_get(loop, id);
+    if (u == NULL)
+        return -ENOENT;
+    *bytes = u->queued;
+    if (count != NULL)
+        *count = u->queued_count;
+    return 0;
+}
