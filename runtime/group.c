@@ -43,6 +43,23 @@
  * that is already gone or running it unnoticed. Each member then frees its
  * loop on its own thread: tern_loop_free drains once.
  *
+ * Setup. tern_group_start counts the members still in setup
+ * (setup_left); each member thread, having claimed its loop, runs the
+ * setup callbacks and then waits until the count is 0 (setup_barrier), so
+ * no loop turns before every setup has returned. The wait takes part in a
+ * pause, so a setup callback may pause the group.
+ *
+ * Broadcast. One record per broadcast, with one inbox node per member,
+ * allocated at once (so a broadcast is queued on every member or on none)
+ * and appended to every member's inbox under the lock, then the members
+ * are kicked. A member runs its inbox between turns (run_inbox) and never
+ * goes idle with it non-empty (idle_wait checks under the lock); the
+ * member that brings the record's count to 0 runs done and frees it.
+ * Broadcasts are accepted only while the state is RUNNING, under the same
+ * lock shutdown changes it under: one accepted before is in every inbox
+ * before phase one begins, and phase one cannot end until every inbox is
+ * empty; one after is refused.
+ *
  * Lock order: the group's lock, then (inside tern_loop_stop and
  * tern__inbound_pending) nothing that locks. pool/gate.c's park_lock is
  * taken only after the group's lock is released.
@@ -74,6 +91,25 @@ struct teardown {
     void *arg;
 };
 
+struct setup {
+    tern_group_fn fn;
+    void *arg;
+};
+
+struct broadcast;
+struct inbox_node {
+    struct inbox_node *next;
+    struct broadcast *b;
+};
+
+struct broadcast {
+    tern_group_fn fn;
+    tern_fn done;
+    void *arg;
+    _Atomic unsigned left; /* members that have not run fn yet */
+    struct inbox_node node[]; /* one per member */
+};
+
 struct member {
     tern_group *group;
     tern_loop *loop;
@@ -87,6 +123,8 @@ struct member {
     bool teardown_posted; /* member thread only */
     bool destroyed;       /* its thread freed the loop (read after join) */
     /* under the group's lock */
+    struct inbox_node *inbox_head, *inbox_tail; /* broadcasts to run, in order */
+    _Atomic bool inbox_full; /* inbox_head != NULL: read between turns */
     bool idle;
     unsigned parked_gen; /* the pause generation it last parked for */
 };
@@ -96,6 +134,8 @@ struct tern_group {
     unsigned n;
     char name[NAME_MAX_LEN + 1];
     bool started, waited; /* the starting thread's (start, wait, free) */
+    struct setup *setup;  /* the starting thread's until start */
+    unsigned setup_len, setup_cap;
 
     pthread_mutex_t lock;
     pthread_cond_t cond;  /* broadcast on every change below */
@@ -106,6 +146,7 @@ struct tern_group {
     unsigned pause_gen;
     unsigned parked;      /* members parked for pause_gen */
     unsigned idle;        /* members idle in phase one */
+    unsigned setup_left;  /* members whose setup callbacks have not all returned */
 
     _Atomic unsigned signal; /* SIG_*: written under lock, read between turns */
     _Atomic bool finished;   /* phase one is over: destroy */
@@ -239,6 +280,24 @@ int tern_group_on_shutdown(tern_group *group, unsigned index, tern_fn fn, void *
     return 0;
 }
 
+int tern_group_on_setup(tern_group *group, tern_group_fn fn, void *arg)
+{
+    REQUIRE_GROUP(group);
+    tern_group *g = group;
+    if (fn == NULL || g->started)
+        return -EINVAL;
+    if (g->setup_len == g->setup_cap) {
+        unsigned cap = g->setup_cap ? 2 * g->setup_cap : 4;
+        struct setup *t = tern__realloc(g->setup, cap * sizeof(*t));
+        if (t == NULL)
+            return -ENOMEM;
+        g->setup = t;
+        g->setup_cap = cap;
+    }
+    g->setup[g->setup_len++] = (struct setup){fn, arg};
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Waking members, RCU                                                 */
 /* ------------------------------------------------------------------ */
@@ -332,6 +391,7 @@ int tern_group_pause(tern_group *group)
     g->pause_gen++;
     g->parked = 0;
     atomic_fetch_or_explicit(&g->signal, SIG_PAUSE, memory_order_relaxed);
+    pthread_cond_broadcast(&g->cond); /* members waiting at the setup barrier park */
     kick(g, self);
     unsigned need = g->n - (self != NULL ? 1 : 0);
     while (g->parked < need)
@@ -358,6 +418,71 @@ int tern_group_resume(tern_group *group)
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
     return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Broadcast                                                           */
+/* ------------------------------------------------------------------ */
+
+int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_fn done, void *arg)
+{
+    REQUIRE_GROUP(group);
+    tern_group *g = group;
+    if (fn == NULL)
+        return -EINVAL;
+    struct broadcast *b = tern__malloc(sizeof(*b) + g->n * sizeof(b->node[0]));
+    if (b == NULL)
+        return -ENOMEM;
+    b->fn = fn;
+    b->done = done;
+    b->arg = arg;
+    atomic_init(&b->left, g->n);
+    pthread_mutex_lock(&g->lock);
+    int rc = g->state == STATE_RUNNING ? 0 : g->state == STATE_NEW ? -EINVAL : -ESHUTDOWN;
+    if (rc == 0) {
+        for (unsigned i = 0; i < g->n; i++) {
+            struct member *m = &g->m[i];
+            b->node[i] = (struct inbox_node){.next = NULL, .b = b};
+            if (m->inbox_tail != NULL)
+                m->inbox_tail->next = &b->node[i];
+            else
+                m->inbox_head = &b->node[i];
+            m->inbox_tail = &b->node[i];
+            atomic_store_explicit(&m->inbox_full, true, memory_order_relaxed);
+        }
+        kick(g, NULL);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (rc < 0)
+        free(b);
+    return rc;
+}
+
+/*
+ * Between turns, on the member's thread: run the broadcasts queued for it,
+ * in order. The inbox is taken whole under the lock and run outside it, so
+ * fn may broadcast, pause or shut down.
+ */
+static void run_inbox(struct member *m)
+{
+    tern_group *g = m->group;
+    pthread_mutex_lock(&g->lock);
+    struct inbox_node *n = m->inbox_head;
+    m->inbox_head = m->inbox_tail = NULL;
+    atomic_store_explicit(&m->inbox_full, false, memory_order_relaxed);
+    pthread_mutex_unlock(&g->lock);
+    while (n != NULL) {
+        struct inbox_node *next = n->next;
+        struct broadcast *b = n->b;
+        b->fn(m->loop, m->index, b->arg);
+        /* acq_rel: the last one sees every other member's fn done. */
+        if (atomic_fetch_sub_explicit(&b->left, 1, memory_order_acq_rel) == 1) {
+            if (b->done != NULL)
+                b->done(m->loop, b->arg);
+            free(b);
+        }
+        n = next;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -426,7 +551,7 @@ static bool idle_wait(struct member *m)
     tern_group *g = m->group;
     tern_loop *loop = m->loop;
     pthread_mutex_lock(&g->lock);
-    if (tern__inbound_pending(loop)) {
+    if (tern__inbound_pending(loop) || m->inbox_head != NULL) {
         pthread_mutex_unlock(&g->lock);
         return false;
     }
@@ -484,6 +609,8 @@ static void run_member(struct member *m)
             if ((sig & SIG_SHUTDOWN) && !m->teardown_posted)
                 m->teardown_posted = tern_post(loop, teardown_post, m) == 0;
         }
+        if (atomic_load_explicit(&m->inbox_full, memory_order_relaxed))
+            run_inbox(m);
         if (!tern__loop_alive(loop)) {
             if (idle_wait(m))
                 return;
@@ -494,6 +621,29 @@ static void run_member(struct member *m)
         /* A stop is only a wake-up here. Pairs with the fence in kick(). */
         atomic_exchange_explicit(&loop->stop_requested, false, memory_order_acquire);
     }
+}
+
+/*
+ * Before the first turn: run the setup callbacks, then wait until every
+ * member has (taking part in any pause meanwhile, RCU-offline).
+ */
+static void run_setup(struct member *m)
+{
+    tern_group *g = m->group;
+    for (unsigned i = 0; i < g->setup_len; i++)
+        g->setup[i].fn(m->loop, m->index, g->setup[i].arg);
+    pthread_mutex_lock(&g->lock);
+    if (--g->setup_left == 0)
+        pthread_cond_broadcast(&g->cond);
+    while (g->setup_left > 0) {
+        park_locked(m);
+        if (g->setup_left == 0)
+            break;
+        bool online = rcu_pause();
+        pthread_cond_wait(&g->cond, &g->lock);
+        rcu_unpause(online);
+    }
+    pthread_mutex_unlock(&g->lock);
 }
 
 static void *member_main(void *arg)
@@ -522,6 +672,7 @@ static void *member_main(void *arg)
     tern_loop *loop = m->loop;
     tern_loop *prev = tern__loop_claim(loop, "tern_group_start");
     tern__rcu_enter(loop);
+    run_setup(m);
     run_member(m);
     tern__rcu_leave(loop);
     tern__loop_release(loop, prev);
@@ -550,6 +701,7 @@ int tern_group_start(tern_group *group)
         g->start_failed = true;
     else {
         g->go = true;
+        g->setup_left = g->n;
         if (g->state == STATE_NEW)
             g->state = STATE_RUNNING;
     }
@@ -595,7 +747,9 @@ void tern_group_free(tern_group *group)
         if (!m->destroyed)
             tern_loop_free(m->loop); /* never started: an ordinary free */
         free(m->teardown);
+        TERN_INSIST(m->inbox_head == NULL); /* broadcasts are accepted only while running */
     }
+    free(g->setup);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
     g->magic = 0;

@@ -157,4 +157,48 @@ TERN_EXTERN int tern_group_pause(tern_group *group);
  */
 TERN_EXTERN int tern_group_resume(tern_group *group);
 
+/*
+ * What tern_group_on_setup and tern_group_broadcast run on each loop:
+ * fn(loop, index, arg) on the loop thread of loop index.
+ */
+typedef void (*tern_group_fn)(tern_loop *loop, unsigned index, void *arg);
+
+/*
+ * tern_group_on_setup: register fn(loop, index, arg) to run on every loop
+ * of the group, on its own thread, when the group starts: each loop runs
+ * its setup callbacks in registration order before its first turn, and no
+ * loop runs a turn until every loop's setup callbacks have returned (work
+ * posted to a loop meanwhile waits for its first turn). A setup callback
+ * may make loop-only calls on its loop (listen, start timers, submit) and
+ * may post to the other loops; it runs even when shutdown was asked before
+ * start (teardown then follows it).
+ * Requires: group != NULL; before tern_group_start. A setup callback must
+ *           not wait for another loop (it has not served yet); it may call
+ *           tern_group_pause, which the other loops join from their wait.
+ * Returns: 0; -EINVAL for a NULL fn or a group already started; -ENOMEM.
+ * Ownership: arg stays the caller's.
+ * Threads: the thread that creates and starts the group.
+ */
+TERN_EXTERN int tern_group_on_setup(tern_group *group, tern_group_fn fn, void *arg);
+
+/*
+ * tern_group_broadcast: run fn(loop, index, arg) once on every loop of the
+ * group, on its own thread between two turns (after the callbacks of the
+ * turn it was in), and then done(loop, arg) once, on the loop that ran fn
+ * last, right after fn there: done learns that every loop has run it. To
+ * be told on another loop, done posts there. Loop i runs broadcasts in the
+ * order they were accepted, each after its setup callbacks.
+ * Racing tern_group_shutdown, a broadcast is either refused (-ESHUTDOWN:
+ * fn runs nowhere and done is not called) or accepted, and then runs on
+ * every loop during shutdown's first phase, which does not end before it
+ * has: never lost, never twice.
+ * Requires: group != NULL.
+ * Returns: 0 when accepted; -EINVAL for a NULL fn or a group not yet
+ *          started; -ESHUTDOWN once shutdown has begun; -ENOMEM (nothing
+ *          was queued).
+ * Ownership: arg stays the caller's until done has run.
+ * Threads: any thread, the group's own loops included.
+ */
+TERN_EXTERN int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_fn done, void *arg);
+
 #endif /* TERN_GROUP_H */

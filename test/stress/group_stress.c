@@ -19,6 +19,12 @@
  *   - shutdown: every loop's teardown starts chains of posts that walk the
  *     loops and submit jobs; every hop, every post and every job runs
  *     exactly once, and the group ends;
+ *   - setup (tern_group_on_setup) ran once on every loop before any loop
+ *     served: the first post each loop runs sees every setup done;
+ *   - broadcasts from an outside thread and from the loops' ticks, racing
+ *     pauses and the shutdown: each accepted one ran fn once on every loop
+ *     and done once, each refused one (-ESHUTDOWN) nowhere, and fn never
+ *     runs while another thread holds exclusive mode;
  *   - every wait is bounded: a watchdog reports the state and fails the
  *     run if a round does not end in time.
  * Ends with "N passed, N failed".
@@ -92,6 +98,7 @@ static atomic_uint violations, pauses, member_pauses, refused_pauses, rcu_syncs;
 static atomic_uint posts_made, posts_ran, jobs_made, jobs_done;
 static atomic_uint hops_ran[CHAINS * MAX_LOOPS][HOPS + 1];
 static atomic_bool stopping_outside;
+static atomic_uint setups_ran, casts_accepted, cast_fn_calls, cast_dones;
 
 struct member {
     unsigned index;
@@ -192,6 +199,54 @@ static void job_done(tern_loop *loop, tern_id id, int status, void *result, void
         submit_one(loop, m);
 }
 
+/* ---------------------------------------------------------------- */
+/* Setup and broadcasts                                              */
+/* ---------------------------------------------------------------- */
+
+static void on_setup(tern_loop *loop, unsigned index, void *arg)
+{
+    (void)loop, (void)arg;
+    if (self_index() != (int)index || atomic_load(&posts_ran) != 0)
+        atomic_fetch_add(&violations, 1); /* wrong thread, or a loop served already */
+    atomic_fetch_add(&setups_ran, 1);
+}
+
+static void cast_fn(tern_loop *loop, unsigned index, void *arg)
+{
+    (void)loop, (void)arg;
+    on_callback(); /* never inside another thread's exclusive mode */
+    if (self_index() != (int)index)
+        atomic_fetch_add(&violations, 1);
+    atomic_fetch_add(&cast_fn_calls, 1);
+}
+
+static void cast_done(tern_loop *loop, void *arg)
+{
+    (void)loop, (void)arg;
+    atomic_fetch_add(&cast_dones, 1);
+}
+
+/* Broadcast; count it if accepted. False once the group refuses. */
+static bool cast_one(void)
+{
+    int rc = tern_group_broadcast(group, cast_fn, cast_done, NULL);
+    if (rc == 0)
+        atomic_fetch_add(&casts_accepted, 1);
+    else if (rc != -ESHUTDOWN)
+        atomic_fetch_add(&violations, 1);
+    return rc == 0;
+}
+
+static void *outside_caster(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg | 1;
+    while (cast_one()) {
+        struct timespec ts = {0, (long)(rnd(&x) % 200000)}; /* pacing, not synchronisation */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
 static void tick(tern_loop *loop, tern_id id, void *arg)
 {
     (void)id;
@@ -201,6 +256,8 @@ static void tick(tern_loop *loop, tern_id id, void *arg)
     tern_loop *to = tern_group_loop(group, (unsigned)(r % nloops));
     if (tern_post(to, post_ran, NULL) == 0)
         atomic_fetch_add(&posts_made, 1);
+    if (r % 53 == 0)
+        cast_one();
     if (r % 97 == 0) {
         int rc = tern_group_pause(group);
         if (rc == 0) {
@@ -216,6 +273,8 @@ static void tick(tern_loop *loop, tern_id id, void *arg)
 static void setup(tern_loop *loop, void *arg)
 {
     struct member *m = arg;
+    if (atomic_load(&setups_ran) != nloops)
+        atomic_fetch_add(&violations, 1); /* served before every loop's setup returned */
     uint64_t period = 20000 + rnd(&m->rng) % 200000; /* 20..220 µs */
     if (tern_timer_start(loop, period, period, tick, m, &m->timer) != 0)
         atomic_fetch_add(&violations, 1);
@@ -360,6 +419,10 @@ static void round_run(unsigned r, uint64_t *x)
     atomic_store(&jobs_made, 0);
     atomic_store(&jobs_done, 0);
     atomic_store(&stopping_outside, false);
+    atomic_store(&setups_ran, 0);
+    atomic_store(&casts_accepted, 0);
+    atomic_store(&cast_fn_calls, 0);
+    atomic_store(&cast_dones, 0);
     memset(hops_ran, 0, sizeof hops_ran);
     round_no = r;
     round_over = false;
@@ -391,9 +454,11 @@ static void round_run(unsigned r, uint64_t *x)
         tern_group_on_shutdown(group, i, teardown, &members[i]);
         tern_post(tern_group_loop(group, i), setup, &members[i]);
     }
+    tern_group_on_setup(group, on_setup, NULL);
     tern_group_start(group);
-    pthread_t pauser;
+    pthread_t pauser, caster;
     pthread_create(&pauser, NULL, outside_pauser, (void *)(uintptr_t)rnd(x));
+    pthread_create(&caster, NULL, outside_caster, (void *)(uintptr_t)rnd(x));
     uint64_t end = now_ns() + (contended ? 2 : 1) * ROUND_NS;
     while (now_ns() < end) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -402,6 +467,7 @@ static void round_run(unsigned r, uint64_t *x)
     tern_group_shutdown(group);
     atomic_store(&stopping_outside, true);
     pthread_join(pauser, NULL);
+    pthread_join(caster, NULL); /* it ends when the shutdown refuses it */
     tern_group_wait(group);
     tern_group_free(group);
     group = NULL;
@@ -428,6 +494,17 @@ static void round_run(unsigned r, uint64_t *x)
     snprintf(what, sizeof what, "round %u: every job completed once (%u of %u)", r,
              atomic_load(&jobs_done), atomic_load(&jobs_made));
     check(atomic_load(&jobs_done) == atomic_load(&jobs_made), what);
+    snprintf(what, sizeof what, "round %u: setup ran once per loop (%u of %u)", r,
+             atomic_load(&setups_ran), nloops);
+    check(atomic_load(&setups_ran) == nloops, what);
+    unsigned acc = atomic_load(&casts_accepted);
+    snprintf(what, sizeof what,
+             "round %u: every accepted broadcast ran once per loop and done once (%u accepted, "
+             "%u fn of %u, %u done)",
+             r, acc, atomic_load(&cast_fn_calls), acc * nloops, atomic_load(&cast_dones));
+    check(acc > 0 && atomic_load(&cast_fn_calls) == acc * nloops &&
+              atomic_load(&cast_dones) == acc,
+          what);
     unsigned bad = 0;
     for (unsigned c = 0; c < nloops * CHAINS; c++)
         for (unsigned n = 0; n <= HOPS; n++)
