@@ -15,6 +15,7 @@ Run by test/docs_test.sh with the project root as argv[1]. Checks:
             docs/api.md, and every errno the section's **Returns** names
             is in the header comment (unless the comment defers to another
             function: "as tern_submit").
+  numbering the numbered sections of a doc ("## 3. ...") count 1, 2, 3...
   snippets  every fenced ```c block in docs/*.md compiles against the
             headers (cc -fsyntax-only, with the usual libc headers and
             tern.h included first, and the warnings that GCC 14 makes
@@ -118,6 +119,16 @@ for doc in docs:
 
 if passed < 30:
     fail(f"found only {passed} TERN_* names in docs/: the extraction is broken")
+
+# ------------------------------------------------------------ numbering
+
+# Numbered sections ("## 3. ...") of a doc count 1, 2, 3, ... once each.
+for doc in docs:
+    numbers = [int(n) for n in re.findall(r"^## ([0-9]+)\. ", read(doc), re.M)]
+    if numbers == list(range(1, len(numbers) + 1)):
+        ok()
+    else:
+        fail(f"{rel(doc)}: numbered sections go {numbers}, not 1..{len(numbers)} once each")
 
 # -------------------------------------------------------------- returns
 
