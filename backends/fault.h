@@ -1,7 +1,8 @@
 /*
  * The fault seam. Every allocation, thread creation and descriptor
  * creation in tern goes through here so a test can make the Nth such call
- * fail (tern__fault_arm). Disarmed, the cost is one relaxed load.
+ * fail (tern__fault_arm). Disarmed, the cost is one relaxed load (two
+ * for a file request's system call: the hold's flag too).
  *
  * Tests reach these through the static library; they are not exported
  * from the shared one.
