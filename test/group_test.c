@@ -716,3 +716,64 @@ Test(exclusive, pause_from_a_bounded_job_aborts_with_its_message, .timeout = TES
 {
     expect_child_abort(body_pause_from_job, "called from a bounded pool job");
 }
+
+/* ------------------------------------------------------------------ */
+/* The pause gate with no pool, and with two holders                   */
+/* ------------------------------------------------------------------ */
+
+Test(exclusive, pause_and_resume_with_no_pool_running, .timeout = TEST_TIMEOUT)
+{
+    tern_group *g = group_new_n(2, 0);
+    cr_assert_eq(tern_group_start(g), 0);
+    cr_assert(!tern__pool_running(), "something started the pool");
+    cr_assert_eq(tern_group_pause(g), 0);
+    cr_assert_eq(tern_group_resume(g), 0);
+    cr_assert(!tern__pool_running(), "a pause started the pool");
+    group_end(g);
+}
+
+static atomic_uint gate_job_started;
+
+static void *gate_job(tern_job *job, void *arg)
+{
+    (void)job, (void)arg;
+    atomic_fetch_add(&gate_job_started, 1);
+    return NULL;
+}
+
+static void gate_job_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id, (void)result, (void)arg;
+    cr_assert_eq(status, 0);
+}
+
+/*
+ * Two groups paused at once hold the bounded workers twice: the first
+ * resume lets none go, the second lets them all go.
+ */
+Test(exclusive, bounded_workers_wait_for_the_last_of_two_holders, .timeout = TEST_TIMEOUT)
+{
+    cr_assert_eq(tern_pool_start(NULL), 0);
+    tern_group *g1 = group_new_n(2, 0), *g2 = group_new_n(2, 0);
+    cr_assert_eq(tern_group_start(g1), 0);
+    cr_assert_eq(tern_group_start(g2), 0);
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    atomic_store(&gate_job_started, 0);
+    cr_assert_eq(tern_group_pause(g1), 0);
+    cr_assert_eq(tern_group_pause(g2), 0);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, gate_job, gate_job_done, NULL, NULL), 0);
+    sleep_ns(20 * MS);
+    cr_assert_eq(atomic_load(&gate_job_started), 0, "a bounded job started under two holds");
+    cr_assert_eq(tern_group_resume(g1), 0);
+    sleep_ns(20 * MS);
+    cr_assert_eq(atomic_load(&gate_job_started), 0,
+                 "a bounded job started while a second holder still held");
+    cr_assert_eq(tern_group_resume(g2), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(atomic_load(&gate_job_started), 1);
+    tern_loop_free(loop);
+    group_end(g1);
+    group_end(g2);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * SEC), 0);
+}

@@ -182,3 +182,18 @@ Test(platform, cond_deadlines_use_the_condvars_clock)
     cr_assert_eq(tern__cond_init(&c), 0);
     pthread_cond_destroy(&c);
 }
+
+/* The descriptor helpers report the system's errno, negated, and make nothing. */
+Test(platform, descriptor_helpers_report_the_system_error, .timeout = TEST_TIMEOUT)
+{
+    cr_assert_eq(tern__fd_nonblock_cloexec(-1), -EBADF);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    close(fds[1]);
+    int closed = fds[1];
+    cr_assert_eq(tern__fd_nonblock_cloexec(closed), -EBADF);
+    cr_assert_eq(tern__fd_nonblock_cloexec(fds[0]), 0);
+    close(fds[0]);
+    cr_assert_eq(tern__socket(-1, SOCK_STREAM), -EAFNOSUPPORT);
+    cr_assert_eq(tern__accept(-1), -EBADF);
+}

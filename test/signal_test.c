@@ -5,6 +5,7 @@
  * cancel hand the signal back (unblocked, pending instances consumed);
  * unreferenced watchers; teardown; bad input. Every backend.
  */
+#include "abort_helpers.h"
 #include "loop_helpers.h"
 
 #include <signal.h>
@@ -341,4 +342,89 @@ BACKEND_TEST(signal, liburcus_call_rcu_helper_never_takes_the_signal)
     cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 500));
     cr_assert_eq(tern_signal_stop(loop, id), 0);
     loop_free_clean(loop);
+}
+
+static void never_timer(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id, (void)arg;
+    cr_assert_fail("the placeholder timer fired");
+}
+
+/*
+ * A loop at max_operations refuses a signal watcher with -EAGAIN and
+ * releases the signal it had reserved: once there is room, the same
+ * signal can be watched (no -EEXIST left behind).
+ */
+BACKEND_TEST(signal, a_full_loop_refuses_and_gives_the_signal_back)
+{
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = backend;
+    opts.max_operations = 1;
+    tern_loop *loop = loop_new_opts(&opts);
+    struct seen s = {0};
+    tern_id timer, id = 0;
+    cr_assert_eq(tern_timer_start(loop, 3600 * SEC, 0, never_timer, NULL, &timer), 0);
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), -EAGAIN);
+    cr_assert_eq(id, 0, "a refused start wrote an id");
+    cr_assert_not(blocked_here(SIGUSR1), "a refused start left the signal blocked");
+    cr_assert_eq(tern_timer_stop(loop, timer), 0);
+    cr_assert_eq(tern_signal_start(loop, SIGUSR1, on_signal, &s, &id), 0,
+                 "the refused start kept the signal reserved");
+    cr_assert_eq(tern_signal_stop(loop, id), 0);
+    loop_free_clean(loop);
+}
+
+static void on_readable(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+{
+    (void)loop, (void)id, (void)fd, (void)events, (void)arg;
+}
+
+/*
+ * idp may be NULL (the watcher then ends with its loop); a signal number
+ * the kernel does not have is -EINVAL; tern_signal_stop refuses the id of
+ * an operation of another kind with -ENOENT and leaves it running.
+ */
+BACKEND_TEST(signal, no_id_out_of_range_and_the_wrong_kind)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct seen s = {0};
+    tern_id id = 0;
+    cr_assert_eq(tern_signal_start(loop, 0, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, _NSIG, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, SIGSTOP, on_signal, &s, &id), -EINVAL);
+    cr_assert_eq(tern_signal_start(loop, SIGUSR2, on_signal, &s, NULL), 0);
+    raise_here(backend, SIGUSR2);
+    cr_assert(run_until_count(loop, &s.n, 1, 10 * MS, 500));
+    cr_assert_eq(s.signo, SIGUSR2);
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    tern_id io;
+    cr_assert_eq(tern_io_start(loop, sv[0], TERN_READABLE, on_readable, NULL, &io), 0);
+    cr_assert_eq(tern_signal_stop(loop, io), -ENOENT, "a watcher's id stopped as a signal's");
+    cr_assert_eq(tern_io_stop(loop, io), 0, "the watcher was stopped by tern_signal_stop");
+    cr_assert_eq(tern_signal_stop(loop, s.id), 0);
+    loop_free_clean(loop);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void signal_start_null_loop(void *ctx)
+{
+    (void)ctx;
+    tern_signal_start(NULL, SIGUSR1, on_signal, NULL, NULL);
+}
+
+static void signal_stop_null_loop(void *ctx)
+{
+    (void)ctx;
+    tern_signal_stop(NULL, 1);
+}
+
+Test(signal, a_null_loop_aborts_naming_the_rule, .timeout = TEST_TIMEOUT)
+{
+    expect_abort(signal_start_null_loop, NULL, "tern_signal_start",
+                 "REQUIRE failed: NULL or freed loop");
+    expect_abort(signal_stop_null_loop, NULL, "tern_signal_stop",
+                 "REQUIRE failed: NULL or freed loop");
 }
