@@ -7,6 +7,7 @@
  */
 #include "bench.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
