@@ -538,6 +538,7 @@ TERN_INLINE void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out
 #include "tern/group.h"
 #include "tern/fs.h"
 #include "tern/process.h"
+#include "tern/watch.h"
 
 #ifdef __cplusplus
 }
