@@ -86,8 +86,7 @@ TERN_EXTERN void tern_process_options_init(tern_process_options *opts);
  * Requires: loop != NULL; opts != NULL with file != NULL; cb != NULL.
  * Returns: 0 and *idp (if idp != NULL); -EINVAL for a NULL file or cb,
  *          stdio_count over 64, an unknown stdio kind or flag, or a
- *          negative TERN_STDIO_FD descriptor; -ENOTSUP for uid/gid or cwd
- *          where the build cannot set them; the program's exec error
+ *          negative TERN_STDIO_FD descriptor; the program's exec error
  *          (-ENOENT, -EACCES, -ENOEXEC, ...), or the error of chdir,
  *          setuid, setgid or setsid in the child; -EAGAIN at max_operations
  *          or when the system refuses a process; -EMFILE, -ENOMEM;
