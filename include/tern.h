@@ -90,7 +90,13 @@ typedef struct tern_pool_config {
 enum { TERN_POOL_DRAIN = 0, TERN_POOL_CANCEL = 1 };
 
 /*
- * tern_pool_config_init: fill *cfg with the defaults.
+ * tern_pool_config_init: fill *cfg with the defaults: the built-in ones,
+ * changed by the environment's TERN_POOL_THREADS, TERN_POOL_QUEUE_CAPACITY,
+ * TERN_POOL_LONG_THREADS_MAX and TERN_POOL_LONG_IDLE_TIMEOUT_MS (read once
+ * per process). A NULL configuration means the same. A variable that is
+ * not a decimal number in its field's range makes every pool start fail
+ * with -EINVAL (tern_pool_start, or the first submission), with one line
+ * on stderr naming it; it is never replaced by a default.
  * Requires: cfg != NULL.
  * Threads: any thread.
  */
