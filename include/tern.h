@@ -90,7 +90,13 @@ typedef struct tern_pool_config {
 enum { TERN_POOL_DRAIN = 0, TERN_POOL_CANCEL = 1 };
 
 /*
- * tern_pool_config_init: fill *cfg with the defaults.
+ * tern_pool_config_init: fill *cfg with the defaults: the built-in ones,
+ * changed by the environment's TERN_POOL_THREADS, TERN_POOL_QUEUE_CAPACITY,
+ * TERN_POOL_LONG_THREADS_MAX and TERN_POOL_LONG_IDLE_TIMEOUT_MS (read once
+ * per process). A NULL configuration means the same. A variable that is
+ * not a decimal number in its field's range makes every pool start fail
+ * with -EINVAL (tern_pool_start, or the first submission), with one line
+ * on stderr naming it; it is never replaced by a default.
  * Requires: cfg != NULL.
  * Threads: any thread.
  */
@@ -512,13 +518,19 @@ TERN_INLINE void tern_pool_stats_get(tern_pool_stats *out)
 typedef struct tern_loop_stats {
     uint64_t turns, posts, wake_syscalls, events, idle_ns;
     unsigned live_operations, undelivered, undelivered_peak;
+    /* New fields go at the end (docs/api.md, "How the ABI grows"). */
+    uint64_t busy_ns;    /* time in turns not blocked: utilisation = busy / (busy + idle) */
+    uint64_t lag_count;  /* deadlines fired (timers and internal deadlines) */
+    uint64_t lag_p50_ns, lag_p99_ns, lag_max_ns; /* how late they fired */
 } tern_loop_stats;
 
 /*
  * tern_loop_stats_read: the loop's counters. turns completed, posts run,
  * wake syscalls made by producers, callbacks dispatched in step 2 (events),
  * time blocked in the backend (idle_ns), live operations now, pool
- * completions undelivered now and at peak. Fills the first size bytes of
+ * completions undelivered now and at peak; time busy in turns (busy_ns)
+ * and how late deadlines fired (lag_*: log2-bucket percentiles, within a
+ * factor of two, since the loop was made). Fills the first size bytes of
  * out, as tern_pool_stats_read. Callers use tern_loop_stats_get.
  * Requires: loop != NULL; out != NULL; size > 0.
  * Threads: any thread (relaxed reads; a moment apart).

@@ -51,6 +51,11 @@ static _Atomic bool closing;
 void tern_pool_config_init(tern_pool_config *cfg)
 {
     TERN_REQUIRE(cfg != NULL);
+    tern__pool_env_apply(cfg);
+}
+
+void tern__pool_config_defaults(tern_pool_config *cfg)
+{
     *cfg = (tern_pool_config){
         .threads = 4,
         .queue_capacity = 1024,
@@ -99,13 +104,15 @@ static void reset_stats(void)
 /* Called with start_lock held. */
 static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
 {
+    int rc = tern__pool_env_check();
+    if (rc < 0)
+        return rc;
     struct tern__pool *p = tern__calloc_aligned(alignof(struct tern__pool), sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
     p->cfg = *cfg;
     p->gen = ++generation;
     atomic_store_explicit(&ever_started, true, memory_order_relaxed);
-    int rc;
     if ((rc = tern__lookup_init(p)) < 0) {
         free(p);
         return rc;

@@ -284,4 +284,14 @@ int tern__lookup_init(struct tern__pool *p);
 void tern__lookup_destroy(struct tern__pool *p);
 void tern__lookup_drain(struct tern__pool *p, void (*fn)(struct tern__work *job));
 
+/*
+ * The configuration's defaults (pool.c): built in, and with the
+ * environment's TERN_POOL_* variables applied (env.c). A bad variable
+ * makes every start fail: tern__pool_env_check returns -EINVAL and says
+ * why on stderr, once.
+ */
+void tern__pool_config_defaults(tern_pool_config *cfg);
+void tern__pool_env_apply(tern_pool_config *cfg);
+int tern__pool_env_check(void);
+
 #endif

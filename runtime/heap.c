@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "lag.h"
 #include "loop_p.h"
 #include "testing.h"
 
@@ -251,6 +252,7 @@ void tern__deadline_fire(tern_loop *loop)
 {
     const struct tern__heap_entry *top;
     while ((top = tern__heap_top(&loop->heap)) != NULL && top->deadline <= loop->now) {
+        tern__lag_record(loop, top->deadline);
         uint32_t ref = top->ref;
         if (!(ref & TERN__HEAP_OP)) {
             (void)remove_at(loop, 0);

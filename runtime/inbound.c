@@ -171,7 +171,7 @@ static struct tern__inbound *node_alloc(void)
     return &carving->nodes[carved++];
 }
 
-void tern__test_inbound_fresh_block(void)
+void tern__inbound_drop_block(void)
 {
     carving_exit(NULL);
 }

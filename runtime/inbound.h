@@ -68,4 +68,8 @@ void tern__inbound_drain(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */
 bool tern__inbound_quiet(tern_loop *loop);
 
+/* Give back the calling thread's block of post records, as its exit does:
+ * its next post allocates a fresh one (runtime/seams.c). */
+void tern__inbound_drop_block(void);
+
 #endif

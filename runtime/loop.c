@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "job_p.h"
+#include "lag.h"
 #include "loop_p.h"
 #include "sized.h"
 #include "testing.h"
@@ -316,6 +317,7 @@ int tern_loop_run(tern_loop *loop)
         }
     }
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
+    loop->busy_from = 0; /* time outside a run is neither busy nor idle */
     tern__rcu_leave(loop);
     tern__loop_release(loop, prev);
     return result;
@@ -332,6 +334,7 @@ int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
      */
     tern__loop_turn(loop, tern__loop_alive(loop) ? max_wait_ns : 0);
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
+    loop->busy_from = 0; /* the host's time between calls is not the loop's */
     int alive = tern__loop_alive(loop) ? 1 : 0;
     tern__rcu_leave(loop);
     tern__loop_release(loop, prev);
@@ -502,7 +505,9 @@ void tern_loop_stats_read(const tern_loop *loop, tern_loop_stats *out, size_t si
                                       tern__posts_pending(l)),
         .undelivered = atomic_load_explicit(&l->st_undelivered, memory_order_relaxed),
         .undelivered_peak = atomic_load_explicit(&l->st_undelivered_peak, memory_order_relaxed),
+        .busy_ns = atomic_load_explicit(&l->st_busy_ns, memory_order_relaxed),
     };
+    tern__lag_read(loop, &full.lag_p50_ns, &full.lag_p99_ns, &full.lag_max_ns, &full.lag_count);
     tern__copy_sized(out, size, &full, sizeof full);
 }
 

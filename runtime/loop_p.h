@@ -41,6 +41,7 @@ struct tern__children; /* the loop's share of the SIGCHLD fallback (process_exit
 
 #define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
 #define TERN__FIRED_MAX 256
+#define TERN__LAG_BUCKETS 64 /* lag histogram: bucket i holds lateness in [2^i, 2^(i+1)) ns */
 
 struct tern_loop {
     unsigned magic;
@@ -116,6 +117,13 @@ struct tern_loop {
     /* statistics (relaxed atomics: tern_loop_stats_get reads them from anywhere) */
     _Atomic uint64_t st_turns, st_posts, st_events, st_idle_ns;
     _Atomic unsigned st_undelivered, st_undelivered_peak;
+    /* utilisation: busy time counts from busy_from (0: outside a run; the
+     * next turn reads the clock once to start it) to each step 5 */
+    _Atomic uint64_t st_busy_ns;
+    uint64_t busy_from;
+    /* lag: how late each deadline fired, in log2 buckets of ns (runtime/lag.h) */
+    _Atomic uint64_t st_lag_max_ns;
+    _Atomic uint32_t st_lag_hist[TERN__LAG_BUCKETS];
 };
 
 /* ------------------------------------------------------------------ */

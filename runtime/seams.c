@@ -4,6 +4,7 @@
  * separate static library the tests link beside libtern.a (meson.build,
  * tern-seams); the installed libraries never carry it.
  */
+#include "inbound.h"
 #include "loop_p.h"
 #include "testing.h"
 
@@ -50,4 +51,9 @@ tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen)
     TERN_INSIST(gen >= r->gen && gen < TERN__TIMER_GEN_LIMIT);
     r->gen = gen;
     return tern__timer_id_of(&loop->timers, slot);
+}
+
+void tern__test_inbound_fresh_block(void)
+{
+    tern__inbound_drop_block();
 }

@@ -196,6 +196,10 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
 
 void tern__loop_turn(tern_loop *loop, int64_t max_wait)
 {
+    /* The first turn of a run (or of each tern_loop_run_once) starts the
+     * busy clock; later turns continue from the previous step 5. */
+    if (loop->busy_from == 0)
+        loop->busy_from = tern__clock_now();
     loop->step = 1;
     tern__inbound_drain(loop);
     tern__jobs_collect(loop);
@@ -214,8 +218,15 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
 
     loop->step = 5;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
-    if (idle_from != 0 && loop->now > idle_from)
-        atomic_fetch_add_explicit(&loop->st_idle_ns, loop->now - idle_from, memory_order_relaxed);
+    uint64_t idle = idle_from != 0 && loop->now > idle_from ? loop->now - idle_from : 0;
+    if (idle != 0)
+        atomic_fetch_add_explicit(&loop->st_idle_ns, idle, memory_order_relaxed);
+    if (loop->now > loop->busy_from + idle)
+        atomic_store_explicit(&loop->st_busy_ns,
+                              atomic_load_explicit(&loop->st_busy_ns, memory_order_relaxed) +
+                                  (loop->now - loop->busy_from - idle),
+                              memory_order_relaxed);
+    loop->busy_from = loop->now;
     tern__deadline_fire(loop);
 
     loop->step = 0;
