@@ -544,6 +544,52 @@ TERN_INLINE void tern_loop_stats_get(const tern_loop *loop, tern_loop_stats *out
     tern_loop_stats_read(loop, out, sizeof *out);
 }
 
+/* ------------------------------------------------------------------ */
+/* Loop hooks: prepare, check, idle                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Hooks let another library's own event handling (c-ares, libcurl's multi
+ * interface) run on the loop at fixed points of every turn. All three run
+ * in step 2, around the ready queue:
+ *   check   — first in step 2: after the previous turn's wait (step 4) and
+ *             deadlines (step 5) and this turn's step 1, before the
+ *             callbacks they made ready. (In the first turn no wait has
+ *             happened yet.)
+ *   idle    — after the ready queue; while any idle hook is started, step
+ *             3 computes a wait of 0, so the loop never blocks.
+ *   prepare — last in step 2, after idle: the last thing before step 3
+ *             computes the wait, so a timer started here counts.
+ * Within a kind, hooks run in the order they were started; one started
+ * during a run of its kind first runs in the next turn; one stopped during
+ * it does not run again.
+ */
+enum { TERN_HOOK_PREPARE = 0, TERN_HOOK_CHECK = 1, TERN_HOOK_IDLE = 2 };
+
+typedef void (*tern_hook_cb)(tern_loop *loop, tern_id id, void *arg);
+
+/*
+ * tern_hook_start: run cb(loop, id, arg) once per turn at the point kind
+ * names, until stopped. A hook keeps tern_loop_run() alive (as a timer
+ * does) unless tern_unref()'d.
+ * Requires: loop != NULL.
+ * Returns: 0 and *idp; -EINVAL for a NULL cb or an unknown kind; -EAGAIN
+ *          at max_operations; -ENOMEM; -ESHUTDOWN while the loop is being
+ *          freed.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_hook_start(tern_loop *loop, int kind, tern_hook_cb cb, void *arg,
+                                tern_id *idp);
+
+/*
+ * tern_hook_stop: stop a hook; it never runs again, even later in the run
+ * that is calling hooks now. tern_cancel does the same.
+ * Requires: loop != NULL.
+ * Returns: 0; -ENOENT for an unknown or stale id or one that is not a hook.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_hook_stop(tern_loop *loop, tern_id id);
+
 #include "tern/net.h"
 #include "tern/udp.h"
 #include "tern/admission.h"

@@ -114,6 +114,11 @@ struct tern_loop {
     bool has_pool_config;
     tern_pool_config pool_config;
 
+    /* prepare, check and idle hooks by kind (hooks.c) */
+    struct tern__hook *hook_head[3], *hook_tail[3];
+    unsigned hook_idle;    /* idle hooks started: step 3 does not wait */
+    unsigned hook_running; /* inside tern__hooks_run: stopped hooks wait to be unlinked */
+
     /* statistics (relaxed atomics: tern_loop_stats_get reads them from anywhere) */
     _Atomic uint64_t st_turns, st_posts, st_events, st_idle_ns;
     _Atomic unsigned st_undelivered, st_undelivered_peak;
@@ -255,6 +260,9 @@ void tern__loop_check_books(tern_loop *loop);
 
 /* Whether anything keeps tern_loop_run() going. */
 bool tern__loop_alive(tern_loop *loop);
+
+/* Step 2: run the started hooks of one kind, in the order they started (hooks.c). */
+void tern__hooks_run(tern_loop *loop, int kind);
 /* One turn; max_wait_ns < 0 waits as needed. */
 void tern__loop_turn(tern_loop *loop, int64_t max_wait_ns);
 

@@ -3,7 +3,8 @@
  *
  *   1. splice the inbound queue: run posts, resolve cancels; move pool
  *      completions from the result ring to the ready queue
- *   2. drain the ready queue, at most dispatch_batch callbacks
+ *   2. drain the ready queue, at most dispatch_batch callbacks (check
+ *      hooks run just before it; idle, then prepare hooks just after)
  *   3. refresh the clock, compute the wait
  *   4. wait on the backend (readiness goes to the ready queue)
  *   5. refresh the clock, fire expired deadlines into the ready queue
@@ -82,7 +83,7 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
     if (loop->ready_count > 0 || !tern__loop_alive(loop) ||
         atomic_load_explicit(&loop->stop_requested, memory_order_relaxed))
         wait = 0;
-    else if (tern__inbound_pending(loop) || tern__jobs_pending(loop))
+    else if (tern__inbound_pending(loop) || tern__jobs_pending(loop) || loop->hook_idle > 0)
         wait = 0;
     else {
         const struct tern__heap_entry *top = tern__heap_top(&loop->heap);
@@ -205,7 +206,13 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     tern__jobs_collect(loop);
 
     loop->step = 2;
+    if (loop->hook_head[TERN_HOOK_CHECK] != NULL)
+        tern__hooks_run(loop, TERN_HOOK_CHECK);
     dispatch(loop);
+    if (loop->hook_head[TERN_HOOK_IDLE] != NULL)
+        tern__hooks_run(loop, TERN_HOOK_IDLE);
+    if (loop->hook_head[TERN_HOOK_PREPARE] != NULL)
+        tern__hooks_run(loop, TERN_HOOK_PREPARE);
     tern__jobs_kick(loop);
 
     loop->step = 3;

@@ -193,6 +193,15 @@ static bool selected(const char *backend)
     return only == NULL || strcmp(only, backend) == 0;
 }
 
+/* Turn until *done(arg) or `ns` pass: for what may rightly never happen. */
+static bool run_until_for(tern_loop *loop, bool (*done)(void *), void *arg, uint64_t ns)
+{
+    uint64_t end = mono_ns() + ns;
+    while (!done(arg) && mono_ns() < end)
+        tern_loop_run_once(loop, 5 * (int64_t)MS);
+    return done(arg);
+}
+
 /* Turn until *done(arg) or the liveness deadline. */
 static bool run_until(tern_loop *loop, bool (*done)(void *), void *arg)
 {
@@ -1809,5 +1818,181 @@ Test(fault, process_spawn, .timeout = TEST_TIMEOUT)
             continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_spawn, (void *)tern__backend_names[i]);
+    }
+}
+
+/* Unix-domain sockets, descriptor passing and hooks                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Armed: a Unix listener, a connect to it, a check hook, and over an
+ * AF_UNIX socketpair a write that passes a pipe's write end plus the read
+ * that receives it. Every allocation and descriptor on those paths fails
+ * once: the call returns it, or the accept callback (back-off) or the read
+ * callback (-ENOMEM: the passed descriptor could not be kept) is told.
+ * Whatever happened, the passed descriptor is never leaked: once every
+ * stream is closed, the pipe's read end sees end of file.
+ */
+struct unixrec {
+    atomic_uint accepted, accept_notices, connected, written, closed, hooks;
+    tern_id server;
+    int connect_status;
+    bool write_ok, got_byte;
+    unsigned read_notices;
+    int taken;
+};
+
+static void u_accept(tern_loop *loop, tern_id l, int status, tern_id s, void *arg)
+{
+    (void)loop, (void)l;
+    struct unixrec *u = arg;
+    if (status < 0) {
+        cr_assert(injected_errno(status), "accept: %s", tern_err_name(status));
+        atomic_fetch_add(&u->accept_notices, 1);
+        return;
+    }
+    u->server = s;
+    atomic_fetch_add(&u->accepted, 1);
+}
+
+static void u_connected(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    struct unixrec *u = arg;
+    u->connect_status = status;
+    atomic_fetch_add(&u->connected, 1);
+}
+
+static void u_hook(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id;
+    atomic_fetch_add(&((struct unixrec *)arg)->hooks, 1);
+}
+
+static void u_written(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    struct unixrec *u = arg;
+    cr_assert(u->write_ok, "a refused write completed");
+    cr_assert_eq(status, 0, "write_fds: %s", tern_err_name(status));
+    atomic_fetch_add(&u->written, 1);
+}
+
+static void u_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                   void *arg)
+{
+    (void)data;
+    struct unixrec *u = arg;
+    if (status < 0) {
+        cr_assert_eq(status, -ENOMEM, "read: %s", tern_err_name(status));
+        u->read_notices++;
+        return;
+    }
+    if (len > 0) {
+        u->got_byte = true;
+        int fd = tern_unix_take_fd(loop, id);
+        if (fd >= 0)
+            u->taken = fd;
+    }
+}
+
+static bool u_settled(void *arg)
+{
+    struct unixrec *u = arg;
+    return atomic_load(&u->connected) == 1 &&
+           (atomic_load(&u->accepted) == 1 || atomic_load(&u->accept_notices) > 0) &&
+           (!u->write_ok || atomic_load(&u->written) == 1) &&
+           (u->got_byte || u->read_notices > 0);
+}
+
+static bool u_accepted(void *arg)
+{
+    return atomic_load(&((struct unixrec *)arg)->accepted) == 1;
+}
+
+static bool step_unix(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/tern-fault-unix-%d", (int)getpid());
+    unlink(path);
+    int sp[2], p[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    cr_assert_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0); /* a leak fails the read, not hangs it */
+    struct unixrec u = {.taken = -1};
+    tern_id listener = 0, client = 0, hook = 0, a = 0, b = 0;
+    static const tern_buf one = {"!", 1};
+
+    arm(n);
+    bool l_ok = ARMED("tern_unix_listen", tern_unix_listen(loop, path, 16, u_accept, &u, &listener));
+    bool h_ok = ARMED("tern_hook_start", tern_hook_start(loop, TERN_HOOK_CHECK, u_hook, &u, &hook));
+    bool c_ok = l_ok && ARMED("tern_unix_connect",
+                              tern_unix_connect(loop, path, u_connected, &u, &client));
+    bool a_ok = ARMED("tern_stream_open", tern_stream_open(loop, sp[0], &a));
+    bool b_ok = ARMED("tern_stream_open", tern_stream_open(loop, sp[1], &b));
+    bool reading = false;
+    if (a_ok && b_ok) {
+        u.write_ok = ARMED("tern_unix_write_fds",
+                           tern_unix_write_fds(loop, a, &one, 1, &p[1], 1, u_written, &u));
+        reading = ARMED("tern_stream_read_start", tern_stream_read_start(loop, b, u_read, &u));
+    }
+    if (c_ok && a_ok && b_ok && u.write_ok && reading)
+        cr_assert(run_until(loop, u_settled, &u), "the armed run did not settle");
+    bool fired = end_armed(atomic_load(&u.accept_notices) + u.read_notices);
+
+    /* Disarmed: finish what was refused, and check the loop still works. */
+    if (!l_ok)
+        cr_assert_eq(tern_unix_listen(loop, path, 16, u_accept, &u, &listener), 0);
+    if (!h_ok)
+        cr_assert_eq(tern_hook_start(loop, TERN_HOOK_CHECK, u_hook, &u, &hook), 0);
+    if (!c_ok)
+        cr_assert_eq(tern_unix_connect(loop, path, u_connected, &u, &client), 0);
+    if (!a_ok)
+        cr_assert_eq(tern_stream_open(loop, sp[0], &a), 0);
+    if (!b_ok)
+        cr_assert_eq(tern_stream_open(loop, sp[1], &b), 0);
+    if (!reading)
+        cr_assert_eq(tern_stream_read_start(loop, b, u_read, &u), 0);
+    if (!u.write_ok) {
+        u.write_ok = true;
+        cr_assert_eq(tern_unix_write_fds(loop, a, &one, 1, &p[1], 1, u_written, &u), 0);
+    }
+    cr_assert(run_until(loop, u_settled, &u), "the loop no longer works after the fault");
+    cr_assert_eq(u.connect_status, 0, "connect: %s", tern_err_name(u.connect_status));
+    /* An accept that failed before accept() leaves the connection queued:
+     * it comes after the back-off. One that failed after it lost it. */
+    if (atomic_load(&u.accepted) == 0)
+        (void)run_until_for(loop, u_accepted, &u, 500 * MS);
+    tern_loop_run_once(loop, 0);
+    cr_assert_geq(atomic_load(&u.hooks), 1);
+    close(p[1]);
+    if (u.taken >= 0)
+        close(u.taken);
+    cr_assert_eq(tern_hook_stop(loop, hook), 0);
+    cr_assert_eq(tern_stream_close(loop, listener), 0);
+    cr_assert_eq(tern_stream_close(loop, client), 0);
+    if (atomic_load(&u.accepted) == 1)
+        cr_assert_eq(tern_stream_close(loop, u.server), 0);
+    cr_assert_eq(tern_stream_close(loop, a), 0);
+    cr_assert_eq(tern_stream_close(loop, b), 0);
+    free_clean(loop);
+    /* No copy of the pipe's write end is left anywhere: end of file. */
+    char ch;
+    cr_assert_eq(read(p[0], &ch, 1), 0, "a passed descriptor was leaked");
+    close(p[0]);
+    unlink(path);
+    cr_assert_eq(count_open_fds(), fds, "descriptors left open");
+    return fired;
+}
+
+Test(fault, unix_pass_fds_hooks, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_unix, (void *)tern__backend_names[i]);
     }
 }

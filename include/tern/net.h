@@ -166,13 +166,17 @@ TERN_EXTERN int tern_tcp_keepalive(tern_loop *loop, tern_id id, bool on, unsigne
 
 /*
  * tern_stream_open: adopt a connected stream socket (TCP, or an AF_UNIX
- * socketpair) as a stream. It is made non-blocking and, where the system
- * has SO_NOSIGPIPE, set not to raise SIGPIPE (elsewhere tern writes with
- * MSG_NOSIGNAL).
- * Requires: loop != NULL; fd is a connected stream socket.
- * Returns: 0 and *idp; -EBADF for a negative or closed fd; -ENOTSOCK for a
- *          descriptor that is not a socket; -EINVAL for a socket that is
- *          not SOCK_STREAM; -EAGAIN at max_operations;
+ * socketpair), a pipe, a FIFO or a TTY (any character device) as a
+ * stream. It is made non-blocking and, where the system has SO_NOSIGPIPE,
+ * a socket is set not to raise SIGPIPE (elsewhere tern writes sockets
+ * with MSG_NOSIGNAL; for pipes see "Pipes, FIFOs and TTYs" below).
+ * Requires: loop != NULL; fd is a connected stream socket, a pipe or FIFO
+ *           end, or a character device.
+ * Returns: 0 and *idp; -EBADF for a negative or closed fd; -EINVAL for a
+ *          socket that is not a stream socket; -EPERM for a regular file,
+ *          a directory or a block device: they are always "ready", so a
+ *          loop cannot wait on them — read and write them with file
+ *          requests (tern_fs_*, include/tern/fs.h); -EAGAIN at max_operations;
  *          -ENOMEM; -ESHUTDOWN while the loop is being freed. On error the
  *          fd stays the caller's.
  * Ownership: on success the stream owns fd and closes it when it closes.
@@ -354,5 +358,168 @@ TERN_EXTERN int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb,
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_signal_stop(tern_loop *loop, tern_id id);
+
+/* ------------------------------------------------------------------ */
+/* Reading into the caller's memory                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Asked for the memory the next read lands in: return it and set *len to
+ * its size (*len comes in as the size tern would read, 65536). Returning
+ * NULL or setting *len to 0 makes that read report -ENOBUFS to the read
+ * callback instead; reading goes on. The memory stays the caller's: the
+ * read callback that follows gets a pointer into it (or, if the callback
+ * stopped or closed the stream, no read happens and the memory is unused).
+ */
+typedef void *(*tern_alloc_cb)(tern_loop *loop, tern_id stream, size_t *len, void *arg);
+
+/*
+ * tern_stream_read_start_alloc: as tern_stream_read_start, but each read
+ * lands in memory alloc_cb supplies, so a parser reads in place, with no
+ * copy; the data passed to cb is valid as long as the caller keeps that
+ * memory. alloc_cb runs in step 2 just before each read, with the same arg
+ * as cb. tern_stream_read_start goes back to tern's own buffer.
+ * Requires: loop != NULL.
+ * Returns: as tern_stream_read_start; -EINVAL also for a NULL alloc_cb.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_stream_read_start_alloc(tern_loop *loop, tern_id id, tern_alloc_cb alloc_cb,
+                                             tern_read_cb cb, void *arg);
+
+/* ------------------------------------------------------------------ */
+/* Unix-domain sockets                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Descriptors one write may pass, and one read may receive. */
+#define TERN_UNIX_FDS_MAX 64
+
+/*
+ * A Unix-domain socket is named by a filesystem path, or (Linux) by an
+ * abstract name written with a leading '@' ("@tern-ctl": the kernel's
+ * name is a NUL byte followed by "tern-ctl"; nothing is created on disk).
+ */
+
+/*
+ * tern_unix_listen: bind a Unix-domain stream socket to path, listen, and
+ * call cb for every accepted connection (as tern_tcp_listen, back-off
+ * included). The socket file is not removed first, nor when the listener
+ * closes: that is the caller's (unlink it before, or get -EADDRINUSE).
+ * Requires: loop != NULL; path != NULL and not empty; backlog >= 0 or
+ *           TERN_TCP_BACKLOG_DEFAULT.
+ * Returns: 0 and *idp; -EINVAL for a NULL cb or path, an empty one or a
+ *          bad backlog; -ENAMETOOLONG when path does not fit sun_path
+ *          (nothing is created); -EAFNOSUPPORT for an abstract name where
+ *          the system has none; -EADDRINUSE, -EACCES, -ENOENT and other
+ *          bind errors; -EMFILE; -EAGAIN at max_operations; -ENOMEM;
+ *          -ESHUTDOWN while the loop is being freed. On error nothing is
+ *          left open (a socket file bind created is removed again).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_unix_listen(tern_loop *loop, const char *path, int backlog,
+                                 tern_accept_cb cb, void *arg, tern_id *idp);
+
+/*
+ * tern_unix_connect: connect a stream to the socket at path; then cb(loop,
+ * id, status, arg) once, in step 2 (never inside this call). status 0: the
+ * stream is connected. Otherwise (-ENOENT: nothing at path; -ECONNREFUSED:
+ * nobody listens; -EAGAIN: the listener's backlog is full; -EACCES) the
+ * stream is closed by the time cb runs, exactly as for tern_tcp_connect.
+ * Writes may be queued before cb runs.
+ * Requires: loop != NULL; path != NULL and not empty.
+ * Returns: 0 and *idp; -EINVAL for a NULL cb or path or an empty one;
+ *          -ENAMETOOLONG when path does not fit sun_path; -EAFNOSUPPORT
+ *          as tern_unix_listen; -EMFILE; -EAGAIN at max_operations;
+ *          -ENOMEM; -ESHUTDOWN. On error cb never runs.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb,
+                                  void *arg, tern_id *idp);
+
+typedef struct tern_unix_cred {
+    long pid;          /* -1 where the system does not say (the BSDs) */
+    unsigned long uid;
+    unsigned long gid;
+} tern_unix_cred;
+
+/*
+ * tern_unix_peer_cred: the credentials of the process at the other end of
+ * a Unix-domain stream, as the kernel recorded them when it connected.
+ * Requires: loop != NULL; out != NULL.
+ * Returns: 0 and *out; -ENOENT for an unknown or stale id; -ENOTCONN while
+ *          connecting; -ENOTSOCK (or the kernel's error) for a stream that
+ *          is not a Unix-domain socket.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_unix_peer_cred(tern_loop *loop, tern_id id, tern_unix_cred *out);
+
+/*
+ * tern_unix_write_fds: tern_stream_write that also passes descriptors
+ * (SCM_RIGHTS): the peer receives them with the first byte of this write.
+ * tern duplicates fds before returning, so the caller may close its own
+ * at once; the duplicates are closed once sent, or when the write fails
+ * or is cancelled (each exactly once). Completion, ordering and the
+ * high-water mark are tern_stream_write's.
+ * Requires: loop != NULL; bufs, nbufs and cb as tern_stream_write, with at
+ *           least one byte in all; fds != NULL; 1 <= nfds <=
+ *           TERN_UNIX_FDS_MAX.
+ * Returns: 0 or 1 as tern_stream_write; -EINVAL for bad arguments or a
+ *          stream that is not a Unix-domain socket; -EBADF for a closed
+ *          fd in fds; -EMFILE; and tern_stream_write's errors. On error cb
+ *          never runs and no duplicate is left open.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_unix_write_fds(tern_loop *loop, tern_id id, const tern_buf *bufs,
+                                    unsigned nbufs, const int *fds, unsigned nfds,
+                                    tern_stream_cb cb, void *arg);
+
+/*
+ * tern_unix_take_fd: the next descriptor the peer passed, in the order
+ * they arrived. Descriptors come with data: call it from the read callback
+ * that delivered the bytes they came with (or later). They are
+ * close-on-exec. Those never taken are closed when the stream closes.
+ * Requires: loop != NULL.
+ * Returns: the fd (>= 0), now the caller's; -EAGAIN when none is waiting;
+ *          -ENOENT for an unknown or stale id.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_unix_take_fd(tern_loop *loop, tern_id id);
+
+/* ------------------------------------------------------------------ */
+/* Pipes, FIFOs and TTYs                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * tern_stream_open takes these too: an end of a pipe, a FIFO opened for
+ * reading or writing, a TTY or other character device. Every stream call
+ * works on them, but tern_stream_shutdown, which completes with -ENOTSOCK
+ * (close a pipe's stream to give its reader end of stream). Writing to
+ * a pipe whose reader has gone raises SIGPIPE unless the process ignores it
+ * (the kernel gives no way to say otherwise per write on a pipe);
+ * ignore it (signal(SIGPIPE, SIG_IGN)) and the write completes with -EPIPE.
+ */
+
+enum { TERN_TTY_NORMAL = 0, TERN_TTY_RAW = 1 };
+
+/*
+ * tern_tty_set_mode: TERN_TTY_RAW: bytes as typed, no echo, no line
+ * editing, no signals from ^C; TERN_TTY_NORMAL: back to the mode the TTY
+ * had before the first tern_tty_set_mode. Closing the stream (or freeing
+ * the loop) puts the TTY back too.
+ * Requires: loop != NULL.
+ * Returns: 0; -EINVAL for an unknown mode; -ENOENT for an unknown or stale
+ *          id; -ENOTTY when the stream is not a TTY (nothing changes);
+ *          -ENOMEM.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_tty_set_mode(tern_loop *loop, tern_id id, int mode);
+
+/*
+ * tern_tty_winsize: the terminal's size in columns and rows.
+ * Requires: loop != NULL; cols != NULL; rows != NULL.
+ * Returns: 0, *cols and *rows; -ENOENT for an unknown or stale id;
+ *          -ENOTTY when the stream is not a TTY.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_tty_winsize(tern_loop *loop, tern_id id, unsigned *cols, unsigned *rows);
 
 #endif /* TERN_NET_H */

@@ -59,6 +59,8 @@ struct tern__wreq {
     void *arg;
     int status;      /* set when it completes */
     unsigned nbufs;
+    unsigned nfds;   /* descriptors to pass with the first byte (unix.c) */
+    int *fds;        /* tern's duplicates, closed once sent or failed; NULL when none */
     unsigned first;  /* first iov entry not fully written */
     size_t left;     /* bytes not yet written */
     struct iovec iov[];
@@ -120,6 +122,19 @@ struct tern__stream {
     /* closing */
     tern_close_cb close_cb;
     void *close_arg;
+
+    /* What the descriptor is: a socket is read with recv and written with
+     * sendmsg; a pipe, FIFO or character device with read and writev. */
+    bool not_socket;
+    /* reading into the caller's memory (tern_stream_read_start_alloc) */
+    tern_alloc_cb alloc_cb;
+    /* Unix-domain (unix.c): reads take SCM_RIGHTS descriptors, which wait
+     * in `rfds` for tern_unix_take_fd; the rest are closed at close. */
+    bool unix_sock;
+    int *rfds;
+    unsigned rfds_head, rfds_len, rfds_cap;
+    /* A TTY's mode before tern_tty_set_mode first changed it (tty.c). */
+    void *tty_saved;
 };
 
 #define TERN__HIGH_WATER_DEFAULT ((size_t)1 << 20)
@@ -150,8 +165,31 @@ void tern__write_flush(struct tern__stream *s);
 void tern__write_fail(struct tern__stream *s, int status);
 void tern__write_deliver(struct tern__stream *s, unsigned budget);
 void tern__write_free_all(struct tern__stream *s);
+/* The body of tern_stream_write; with nfds > 0, fill() supplies w->fds. */
+int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
+                      unsigned nfds, int (*fill)(struct tern__stream *, struct tern__wreq *,
+                                                 const void *),
+                      const void *fill_arg, tern_stream_cb cb, void *arg);
 /* The shutdown step once the queue is empty. */
 void tern__write_maybe_shutdown(struct tern__stream *s);
+
+/* unix.c: read once with recvmsg, keeping passed descriptors; the
+ * result is recv's. Close every descriptor still held. */
+ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len);
+void tern__unix_close_fds(struct tern__stream *s);
+/* Room for one write's SCM_RIGHTS message, aligned for cmsghdr. */
+union tern__fds_cmsg {
+    char buf[CMSG_SPACE(sizeof(int) * TERN_UNIX_FDS_MAX)];
+    struct cmsghdr align;
+};
+/* Attach the head request's descriptors to msg (write.c's sendmsg). */
+void tern__unix_attach_fds(struct msghdr *msg, const struct tern__wreq *w,
+                           union tern__fds_cmsg *cbuf);
+/* Close a request's duplicates (sent, failed or cancelled) exactly once. */
+void tern__unix_wreq_fds_close(struct tern__wreq *w);
+
+/* tty.c: put a TTY back the way tern_tty_set_mode found it. */
+void tern__tty_restore(struct tern__stream *s);
 
 /* tcp.c: the watcher callback's listener and connect halves. */
 void tern__tcp_accept_ready(struct tern__stream *s);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "net_p.h"
@@ -185,14 +186,24 @@ void tern__stream_rewatch(struct tern__stream *s)
         tern__stream_watch(s, 0);
 }
 
-/* One read per readiness, so one busy stream cannot starve the others. */
-static void read_once(struct tern__stream *s)
+/* One system call: recv for a socket, recvmsg for a Unix-domain one (it may
+ * carry descriptors), read for a pipe or a TTY. */
+static ssize_t read_some(struct tern__stream *s, void *buf, size_t len)
 {
-    char buf[READ_CHUNK];
     ssize_t n;
-    do
-        n = recv(s->fd, buf, sizeof(buf), 0);
-    while (n < 0 && errno == EINTR);
+    do {
+        if (s->unix_sock)
+            n = tern__unix_recv(s, buf, len);
+        else if (s->not_socket)
+            n = read(s->fd, buf, len);
+        else
+            n = recv(s->fd, buf, len, 0);
+    } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+static void read_result(struct tern__stream *s, const void *buf, ssize_t n)
+{
     if (n > 0) {
         s->read_cb(s->loop, s->op.id, 0, buf, (size_t)n, s->read_arg);
         return;
@@ -203,6 +214,33 @@ static void read_once(struct tern__stream *s)
     s->state = (s->state & ~TERN__S_READING) | TERN__S_READ_DONE;
     tern__stream_rewatch(s);
     s->read_cb(s->loop, s->op.id, status, NULL, 0, s->read_arg);
+}
+
+/* Into the caller's memory (tern_stream_read_start_alloc). */
+static void read_into_caller(struct tern__stream *s)
+{
+    size_t len = READ_CHUNK;
+    void *buf = s->alloc_cb(s->loop, s->op.id, &len, s->read_arg);
+    /* The allocator may have stopped reading or closed the stream. */
+    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) != TERN__S_READING ||
+        s->alloc_cb == NULL)
+        return;
+    if (buf == NULL || len == 0) {
+        s->read_cb(s->loop, s->op.id, -ENOBUFS, NULL, 0, s->read_arg);
+        return;
+    }
+    read_result(s, buf, read_some(s, buf, len));
+}
+
+/* One read per readiness, so one busy stream cannot starve the others. */
+static void read_once(struct tern__stream *s)
+{
+    if (s->alloc_cb != NULL) {
+        read_into_caller(s);
+        return;
+    }
+    char buf[READ_CHUNK];
+    read_result(s, buf, read_some(s, buf, sizeof(buf)));
 }
 
 /* Step 2: act on what the watcher reported (events within its interest). */
@@ -323,6 +361,8 @@ static int stream_close(struct tern__stream *s)
     s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
     tern__stream_watch(s, 0);
     tern__tcp_stop_aux(s);
+    tern__tty_restore(s);
+    tern__unix_close_fds(s);
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
@@ -362,6 +402,9 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
                 !tern__deadline_armed(&s->deadline));
     tern__write_free_all(s);
     tern__tcp_free_addrs(s);
+    tern__unix_close_fds(s);
+    tern__free(s->rfds);
+    tern__free(s->tty_saved);
     tern__free(s);
 }
 
@@ -369,25 +412,52 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
 /* The public stream calls                                             */
 /* ------------------------------------------------------------------ */
 
+/*
+ * What a descriptor can be as a stream: 0 for a stream socket, 1 for a
+ * pipe, FIFO or character device, or a negative errno. A regular file is
+ * always readable and writable, so no readiness backend can wait on it
+ * (epoll refuses it): it is a file request's job.
+ */
+static int stream_fd_kind(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (S_ISSOCK(st.st_mode)) {
+        int type;
+        socklen_t len = sizeof(type);
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+            return -errno;
+        return type == SOCK_STREAM ? 0 : -EINVAL;
+    }
+    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))
+        return 1;
+    return -EPERM;
+}
+
 int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
     if (fd < 0)
         return -EBADF;
-    int type;
-    socklen_t len = sizeof(type);
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-        return -errno;
-    if (type != SOCK_STREAM)
-        return -EINVAL;
+    int kind = stream_fd_kind(fd);
+    if (kind < 0)
+        return kind;
     /* A refused open must leave the caller's fd as it was: note its flags. */
     int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
     if (fl < 0 || fdfl < 0)
         return -errno;
-    int rc = socket_prepare(fd);
+    int rc = kind == 0 ? socket_prepare(fd) : tern__fd_nonblock_cloexec(fd);
     struct tern__stream *s;
     if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &s)) == 0) {
+        s->not_socket = kind == 1;
+        if (kind == 0) {
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof(ss);
+            s->unix_sock = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+                           ss.ss_family == AF_UNIX;
+        }
         if (idp != NULL)
             *idp = s->op.id;
         return 0;
@@ -397,10 +467,9 @@ int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
     return rc;
 }
 
-int tern_stream_read_start(tern_loop *loop, tern_id id, tern_read_cb cb, void *arg)
+static int read_start(tern_loop *loop, tern_id id, tern_alloc_cb alloc_cb, tern_read_cb cb,
+                      void *arg)
 {
-    TERN__REQUIRE_LOOP(loop);
-    TERN__LOOP_ONLY(loop);
     struct tern__stream *s = tern__stream_get(loop, id);
     if (s == NULL)
         return -ENOENT;
@@ -417,9 +486,27 @@ int tern_stream_read_start(tern_loop *loop, tern_id id, tern_read_cb cb, void *a
         s->state = old;
         return rc;
     }
+    s->alloc_cb = alloc_cb;
     s->read_cb = cb;
     s->read_arg = arg;
     return 0;
+}
+
+int tern_stream_read_start(tern_loop *loop, tern_id id, tern_read_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    return read_start(loop, id, NULL, cb, arg);
+}
+
+int tern_stream_read_start_alloc(tern_loop *loop, tern_id id, tern_alloc_cb alloc_cb,
+                                 tern_read_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (alloc_cb == NULL)
+        return -EINVAL;
+    return read_start(loop, id, alloc_cb, cb, arg);
 }
 
 int tern_stream_read_stop(tern_loop *loop, tern_id id)

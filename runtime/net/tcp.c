@@ -233,6 +233,8 @@ void tern__tcp_accept_ready(struct tern__stream *s)
         struct tern__stream *c = NULL;
         if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) < 0)
             close(fd); /* the peer sees a reset; the listener backs off */
+        else if (rc == 0)
+            c->unix_sock = s->unix_sock; /* accepted from tern_unix_listen */
         if (rc < 0) {
             backoff(s, rc);
             return;

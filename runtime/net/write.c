@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "net_p.h"
 
@@ -36,6 +37,8 @@ static void complete_head(struct tern__stream *s, int status)
         s->wq_tail = &s->wq;
     w->next = NULL;
     w->status = status;
+    if (w->fds != NULL) /* not sent: their duplicates go now */
+        tern__unix_wreq_fds_close(w);
     *s->done_tail = w;
     s->done_tail = &w->next;
 }
@@ -76,12 +79,18 @@ static unsigned gather(const struct tern__stream *s, struct iovec *iov, size_t *
     unsigned n = 0;
     *bytes = 0;
     for (const struct tern__wreq *w = s->wq; w != NULL && n < GATHER_MAX; w = w->next) {
+        /* Descriptors ride with their request's first byte: such a request
+         * goes out alone, at the head (unix.c attaches them). */
+        if (w->fds != NULL && w != s->wq)
+            break;
         for (unsigned i = w->first; i < w->nbufs && n < GATHER_MAX; i++) {
             if (w->iov[i].iov_len == 0)
                 continue;
             iov[n++] = w->iov[i];
             *bytes += w->iov[i].iov_len;
         }
+        if (w->fds != NULL)
+            break;
     }
     return n;
 }
@@ -106,7 +115,12 @@ void tern__write_flush(struct tern__stream *s)
         size_t bytes;
         unsigned n = gather(s, iov, &bytes);
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
-        ssize_t r = sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+        union tern__fds_cmsg cbuf;
+        if (s->wq->fds != NULL)
+            tern__unix_attach_fds(&msg, s->wq, &cbuf);
+        ssize_t r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+        if (r > 0 && s->wq->fds != NULL) /* the kernel took them with the first byte */
+            tern__unix_wreq_fds_close(s->wq);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -176,17 +190,25 @@ void tern__write_free_all(struct tern__stream *s)
     for (int i = 0; i < 2; i++) {
         for (struct tern__wreq *w = lists[i], *next; w != NULL; w = next) {
             next = w->next;
+            if (w->fds != NULL)
+                tern__unix_wreq_fds_close(w);
             tern__free(w);
         }
     }
     s->wq = s->done = NULL;
 }
 
-int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
-                      tern_stream_cb cb, void *arg)
+/*
+ * Queue a request (tern_stream_write, tern_unix_write_fds). With fds, the
+ * request carries room for nfds descriptors, filled by the caller through
+ * *wp before the request can be flushed: `fill` runs on it first and may
+ * refuse it (then nothing is queued).
+ */
+int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
+                      unsigned nfds, int (*fill)(struct tern__stream *, struct tern__wreq *,
+                                                 const void *),
+                      const void *fill_arg, tern_stream_cb cb, void *arg)
 {
-    TERN__REQUIRE_LOOP(loop);
-    TERN__LOOP_ONLY(loop);
     if (bufs == NULL || nbufs == 0 || nbufs > TERN__WRITE_BUFS_MAX || cb == NULL)
         return -EINVAL;
     size_t total = 0;
@@ -195,19 +217,31 @@ int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigne
             return -EINVAL;
         total += bufs[i].len;
     }
+    if (nfds > 0 && total == 0) /* descriptors need a byte to ride with */
+        return -EINVAL;
     struct tern__stream *s = tern__stream_get(loop, id);
     if (s == NULL)
         return -ENOENT;
-    if (s->kind != TERN__STREAM)
+    if (s->kind != TERN__STREAM || (nfds > 0 && !s->unix_sock))
         return -EINVAL;
     if ((s->state & TERN__S_SHUT_ASKED) || s->write_error != 0)
         return -EPIPE;
-    struct tern__wreq *w = tern__malloc(sizeof(*w) + nbufs * sizeof(struct iovec));
+    struct tern__wreq *w =
+        tern__malloc(sizeof(*w) + nbufs * sizeof(struct iovec) + nfds * sizeof(int));
     if (w == NULL)
         return -ENOMEM;
     *w = (struct tern__wreq){.cb = cb, .arg = arg, .nbufs = nbufs, .left = total};
     for (unsigned i = 0; i < nbufs; i++)
         w->iov[i] = (struct iovec){.iov_base = (void *)bufs[i].base, .iov_len = bufs[i].len};
+    if (nfds > 0) {
+        w->fds = (int *)(void *)&w->iov[nbufs];
+        w->nfds = nfds;
+        int rc = fill(s, w, fill_arg);
+        if (rc < 0) {
+            tern__free(w);
+            return rc;
+        }
+    }
     bool was_empty = s->wq == NULL;
     *s->wq_tail = w;
     s->wq_tail = &w->next;
@@ -256,11 +290,19 @@ int tern_stream_try_write(tern_loop *loop, tern_id id, const tern_buf *bufs, uns
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
     ssize_t r;
     do
-        r = sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+        r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL);
     while (r < 0 && errno == EINTR);
     if (r < 0)
         return errno == EWOULDBLOCK ? -EAGAIN : -errno;
     return (int)r;
+}
+
+int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
+                      tern_stream_cb cb, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    return tern__write_queue(loop, id, bufs, nbufs, 0, NULL, NULL, cb, arg);
 }
 
 int tern_stream_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb,
