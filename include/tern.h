@@ -486,11 +486,20 @@ TERN_EXTERN void tern_freeaddrinfo(struct addrinfo *res);
 /* Statistics                                                          */
 /* ------------------------------------------------------------------ */
 
+/*
+ * Outcomes, ever: submitted == completed (done got 0) + cancelled (done
+ * got -ECANCELED) + timed_out (done got -ETIMEDOUT) + jobs whose done is
+ * still owed. refused_<cause> counts every refusal of each
+ * TERN_REFUSAL_MAP cause, process-wide. Fields after run_p99_ns were
+ * added later, at the end.
+ */
 typedef struct tern_pool_stats {
     unsigned threads, busy, queued, queued_peak, reserved, long_threads, long_busy;
     uint64_t submitted, completed, cancelled;
     uint64_t refused_queue_full, refused_long_ceiling, refused_undelivered, refused_operations;
     uint64_t wait_p50_ns, wait_p99_ns, run_p50_ns, run_p99_ns;
+    uint64_t refused_owner_cap, refused_shutdown, refused_threads;
+    uint64_t timed_out;
 } tern_pool_stats;
 
 /*

@@ -338,6 +338,12 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
 /* Statistics                                                          */
 /* ------------------------------------------------------------------ */
 
+/* Every cause has its counter slot (the list's values are 1..N, in order). */
+#define SLOT_FITS(name, short_name, value) \
+    _Static_assert(value > 0 && value < TERN__REFUSAL_SLOTS, #name " has a counter slot");
+TERN_REFUSAL_MAP(SLOT_FITS)
+#undef SLOT_FITS
+
 void tern_pool_stats_read(tern_pool_stats *out, size_t size)
 {
     TERN_REQUIRE(out != NULL && size > 0);
@@ -355,11 +361,11 @@ void tern_pool_stats_read(tern_pool_stats *out, size_t size)
         .submitted = LOAD(submitted),
         .completed = LOAD(completed),
         .cancelled = LOAD(cancelled),
-        .refused_queue_full = LOAD(refused_queue_full),
-        .refused_long_ceiling = LOAD(refused_long_ceiling),
-        .refused_undelivered = LOAD(refused_undelivered),
-        .refused_operations = LOAD(refused_operations),
+        .timed_out = LOAD(timed_out),
     };
+#define COPY_REFUSED(name, short_name, value) full.refused_##short_name = LOAD(refused[value]);
+    TERN_REFUSAL_MAP(COPY_REFUSED)
+#undef COPY_REFUSED
 #undef LOAD
     /* Only the histograms of workers that ever ran, plus the long class's. */
     unsigned n = atomic_load_explicit(&hist_workers, memory_order_relaxed);

@@ -177,11 +177,17 @@ void tern__pool_unhold(void);
 /* Whether the calling thread is a bounded worker of the running pool. */
 bool tern__pool_on_bounded_worker(void);
 
+/* One counter slot per refusal cause, indexed by its value (slot 0, NONE, unused). */
+#define TERN__REFUSAL_ONE_(name, short_name, value) +1
+enum { TERN__REFUSAL_SLOTS = 1 TERN_REFUSAL_MAP(TERN__REFUSAL_ONE_) };
+#undef TERN__REFUSAL_ONE_
+
 /*
  * The counters behind tern_pool_stats_get. They live outside the pool so
  * a reader never races a free. The pool writes the gauges; the client
- * writes the outcomes (submitted, completed, cancelled, refused_*), so
- * that every refusal is counted where admission decides it. All relaxed.
+ * writes the outcomes (submitted, completed, cancelled, timed_out,
+ * refused[cause]), so that every refusal is counted where admission
+ * decides it. All relaxed.
  */
 struct tern__pool_counters {
     /*
@@ -195,9 +201,8 @@ struct tern__pool_counters {
     /* Workers spinning for a job (as the pool's `spinners`, readable with no pool). */
     _Atomic unsigned spinning;
     alignas(TERN_CACHELINE) _Atomic uint64_t submitted;
-    _Atomic uint64_t refused_queue_full, refused_long_ceiling, refused_undelivered,
-        refused_operations;
-    alignas(TERN_CACHELINE) _Atomic uint64_t completed, cancelled;
+    _Atomic uint64_t refused[TERN__REFUSAL_SLOTS]; /* by tern_refusal value */
+    alignas(TERN_CACHELINE) _Atomic uint64_t completed, cancelled, timed_out;
 };
 
 extern struct tern__pool_counters tern__pool_stats;

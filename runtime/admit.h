@@ -18,7 +18,7 @@
  * Whether the loop is being freed, for every call that schedules work
  * (starts, posts, defers, submissions): they answer -ESHUTDOWN. A loop of
  * a group in its destroy phase is also sealed, and there scheduling is a
- * contract violation, not a refusal: it aborts naming the rule (group.c).
+ * contract violation, not a refusal: it aborts naming the rule (loop.c).
  */
 noreturn void tern__loop_sealed_failed(void);
 static inline bool tern__loop_closing(tern_loop *loop)

@@ -159,14 +159,6 @@ static _Thread_local struct member *current_member;
 #define REQUIRE_GROUP(g) \
     TERN_REQUIRE_SAID((g) != NULL && (g)->magic == GROUP_MAGIC, "NULL or freed group")
 
-noreturn void tern__loop_sealed_failed(void)
-{
-    TERN_FATAL("tern_group_shutdown",
-               "work scheduled during a loop group's final drain (the destroy phase): "
-               "teardown work belongs in the shutdown phase (tern_group_on_shutdown), "
-               "while the loops still run");
-}
-
 /* ------------------------------------------------------------------ */
 /* Creation                                                            */
 /* ------------------------------------------------------------------ */

@@ -246,8 +246,10 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
         tern__deadline_unclaim(loop);
     owner_unlink(job);
     TERN_DECREMENT(loop->jobs_live);
-    /* submitted == completed + cancelled + jobs whose done is still owed */
-    atomic_fetch_add_explicit(status ? &tern__pool_stats.cancelled : &tern__pool_stats.completed,
+    /* submitted == completed + cancelled + timed_out + jobs whose done is still owed */
+    atomic_fetch_add_explicit(status == 0              ? &tern__pool_stats.completed
+                              : status == -ETIMEDOUT ? &tern__pool_stats.timed_out
+                                                     : &tern__pool_stats.cancelled,
                               1, memory_order_relaxed);
     job->done(loop, id, status, job->work.result, job->work.arg);
     if (tern__work_let_go(&job->work))
@@ -400,22 +402,16 @@ static int ensure_ring(tern_loop *loop)
 
 /*
  * A resource refusal: -EAGAIN, its cause kept for tern_loop_last_refusal
- * and counted in the pool's statistics (the causes tern_pool_stats names).
- * The queue and the long ceiling are decided inside tern__pool_accept, at
- * the one instant a slot or a thread is taken; every limit is counted here.
+ * and counted in the pool's statistics, every cause of TERN_REFUSAL_MAP
+ * (an owner's cap is also counted on the owner). The queue, the long
+ * ceiling, a shutdown and a refused thread are decided inside
+ * tern__pool_accept, at the one instant a slot or a thread is taken;
+ * every cause is counted here.
  */
 static int refuse(tern_loop *loop, tern_refusal cause)
 {
-    _Atomic uint64_t *counter = NULL;
-    switch (cause) {
-    case TERN_REFUSED_QUEUE_FULL: counter = &tern__pool_stats.refused_queue_full; break;
-    case TERN_REFUSED_LONG_CEILING: counter = &tern__pool_stats.refused_long_ceiling; break;
-    case TERN_REFUSED_UNDELIVERED: counter = &tern__pool_stats.refused_undelivered; break;
-    case TERN_REFUSED_OPERATIONS: counter = &tern__pool_stats.refused_operations; break;
-    default: break; /* an owner's cap is counted on the owner; a shutdown is transient */
-    }
-    if (counter != NULL)
-        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+    TERN_INSIST(cause > TERN_REFUSED_NONE && (unsigned)cause < TERN__REFUSAL_SLOTS);
+    atomic_fetch_add_explicit(&tern__pool_stats.refused[cause], 1, memory_order_relaxed);
     loop->last_refusal = cause;
     return -EAGAIN;
 }
@@ -571,9 +567,14 @@ tern_refusal tern_loop_last_refusal(const tern_loop *loop)
 
 const char *tern_refusal_name(tern_refusal refusal)
 {
-    static const char *const names[] = {"none", "queue_full", "long_ceiling", "undelivered",
-                                        "operations", "owner_cap", "shutdown", "threads"};
-    return (unsigned)refusal < sizeof(names) / sizeof(names[0]) ? names[refusal] : "?";
+    switch (refusal) {
+    case TERN_REFUSED_NONE: return "none";
+#define NAME(name, short_name, value) \
+    case name: return #short_name;
+        TERN_REFUSAL_MAP(NAME)
+#undef NAME
+    }
+    return "?";
 }
 
 int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, tern_done_fn done,

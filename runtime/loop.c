@@ -29,6 +29,18 @@ void tern__loop_only_failed(const char *fn)
                    "(use tern_post to hand work to the loop)");
 }
 
+/*
+ * The sealed-loop check is the loop's (admit.h): a group seals its loops
+ * for the destroy phase, but the rule is about scheduling on a loop.
+ */
+noreturn void tern__loop_sealed_failed(void)
+{
+    TERN_FATAL("tern_group_shutdown",
+               "work scheduled during a loop group's final drain (the destroy phase): "
+               "teardown work belongs in the shutdown phase (tern_group_on_shutdown), "
+               "while the loops still run");
+}
+
 tern_loop *tern_loop_current(void)
 {
     return current_loop;

@@ -32,15 +32,20 @@ static unsigned live(tern_loop *loop)
     return ph_loop_stats(loop).live_operations;
 }
 
-/* A refusal: -EAGAIN, its cause, and nothing left live. */
+/* A refusal: -EAGAIN, its cause, counted once process-wide, and nothing left live. */
 #define ASSERT_REFUSED(loop, call, cause)                                                   \
     do {                                                                                    \
         unsigned live_before_ = live(loop);                                                 \
+        tern_pool_stats before_ = ph_stats();                                               \
         int rc_ = (call);                                                                   \
+        tern_pool_stats after_ = ph_stats();                                                \
         cr_assert_eq(rc_, -EAGAIN, "%s: %s", #call, tern_err_name(rc_));                    \
         cr_assert_eq(tern_loop_last_refusal(loop), (cause), "cause %s, expected %s",        \
                      tern_refusal_name(tern_loop_last_refusal(loop)),                       \
                      tern_refusal_name(cause));                                             \
+        cr_assert(ph_refused_once(&before_, &after_, (cause)),                              \
+                  "tern_pool_stats did not count one %s refusal (and nothing else)",        \
+                  tern_refusal_name(cause));                                                \
         cr_assert_eq(live(loop), live_before_, "a refused submission left an operation");   \
     } while (0)
 
@@ -158,6 +163,7 @@ Test(admission, a_shutdown_under_way_is_a_cause_too)
     /* The shutdown waits for the running job; meanwhile submissions say why. */
     int rc = 0;
     uint64_t deadline = ph_now() + PH_LIVENESS_NS;
+    tern_pool_stats before = ph_stats();
     while ((rc = ph_submit(loop, TERN_BOUNDED, &late)) == 0 && ph_now() < deadline) {
         bool ok;
         PH_PUMP_UNTIL(ok, loop, atomic_load(&late.done_calls) == 1);
@@ -167,6 +173,11 @@ Test(admission, a_shutdown_under_way_is_a_cause_too)
     }
     cr_assert_eq(rc, -EAGAIN);
     cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_SHUTDOWN);
+    tern_pool_stats after = ph_stats();
+    cr_assert(ph_refused_once(&before, &after, TERN_REFUSED_SHUTDOWN),
+              "the shutdown refusal was not counted once (refused_shutdown %llu -> %llu)",
+              (unsigned long long)before.refused_shutdown,
+              (unsigned long long)after.refused_shutdown);
     ph_gate_open(&gate);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, atomic_load(&running.done_calls) == 1);
@@ -192,6 +203,7 @@ Test(admission, refusal_names)
     cr_assert_str_eq(tern_refusal_name(TERN_REFUSED_OPERATIONS), "operations");
     cr_assert_str_eq(tern_refusal_name(TERN_REFUSED_OWNER_CAP), "owner_cap");
     cr_assert_str_eq(tern_refusal_name(TERN_REFUSED_SHUTDOWN), "shutdown");
+    cr_assert_str_eq(tern_refusal_name(TERN_REFUSED_THREADS), "threads");
     cr_assert_str_eq(tern_refusal_name((tern_refusal)99), "?");
 }
 
@@ -353,6 +365,10 @@ Test(admission, a_deadline_before_start_means_the_work_never_runs)
     cr_assert_eq(late.status, -ETIMEDOUT);
     cr_assert_null(late.done_result);
     cr_assert_eq(late.done_step, 2);
+    /* Counted as timed out, not as cancelled. */
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.timed_out, 1u);
+    cr_assert_eq(s.cancelled, 0u, "a timeout was counted as a cancel");
     ph_gate_open(&gate);
     PH_PUMP_UNTIL(ok, loop, atomic_load(&blocker.done_calls) == 1);
     cr_assert(ok);

@@ -91,10 +91,14 @@ done
 # closing a multi-line typedef struct.
 types=$(cat "${headers[@]}" | grep -oE '^typedef [^;]*[ *](tern_[a-z0-9_]+);|\(\*tern_[a-z0-9_]+\)|^\} tern_[a-z0-9_]+;' |
     grep -oE 'tern_[a-z0-9_]+' | sort -u)
-# Constants: #defines and enum members spelled TERN_*, but not the guards.
+# Constants: #defines and enum members spelled TERN_*, but not the guards,
+# nor a helper macro the header #undefs again (an X-macro's expander).
+undefined=$(cat "${headers[@]}" | grep -oE '^#undef TERN_[A-Z0-9_]+' | grep -oE 'TERN_[A-Z0-9_]+' |
+    sort -u)
 constants=$(cat "${headers[@]}" |
     grep -oE '^#define TERN_[A-Z0-9_]+|^[[:space:]]*(enum \{ )?TERN_[A-Z0-9_]+ *=|[{,] *TERN_[A-Z0-9_]+ *=' |
-    grep -oE 'TERN_[A-Z0-9_]+' | grep -vxE 'TERN_[A-Z0-9]*_?H' | sort -u)
+    grep -oE 'TERN_[A-Z0-9_]+' | grep -vxE 'TERN_[A-Z0-9]*_?H' | sort -u |
+    comm -23 - <(printf '%s\n' "$undefined"))
 if [ "$(printf '%s\n' "$types" | grep -c .)" -lt 15 ] ||
    [ "$(printf '%s\n' "$constants" | grep -c .)" -lt 15 ]; then
     fail "too few types or constants found in the headers: the extraction is broken"

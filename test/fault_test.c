@@ -13,7 +13,7 @@
  *     (jobs, timers, posts, lookups, connections), and what was refused
  *     never calls back;
  *   - nothing is left behind: live_operations returns to 0, the pool's
- *     submitted == completed + cancelled, no descriptor stays open (and
+ *     submitted == completed + cancelled + timed_out, no descriptor stays open (and
  *     ASan/valgrind see every allocation freed, in CI);
  *   - the loop still works: after disarming, one more operation succeeds.
  * The walk runs n = 1, 2, 3, ... until a whole run passes without the
@@ -242,10 +242,10 @@ static void assert_pool_settled(const tern_pool_stats *before, uint64_t accepted
     cr_assert_eq(now.submitted - before->submitted, accepted, "submitted %llu, accepted %llu",
                  (unsigned long long)(now.submitted - before->submitted),
                  (unsigned long long)accepted);
-    cr_assert_eq(now.submitted, now.completed + now.cancelled,
-                 "submitted %llu != completed %llu + cancelled %llu",
+    cr_assert_eq(now.submitted, now.completed + now.cancelled + now.timed_out,
+                 "submitted %llu != completed %llu + cancelled %llu + timed out %llu",
                  (unsigned long long)now.submitted, (unsigned long long)now.completed,
-                 (unsigned long long)now.cancelled);
+                 (unsigned long long)now.cancelled, (unsigned long long)now.timed_out);
     cr_assert_eq(now.queued, 0);
 }
 
@@ -1253,8 +1253,9 @@ static bool step_tcp(uint64_t n, void *ctx)
     cr_assert_eq(count_open_fds(), fds, "descriptors left open");
     if (tern__pool_running()) {
         tern_pool_stats now = pool_stats();
-        cr_assert_eq(now.submitted - before.submitted, now.completed + now.cancelled -
-                                                           before.completed - before.cancelled);
+        cr_assert_eq(now.submitted - before.submitted,
+                     now.completed + now.cancelled + now.timed_out - before.completed -
+                         before.cancelled - before.timed_out);
         pool_end();
     }
     free(t);

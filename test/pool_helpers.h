@@ -316,6 +316,38 @@ static inline tern_pool_config ph_config(unsigned threads, unsigned queue_capaci
     return cfg;
 }
 
+/*
+ * The process-wide counter of one refusal cause, written out by hand
+ * (not from TERN_REFUSAL_MAP), so a cause the library forgets to count,
+ * or counts in another cause's field, fails the test that provokes it.
+ */
+static inline uint64_t ph_refused(const tern_pool_stats *s, tern_refusal cause)
+{
+    switch (cause) {
+    case TERN_REFUSED_QUEUE_FULL: return s->refused_queue_full;
+    case TERN_REFUSED_LONG_CEILING: return s->refused_long_ceiling;
+    case TERN_REFUSED_UNDELIVERED: return s->refused_undelivered;
+    case TERN_REFUSED_OPERATIONS: return s->refused_operations;
+    case TERN_REFUSED_OWNER_CAP: return s->refused_owner_cap;
+    case TERN_REFUSED_SHUTDOWN: return s->refused_shutdown;
+    case TERN_REFUSED_THREADS: return s->refused_threads;
+    case TERN_REFUSED_NONE: break;
+    }
+    return UINT64_MAX;
+}
+
+/* Whether after - before is exactly one refusal, of cause and of no other. */
+static inline bool ph_refused_once(const tern_pool_stats *before, const tern_pool_stats *after,
+                                   tern_refusal cause)
+{
+    for (int c = TERN_REFUSED_QUEUE_FULL; c <= TERN_REFUSED_THREADS; c++) {
+        uint64_t d = ph_refused(after, (tern_refusal)c) - ph_refused(before, (tern_refusal)c);
+        if (d != (c == (int)cause ? 1u : 0u))
+            return false;
+    }
+    return true;
+}
+
 static inline tern_pool_stats ph_stats(void)
 {
     tern_pool_stats s;

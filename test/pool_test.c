@@ -442,15 +442,20 @@ Test(pool, thread_creation_failure_on_submission_is_returned)
     tern_loop *loop = new_loop(NULL);
     ph_job j;
     ph_job_init(&j, NULL);
+    tern_pool_stats before = ph_stats();
     tern__fault_arm(TERN__FAULT_THREAD, 1);
     int rc = ph_submit(loop, TERN_BOUNDED, &j);
     bool fired = tern__fault_fired();
     tern__fault_arm(TERN__FAULT_THREAD, 0);
+    tern_pool_stats after = ph_stats();
     cr_assert(fired);
     cr_assert_eq(rc, -EAGAIN, "%s", tern_err_name(rc));
     /* Its own cause: no shutdown was under way (SPEC: the cause names the limit). */
     cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_THREADS, "cause %s",
                  tern_refusal_name(tern_loop_last_refusal(loop)));
+    cr_assert(ph_refused_once(&before, &after, TERN_REFUSED_THREADS),
+              "refused_threads %llu -> %llu", (unsigned long long)before.refused_threads,
+              (unsigned long long)after.refused_threads);
     cr_assert(!tern__pool_running());
     cr_assert_eq(tern_loop_run(loop), 0, "a refused job left something live");
     cr_assert_eq(atomic_load(&j.done_calls), 0);
@@ -480,6 +485,9 @@ Test(pool, long_thread_creation_failure_refuses_the_job)
     cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_THREADS, "cause %s",
                  tern_refusal_name(tern_loop_last_refusal(loop)));
     tern_pool_stats after = ph_stats();
+    cr_assert(ph_refused_once(&before, &after, TERN_REFUSED_THREADS),
+              "refused_threads %llu -> %llu", (unsigned long long)before.refused_threads,
+              (unsigned long long)after.refused_threads);
     cr_assert_eq(after.long_threads, 0u);
     cr_assert_eq(after.submitted, before.submitted);
     cr_assert_eq(tern_loop_run(loop), 0);

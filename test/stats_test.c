@@ -7,8 +7,9 @@
  *
  * Reading of the counters these tests hold the pool to: every accepted job
  * is counted once in submitted and ends as exactly one of completed (done
- * got status 0) or cancelled (done got -ECANCELED), so once everything is
- * delivered submitted == completed + cancelled.
+ * got status 0), cancelled (done got -ECANCELED) or timed out (done got
+ * -ETIMEDOUT), so once everything is delivered submitted == completed +
+ * cancelled + timed_out (no job here has a deadline).
  */
 #include <criterion/criterion.h>
 
@@ -44,6 +45,10 @@ Test(stats, all_zero_before_the_pool_starts)
     cr_assert_eq(s.refused_long_ceiling, 0u);
     cr_assert_eq(s.refused_undelivered, 0u);
     cr_assert_eq(s.refused_operations, 0u);
+    cr_assert_eq(s.refused_owner_cap, 0u);
+    cr_assert_eq(s.refused_shutdown, 0u);
+    cr_assert_eq(s.refused_threads, 0u);
+    cr_assert_eq(s.timed_out, 0u);
     cr_assert_eq(s.wait_p50_ns, 0u);
     cr_assert_eq(s.wait_p99_ns, 0u);
     cr_assert_eq(s.run_p50_ns, 0u);

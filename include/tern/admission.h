@@ -22,17 +22,27 @@ extern "C" {
 /*
  * Every resource refusal returns -EAGAIN; this says which resource. The
  * cause is the loop's own (a loop-only value, so no other loop moves it),
- * unlike the process-wide refused_* counters of tern_pool_stats.
+ * unlike the process-wide refused_* counters of tern_pool_stats, which
+ * count every cause.
+ *
+ * TERN_REFUSAL_MAP is the one list of causes: X(name, short, value) gives
+ * the enum below, tern_refusal_name()'s names (short, as a string) and
+ * tern_pool_stats' counters (refused_<short>).
  */
+#define TERN_REFUSAL_MAP(X)                                                                      \
+    X(TERN_REFUSED_QUEUE_FULL, queue_full, 1)     /* the bounded queue (with reservations) is full */ \
+    X(TERN_REFUSED_LONG_CEILING, long_ceiling, 2) /* long_threads_max long jobs are running */   \
+    X(TERN_REFUSED_UNDELIVERED, undelivered, 3)   /* this loop holds max_undelivered credits */  \
+    X(TERN_REFUSED_OPERATIONS, operations, 4)     /* this loop has max_operations live ops */    \
+    X(TERN_REFUSED_OWNER_CAP, owner_cap, 5)       /* the owner has its cap of jobs in flight */  \
+    X(TERN_REFUSED_SHUTDOWN, shutdown, 6)         /* tern_pool_shutdown is under way; retry */   \
+    X(TERN_REFUSED_THREADS, threads, 7)           /* the system refused the pool a thread */
+
 typedef enum tern_refusal {
-    TERN_REFUSED_NONE = 0,        /* the last submission was accepted (or was no refusal) */
-    TERN_REFUSED_QUEUE_FULL = 1,  /* the bounded queue (with its reservations) is full */
-    TERN_REFUSED_LONG_CEILING = 2,/* long_threads_max long jobs are running */
-    TERN_REFUSED_UNDELIVERED = 3, /* this loop holds max_undelivered credits */
-    TERN_REFUSED_OPERATIONS = 4,  /* this loop has max_operations live operations */
-    TERN_REFUSED_OWNER_CAP = 5,   /* the owner has its cap of jobs in flight */
-    TERN_REFUSED_SHUTDOWN = 6,    /* tern_pool_shutdown is under way; retry after it */
-    TERN_REFUSED_THREADS = 7,     /* the system refused the pool a thread (pthread_create) */
+    TERN_REFUSED_NONE = 0, /* the last submission was accepted (or was no refusal) */
+#define TERN_REFUSAL_ENUM_(name, short_name, value) name = value,
+    TERN_REFUSAL_MAP(TERN_REFUSAL_ENUM_)
+#undef TERN_REFUSAL_ENUM_
 } tern_refusal;
 
 /*

@@ -1951,9 +1951,10 @@ static void finish(void)
      */
     tern_pool_stats ps;
     tern_pool_stats_get(&ps);
-    ENSURE(ps.submitted == ps.completed + ps.cancelled,
+    ENSURE(ps.submitted == ps.completed + ps.cancelled + ps.timed_out,
            "pool: submitted %" PRIu64 " != completed %" PRIu64 " + cancelled %" PRIu64
-           " with every loop freed", ps.submitted, ps.completed, ps.cancelled);
+           " + timed out %" PRIu64 " with every loop freed",
+           ps.submitted, ps.completed, ps.cancelled, ps.timed_out);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

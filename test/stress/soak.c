@@ -21,7 +21,8 @@
  * timers started == fired + stopped, lookups accepted == answered,
  * connections connected == accepted by a listener == echoed == closed,
  * bytes written to the socketpairs == bytes read by the watchers, nothing
- * live in any loop, and the pool's submitted == completed + cancelled.
+ * live in any loop, and the pool's submitted == completed + cancelled +
+ * timed_out.
  *
  * Duration: argv[1] or TERN_SOAK_SECONDS (seconds, default 10). Seed:
  * TERN_SEED (default 0x50a4ed; the work mix, thread timing still varies
@@ -806,9 +807,9 @@ int main(int argc, char **argv)
     }
     tern_pool_stats ps;
     tern_pool_stats_get(&ps);
-    CHECK(ps.submitted == ps.completed + ps.cancelled, "pool: submitted %" PRIu64
-          " != completed %" PRIu64 " + cancelled %" PRIu64, ps.submitted, ps.completed,
-          ps.cancelled);
+    CHECK(ps.submitted == ps.completed + ps.cancelled + ps.timed_out,
+          "pool: submitted %" PRIu64 " != completed %" PRIu64 " + cancelled %" PRIu64
+          " + timed out %" PRIu64, ps.submitted, ps.completed, ps.cancelled, ps.timed_out);
     CHECK(ps.queued == 0 && ps.busy == 0 && ps.long_busy == 0, "pool still busy: queued %u busy %u"
           " long_busy %u", ps.queued, ps.busy, ps.long_busy);
     CHECK(tern_pool_shutdown(TERN_POOL_DRAIN, UINT64_C(30) * 1000000000u) == 0, "pool shutdown");
