@@ -513,9 +513,10 @@ int main(void)
                  other_refusals);
     tern_pool_stats ps;
     tern_pool_stats_get(&ps);
-    STRESS_CHECK(ps.submitted == ps.completed + ps.cancelled,
+    STRESS_CHECK(ps.submitted == ps.completed + ps.cancelled + ps.timed_out,
                  "the pool owes nothing: submitted %" PRIu64 " = completed %" PRIu64
-                 " + cancelled %" PRIu64, ps.submitted, ps.completed, ps.cancelled);
+                 " + cancelled %" PRIu64 " + timed out %" PRIu64, ps.submitted, ps.completed,
+                 ps.cancelled, ps.timed_out);
     stress_phase("tern_loop_free", 60 * STRESS_SEC);
     for (int i = 0; i < LOOPS; i++) {
         stress_loop_free(loops[i].loop);
