@@ -606,6 +606,7 @@ TERN_EXTERN int tern_hook_stop(tern_loop *loop, tern_id id);
 #include "tern/fs.h"
 #include "tern/process.h"
 #include "tern/watch.h"
+#include "tern/wait.h"
 
 #ifdef __cplusplus
 }

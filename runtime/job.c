@@ -110,6 +110,7 @@ struct tern__owner {
     uint64_t accepted, refused;
     bool closed;
     tern_job *jobs; /* in flight, doubly linked through owner_prev/owner_next */
+    struct tern__owned *others; /* other kinds' ops in flight (external waits) */
 };
 
 static int job_cancel(tern_loop *loop, struct tern__op *op);
@@ -151,6 +152,8 @@ static int owner_cancel(tern_loop *loop, struct tern__op *op)
     struct tern__owner *o = (struct tern__owner *)op;
     for (tern_job *job = o->jobs; job != NULL; job = job->owner_next)
         (void)job_cancel(loop, &job->op);
+    for (struct tern__owned *l = o->others; l != NULL; l = l->next)
+        (void)l->op->cls->cancel(loop, l->op);
     tern__op_finish(loop, op);
     return TERN_CANCEL_STOPPED;
 }
@@ -586,4 +589,81 @@ int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, te
     if (rc < 0)
         return rc;
     return tern__submit_job(loop, occupancy, TERN__WORK_PLAIN, work, done, arg, idp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Credits and owners for other kinds (job_p.h)                        */
+/* ------------------------------------------------------------------ */
+
+int tern__owner_check(tern_loop *loop, tern_id id, struct tern__owner **ownerp)
+{
+    *ownerp = NULL;
+    if (id == 0)
+        return 0;
+    struct tern__owner *o = owner_find(loop, id);
+    if (o == NULL)
+        return -EINVAL; /* unknown or closed */
+    if (o->in_flight >= o->cap) {
+        o->refused++;
+        return refuse(loop, TERN_REFUSED_OWNER_CAP);
+    }
+    *ownerp = o;
+    return 0;
+}
+
+void tern__owner_hold(struct tern__owner *o, struct tern__owned *link, struct tern__op *op)
+{
+    *link = (struct tern__owned){.op = op, .owner = o, .next = o->others};
+    if (o->others != NULL)
+        o->others->prev = link;
+    o->others = link;
+    o->in_flight++;
+    o->accepted++;
+}
+
+void tern__owner_drop(struct tern__owned *link)
+{
+    struct tern__owner *o = link->owner;
+    if (o == NULL)
+        return;
+    if (link->prev != NULL)
+        link->prev->next = link->next;
+    else
+        o->others = link->next;
+    if (link->next != NULL)
+        link->next->prev = link->prev;
+    link->owner = NULL;
+    TERN_DECREMENT(o->in_flight);
+    if (o->closed && o->in_flight == 0)
+        free(o);
+}
+
+int tern__credit_check(tern_loop *loop)
+{
+    int rc = ensure_ring(loop);
+    if (rc < 0)
+        return rc;
+    return loop->undelivered >= loop->max_undelivered ? refuse(loop, TERN_REFUSED_UNDELIVERED)
+                                                       : 0;
+}
+
+int tern__refuse_operations(tern_loop *loop)
+{
+    return refuse(loop, TERN_REFUSED_OPERATIONS);
+}
+
+void tern__credit_take(tern_loop *loop)
+{
+    loop->undelivered++;
+    loop->jobs_live++;
+    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+    if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
+        atomic_store_explicit(&loop->st_undelivered_peak, loop->undelivered, memory_order_relaxed);
+}
+
+void tern__credit_give(tern_loop *loop)
+{
+    TERN_DECREMENT(loop->undelivered);
+    TERN_DECREMENT(loop->jobs_live);
+    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
 }

@@ -80,6 +80,31 @@ void tern__jobs_check_books(tern_loop *loop);
 void tern__jobs_kick(tern_loop *loop);
 
 /*
+ * Credits and owners for operations that are not jobs but are accepted and
+ * delivered like them (external waits, wait.c). Loop thread.
+ *   owner_check: for owner id (0: none) *ownerp, 0; -EINVAL for an unknown
+ *     or closed owner; -EAGAIN with TERN_REFUSED_OWNER_CAP (counted).
+ *   owner_hold: op now counts against o until owner_drop (when its done is
+ *     about to start); closing o cancels op through its class.
+ *   credit_check: 0, -ENOMEM, or -EAGAIN with TERN_REFUSED_UNDELIVERED;
+ *     credit_take / credit_give hold one max_undelivered credit (and count
+ *     the op among the accepted-not-done the books compare it with).
+ *   refuse_operations: -EAGAIN with TERN_REFUSED_OPERATIONS (counted).
+ */
+struct tern__owned {
+    struct tern__op *op;
+    struct tern__owner *owner; /* NULL once dropped */
+    struct tern__owned *prev, *next;
+};
+int tern__owner_check(tern_loop *loop, tern_id id, struct tern__owner **ownerp);
+void tern__owner_hold(struct tern__owner *o, struct tern__owned *link, struct tern__op *op);
+void tern__owner_drop(struct tern__owned *link);
+int tern__credit_check(tern_loop *loop);
+void tern__credit_take(tern_loop *loop);
+void tern__credit_give(tern_loop *loop);
+int tern__refuse_operations(tern_loop *loop);
+
+/*
  * The result ring is backends/ring.h's ring with one consumer, the loop: a
  * credit (undelivered) is taken at submission and given back only after
  * the job's slot was freed, so it is never full (ring.h's full-slot rule).
