@@ -57,6 +57,17 @@ struct tern__backend_ops {
      * Returns 0 or -errno. The caller has blocked signo in its thread.
      */
     int (*signal)(struct tern__backend *b, int signo, bool on);
+    /*
+     * Optional (NULL: the runtime learns of exits some other way, a pidfd
+     * or SIGCHLD): start (on) or stop reporting the end of child process
+     * pid as a fired entry {fd, TERN_READABLE}, once, from the first wait
+     * after it ended (also when it ended before the start). fd is a
+     * descriptor the caller watches for TERN_READABLE; the backend only
+     * names it and never reads it or reaps the child. Applied at once.
+     * Returns 0 or -errno (-ESRCH: no such child); stopping a report
+     * already made or never started returns 0.
+     */
+    int (*proc)(struct tern__backend *b, int pid, int fd, bool on);
 };
 
 struct tern__backend {

@@ -49,12 +49,17 @@
  *   starts is not reported (signalfd would read it); stopping consumes it.
  *   It needs the signal blocked or ignored besides, or its action still
  *   runs (signal.c blocks it in the loop's thread).
+ * - A child's exit is an EVFILT_PROC filter (NOTE_EXIT, one shot) whose
+ *   udata names the descriptor to report it on; the runtime reaps. It is
+ *   retrieved in the same first pass as signals, since retrieving it
+ *   consumed it.
  * - The timeout is a timespec: nanoseconds pass through exactly.
  * - A kqueue is not inherited across fork() on the BSDs and macOS.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -315,6 +320,8 @@ static int kq_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__fir
         if (ev->filter == EVFILT_SIGNAL && !(ev->flags & EV_ERROR) && k < max)
             out[k++] = (struct tern__fired){.fd = TERN__FIRED_SIGNAL((int)ev->ident),
                                             .events = ev->data > 0 ? (unsigned)ev->data : 1};
+        if (ev->filter == EVFILT_PROC && !(ev->flags & EV_ERROR))
+            k = fire(s, (int)(intptr_t)ev->udata, TERN_READABLE, out, k, max);
 #ifdef USE_USER_WAKE
         if (ev->filter == EVFILT_USER)
             s->wake_seen = true;
@@ -380,6 +387,20 @@ static int kq_signal(struct tern__backend *b, int signo, bool on)
     return kevent(s->kq, &ev, 1, NULL, 0, NULL) < 0 ? -errno : 0;
 }
 
+static int kq_proc(struct tern__backend *b, int pid, int fd, bool on)
+{
+    struct kq_state *s = b->state;
+    int rc;
+    if (on && (rc = grow_merge(s, fd)) < 0)
+        return rc;
+    struct kevent ev;
+    EV_SET(&ev, pid, EVFILT_PROC, on ? EV_ADD | EV_ONESHOT : EV_DELETE, NOTE_EXIT, 0,
+           (void *)(intptr_t)fd);
+    if (kevent(s->kq, &ev, 1, NULL, 0, NULL) == 0)
+        return 0;
+    return !on && (errno == ENOENT || errno == ESRCH) ? 0 : -errno;
+}
+
 const struct tern__backend_ops tern__backend_kqueue = {
     .name = "kqueue",
     .init = kq_init,
@@ -387,6 +408,7 @@ const struct tern__backend_ops tern__backend_kqueue = {
     .modify = kq_modify,
     .wait = kq_wait,
     .signal = kq_signal,
+    .proc = kq_proc,
 #ifdef USE_USER_WAKE
     .wake = kq_wake,
     .wake_take = kq_wake_take,

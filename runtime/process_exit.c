@@ -18,6 +18,14 @@
  * fallback. A loop takes its slot in the table before it launches, so the
  * SIGCHLD of a child that ends at once is not missed.
  *
+ * The backend's process filter (kqueue's EVFILT_PROC), where the loop's
+ * backend has one and there is no pidfd (the BSDs, macOS; on Linux only
+ * when a test asks, through tern__child_native): the loop keeps the same
+ * list and wake object as the fallback, but the backend reports each
+ * child's end on that wake object's descriptor, so no signal is involved
+ * in the loop's own exits. The SIGCHLD handler is still installed, for the
+ * reaper's sake alone (an abandoned child has no loop to report it).
+ *
  * Either way the child is reaped before `exited` runs (step 4), so its pid
  * cannot be reused while tern still holds it.
  */
@@ -64,6 +72,21 @@ static int pidfd_open_for(pid_t pid)
 #endif
 }
 
+/* Whether loops prefer the backend's process filter to a pidfd (test seam). */
+static _Atomic bool native_first;
+static _Atomic unsigned long native_watches;
+
+bool tern__child_native(bool on)
+{
+    atomic_store_explicit(&native_first, on, memory_order_relaxed);
+    return true;
+}
+
+unsigned long tern__child_native_count(void)
+{
+    return atomic_load_explicit(&native_watches, memory_order_relaxed);
+}
+
 static bool use_pidfd(void)
 {
     int w = atomic_load_explicit(&pidfd_works, memory_order_relaxed);
@@ -94,7 +117,7 @@ struct tern__children {
     struct tern__io io;
     struct tern__child *head; /* children not yet reaped */
     unsigned users;           /* prepared launches and watched children */
-    int slot;
+    int slot;                 /* -1: the backend reports exits (native) */
 };
 
 static _Atomic(const struct tern__wake *) slot_wake[SLOTS];
@@ -123,21 +146,29 @@ static void on_sigchld(int signo, siginfo_t *info, void *ctx)
     }
 }
 
+/* Install the handler once; under table_lock. 0 or -errno. */
+static int install_locked(void)
+{
+    if (installed)
+        return 0;
+    struct sigaction sa = {0};
+    sa.sa_sigaction = on_sigchld;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NOCLDSTOP;
+    sigfillset(&sa.sa_mask);
+    if (sigaction(SIGCHLD, &sa, &previous) < 0)
+        return -errno;
+    installed = true;
+    return 0;
+}
+
+/* A slot for w (w NULL: only the handler, for the reaper). */
 static int table_join(const struct tern__wake *w)
 {
-    int slot = -EAGAIN;
     pthread_mutex_lock(&table_lock);
-    if (!installed) {
-        struct sigaction sa = {0};
-        sa.sa_sigaction = on_sigchld;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NOCLDSTOP;
-        sigfillset(&sa.sa_mask);
-        if (sigaction(SIGCHLD, &sa, &previous) < 0) {
-            slot = -errno;
-            goto out;
-        }
-        installed = true;
-    }
+    int slot = install_locked();
+    if (slot < 0 || w == NULL)
+        goto out;
+    slot = -EAGAIN;
     for (int i = 0; i < SLOTS; i++) {
         if (atomic_load(&slot_wake[i]) == NULL) {
             atomic_store(&slot_wake[i], w);
@@ -152,6 +183,8 @@ out:
 
 static void table_leave(int slot)
 {
+    if (slot < 0)
+        return; /* native: only the handler, which stays */
     atomic_store(&slot_wake[slot], NULL);
     /* A handler may still hold the pointer it read: let it finish. */
     while (atomic_load(&in_handler) != 0)
@@ -173,6 +206,8 @@ static void reap_fallback(tern_loop *loop, struct tern__io *io, unsigned events)
         int st;
         pid_t r = waitpid(c->pid, &st, WNOHANG);
         if (r == c->pid) {
+            if (ch->slot < 0)
+                (void)loop->backend.ops->proc(&loop->backend, c->pid, ch->wake.fd, false);
             if (c->prev != NULL)
                 c->prev->next = c->next;
             else
@@ -192,9 +227,12 @@ int tern__child_prepare(tern_loop *loop, struct tern__child *c)
 {
     *c = (struct tern__child){.pidfd = -1};
     tern__io_init(&c->io, NULL);
-    c->fallback = !use_pidfd();
+    bool can_native = loop->backend.ops->proc != NULL;
+    bool native = can_native && atomic_load_explicit(&native_first, memory_order_relaxed);
+    c->fallback = native || !use_pidfd();
     if (!c->fallback)
         return 0;
+    native = native || can_native;
     struct tern__children *ch = loop->children;
     if (ch == NULL) {
         ch = tern__calloc(1, sizeof(*ch));
@@ -211,13 +249,13 @@ int tern__child_prepare(tern_loop *loop, struct tern__child *c)
             free(ch);
             return rc;
         }
-        if ((ch->slot = table_join(&ch->wake)) < 0) {
-            rc = ch->slot;
+        if ((rc = table_join(native ? NULL : &ch->wake)) < 0) {
             tern__io_stop(loop, &ch->io);
             tern__wake_close(&ch->wake);
             free(ch);
             return rc;
         }
+        ch->slot = native ? -1 : rc;
         loop->children = ch;
     }
     ch->users++;
@@ -287,6 +325,17 @@ int tern__child_watch(tern_loop *loop, struct tern__child *c, pid_t pid,
     if (ch->head != NULL)
         ch->head->prev = c;
     ch->head = c;
+    if (ch->slot < 0) {
+        int rc = loop->backend.ops->proc(&loop->backend, pid, ch->wake.fd, true);
+        if (rc < 0 && rc != -ESRCH) { /* -ESRCH: ended already; the look below sees it */
+            ch->head = c->next;
+            if (c->next != NULL)
+                c->next->prev = NULL;
+            c->next = NULL;
+            return rc;
+        }
+        atomic_fetch_add_explicit(&native_watches, 1, memory_order_relaxed);
+    }
     /* It may have ended before it was listed: look once more in step 4. */
     tern__wake_signal(&ch->wake);
     return 0;
@@ -302,6 +351,8 @@ void tern__child_abandon(tern_loop *loop, struct tern__child *c)
         c->pidfd = -1;
     } else {
         struct tern__children *ch = loop->children;
+        if (ch->slot < 0)
+            (void)loop->backend.ops->proc(&loop->backend, c->pid, ch->wake.fd, false);
         if (c->prev != NULL)
             c->prev->next = c->next;
         else

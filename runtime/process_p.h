@@ -83,4 +83,15 @@ void tern__reaper_adopt(pid_t pid, int pidfd);
 /* SIGCHLD fallback: the handler tells the reaper too. */
 void tern__reaper_sigchld(void);
 
+/*
+ * Child-exit seam: whether loops prepared from now on prefer their
+ * backend's process filter (kqueue's EVFILT_PROC) to a pidfd, as a system
+ * without pidfds does (on libkqueue, Linux, that is the only way to reach
+ * the filter). Returns true (the setting always takes). A backend without
+ * the filter is unaffected. tern__child_native_count: how many children
+ * have been watched through a backend's filter, process-wide, so far.
+ */
+bool tern__child_native(bool on);
+unsigned long tern__child_native_count(void);
+
 #endif

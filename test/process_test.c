@@ -12,6 +12,21 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "process_p.h"
+
+/*
+ * TERN_TEST_CHILD_NATIVE=1 (the process_test-native run in test/meson.build)
+ * has every test's loops take exits from the backend's process filter where
+ * it has one (kqueue's EVFILT_PROC; libkqueue on Linux) instead of a pidfd.
+ * Criterion re-executes each test in a child, which runs this too.
+ */
+__attribute__((constructor)) static void child_source_from_env(void)
+{
+    const char *v = getenv("TERN_TEST_CHILD_NATIVE");
+    if (v != NULL && strcmp(v, "1") == 0)
+        (void)tern__child_native(true);
+}
+
 struct exit_seen {
     atomic_uint n;
     int status, code, sig;
@@ -450,5 +465,45 @@ BACKEND_TEST(process, bad_input)
     cr_assert_eq(tern_process_pid(loop, 12345, &pid), -ENOENT);
     cr_assert_eq(loop_live(loop), 0);
     cr_assert_eq(atomic_load(&e.n), 0);
+    loop_free_clean(loop);
+}
+
+/*
+ * With the seam on, a kqueue loop watches each child through EVFILT_PROC
+ * (counted), and the exits still come once each: one that ends after the
+ * first look (only the filter can report it), one killed, one cancelled
+ * and then reaped by the reaper. Other backends have no filter and keep
+ * their pidfd (nothing counted).
+ */
+BACKEND_TEST(process, exits_through_backend_filter)
+{
+    (void)tern__child_native(true);
+    bool filter = strcmp(backend, "kqueue") == 0;
+    unsigned long before = tern__child_native_count();
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen late = {0}, killed = {0}, cancelled = {0};
+    tern_id id;
+    cr_assert_eq(spawn_sh(loop, "sleep 0.2; exit 5", &late, NULL), 0);
+    cr_assert_eq(spawn_sh(loop, "exec sleep 30", &killed, &id), 0);
+    cr_assert_eq(tern_process_kill(loop, id, SIGTERM), 0);
+    cr_assert_eq(spawn_sh(loop, "exec sleep 30", &cancelled, &id), 0);
+    int pid;
+    cr_assert_eq(tern_process_pid(loop, id, &pid), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
+    run_until_exit(loop, &late);
+    run_until_exit(loop, &killed);
+    cr_assert_eq(late.code, 5);
+    cr_assert_eq(killed.sig, SIGTERM);
+    cr_assert_eq(atomic_load(&cancelled.n), 1);
+    cr_assert_eq(cancelled.status, -ECANCELED);
+    cr_assert_eq(tern__child_native_count() - before, filter ? 3ul : 0ul,
+                 "children watched through the backend's process filter");
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert(wait_gone(pid), "the cancelled child was never reaped");
+    for (int i = 0; i < 5; i++)
+        tern_loop_run_once(loop, 5 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&late.n), 1);
+    cr_assert_eq(atomic_load(&killed.n), 1);
+    cr_assert_eq(zombies(), 0);
     loop_free_clean(loop);
 }
