@@ -330,16 +330,19 @@ typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg
  * default call_rcu helper created (if it does not exist yet) with every
  * signal blocked. Other threads of the application must block the signal
  * too, or the kernel may deliver it to them instead.
- * One watcher per signal in the whole process: a second tern_signal_start
- * for a signal that is already watched (by this or any loop) is -EEXIST.
- * Sharing one kernel signal between two callbacks would make their order
- * and who "consumes" it ambiguous, so tern refuses it; stop the first
- * watcher to hand the signal over.
+ * Several watchers of one signal, on one loop or several, each get one
+ * callback per delivery, each on its own loop (one watcher reads the
+ * signal and hands it to the others); starting a watcher on another loop
+ * blocks the signal in that loop's thread too. Stopping one leaves the
+ * others; the signal is handed back (mask, action) when the last stops.
+ * A kqueue loop's registration cannot move to another loop, so when the
+ * reading watcher stops and only other loops' watchers remain, an
+ * instance sent meanwhile may be lost there.
  * The watcher keeps tern_loop_run() alive unless tern_unref()'d.
  * Requires: loop != NULL.
  * Returns: 0 and *idp; -EINVAL for a NULL cb or a signal that cannot be
- *          caught (SIGKILL, SIGSTOP, out of range); -EEXIST when signo is
- *          already watched; -EMFILE and other descriptor errors; -EAGAIN at
+ *          caught (SIGKILL, SIGSTOP, out of range); -EMFILE and other
+ *          descriptor errors (first watcher of a signal); -EAGAIN at
  *          max_operations; -ENOMEM; -ESHUTDOWN while the loop is being
  *          freed.
  * Threads: loop-only, and from the thread that will run the loop.

@@ -18,9 +18,17 @@
  * source is the other way round: its handler must run, so the signal is
  * unblocked in the loop thread and the handler's write wakes the loop.
  *
- * One watcher per signal per process (a table under one mutex): two
- * sources for one signal race to read each instance, so sharing would
- * deliver each signal to one of them at random. tern refuses with -EEXIST.
+ * Several watchers per signal, on one loop or several: two sources for one
+ * signal would race to read each instance, so one watcher (the reader,
+ * the first) owns the signal's one source and hands each delivery it reads
+ * to every watcher of the signal (a list per signal under one mutex): a
+ * watcher on the reader's loop is queued, one on another loop is woken by
+ * a post. A watcher on another loop blocks the signal in its own thread
+ * (except for the pipe source, whose handler runs anywhere), so a signal
+ * sent to the process is never taken there by its default action. When
+ * the reader stops, its source moves to a watcher on the same loop, or
+ * moves to another watcher (see stop_watcher); the last watcher's stop
+ * hands the signal back.
  *
  * liburcu's helper: liburcu starts its call_rcu thread lazily, from
  * whichever thread first calls call_rcu, and that thread inherits the
@@ -38,6 +46,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -51,15 +61,22 @@ struct tern__signal {
     struct tern__op op; /* first: the id, the class, the ready link */
     tern_loop *loop;
     int signo;
+    bool reader;        /* under table_lock: this watcher reads the signal for all */
+    bool has_src;       /* under table_lock: the reader's source is open */
+    bool watching;      /* its loop watches the source (loop thread only) */
+    bool fired;         /* TERN__SIG_BACKEND: the backend reported it (loop thread) */
+    bool masked_here;   /* a follower blocked the signal in its loop's thread */
     struct tern__sigsource src;
     struct tern__io io; /* the source's descriptor (not for TERN__SIG_BACKEND) */
+    atomic_uint pending; /* deliveries not yet called back */
+    struct tern__signal *next; /* under table_lock: the signal's other watchers */
     tern_signal_cb cb;
     void *arg;
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool watched[_NSIG]; /* under table_lock */
-static struct tern__signal *by_backend[_NSIG]; /* under table_lock: backend-read watchers */
+static struct tern__signal *watchers[_NSIG]; /* under table_lock: each signal's watchers */
+static struct tern__signal *by_backend[_NSIG]; /* under table_lock: backend-read readers */
 
 /*
  * fork(): the table lock is held around the fork so the child never
@@ -78,8 +95,10 @@ static void table_after_fork_parent(void)
 
 static void table_after_fork_child(void)
 {
-    for (size_t i = 0; i < sizeof(watched) / sizeof(watched[0]); i++)
-        watched[i] = false;
+    for (size_t i = 0; i < sizeof(watchers) / sizeof(watchers[0]); i++) {
+        watchers[i] = NULL;
+        by_backend[i] = NULL;
+    }
     pthread_mutex_unlock(&table_lock);
 }
 
@@ -100,24 +119,62 @@ static const struct tern__op_class signal_class = {
     .refable = true,
 };
 
+static struct tern__signal *signal_of(tern_loop *loop, tern_id id)
+{
+    struct tern__op *op = tern__op_find(loop, id);
+    return op != NULL && op->cls == &signal_class ? (struct tern__signal *)op : NULL;
+}
+
+/* Posted to another loop: one of its watchers has deliveries pending. */
+static void wake_watcher(tern_loop *loop, void *arg)
+{
+    struct tern__signal *w = signal_of(loop, (tern_id)(uintptr_t)arg);
+    if (w != NULL)
+        tern__op_ready(loop, &w->op);
+}
+
 /*
- * Step 2. A backend-read watcher was queued by a fired entry: deliveries
- * since the last dispatch merge into one callback. Any other was queued by
- * its source turning readable: read it, one callback per read.
+ * One delivery read by the reader (on loop): every watcher of the signal
+ * gets one callback, on its own loop. Under table_lock, so no watcher is
+ * freed meanwhile (a loop cancels its watchers before it goes).
+ */
+static void fan_out(tern_loop *loop, struct tern__signal *reader)
+{
+    pthread_mutex_lock(&table_lock);
+    for (struct tern__signal *w = watchers[reader->signo]; w != NULL; w = w->next) {
+        atomic_fetch_add(&w->pending, 1);
+        if (w == reader)
+            continue; /* its dispatch delivers right after */
+        if (w->loop == loop)
+            tern__op_ready(loop, &w->op);
+        else if (tern_post(w->loop, wake_watcher, (void *)(uintptr_t)w->op.id) < 0)
+            atomic_fetch_sub(&w->pending, 1); /* that loop is going away */
+    }
+    pthread_mutex_unlock(&table_lock);
+}
+
+/*
+ * Step 2. The reader first takes what its source holds (a backend-read
+ * reader: one merged delivery per report; any other: one per read) and
+ * hands each to every watcher; then any watcher calls back once per
+ * delivery it was handed.
  */
 static void signal_dispatch(tern_loop *loop, struct tern__op *op)
 {
     struct tern__signal *w = (struct tern__signal *)op;
-    if (w->src.kind == TERN__SIG_BACKEND) {
-        w->cb(loop, op->id, w->signo, w->arg);
-        return;
-    }
     tern_id id = op->id;
-    for (int i = 0; i < SIGNALS_PER_READY; i++) {
-        /* One callback per read: deliveries one read takes are merged,
+    if (w->watching && w->src.kind == TERN__SIG_BACKEND) {
+        if (w->fired) {
+            w->fired = false;
+            fan_out(loop, w);
+        }
+    } else if (w->watching) {
+        /* One delivery per read: deliveries one read takes are merged,
          * as the kernel merges a signal sent again while pending. */
-        if (tern__sigsource_read(&w->src) == 0)
-            return; /* nothing more pending (EINTR: the next turn retries) */
+        for (int i = 0; i < SIGNALS_PER_READY && tern__sigsource_read(&w->src) != 0; i++)
+            fan_out(loop, w);
+    }
+    for (unsigned n = atomic_exchange(&w->pending, 0); n > 0; n--) {
         w->cb(loop, id, w->signo, w->arg);
         /* The callback may have stopped this watcher and freed it. */
         if (tern__op_find(loop, id) != op)
@@ -141,37 +198,17 @@ void tern__signal_fired(tern_loop *loop, int signo, unsigned count)
     pthread_mutex_lock(&table_lock);
     struct tern__signal *w = by_backend[signo];
     pthread_mutex_unlock(&table_lock);
-    /* Stopped since, or another loop's: the table says who owns it now. */
-    if (w != NULL && w->loop == loop)
+    /* Stopped since, or another loop's: the table says who reads it now. */
+    if (w != NULL && w->loop == loop) {
+        w->fired = true;
         tern__op_ready(loop, &w->op);
+    }
 }
 
 static void signal_free(tern_loop *loop, struct tern__op *op)
 {
     (void)loop;
     tern__free(op);
-}
-
-static void stop_watcher(tern_loop *loop, struct tern__signal *w)
-{
-    if (w->src.kind == TERN__SIG_BACKEND) {
-        (void)loop->backend.ops->signal(&loop->backend, w->signo, false);
-        loop->io_count--;
-    } else {
-        tern__io_stop(loop, &w->io);
-    }
-    tern__sigsource_close(&w->src);
-    pthread_mutex_lock(&table_lock);
-    watched[w->signo] = false;
-    by_backend[w->signo] = NULL;
-    pthread_mutex_unlock(&table_lock);
-    tern__op_finish(loop, &w->op);
-}
-
-static int signal_cancel(tern_loop *loop, struct tern__op *op)
-{
-    stop_watcher(loop, (struct tern__signal *)op);
-    return 0;
 }
 
 static void rcu_helper_with_signals_blocked(tern_loop *loop)
@@ -185,77 +222,215 @@ static void rcu_helper_with_signals_blocked(tern_loop *loop)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/*
+ * Watch w's open source from its loop (the calling thread); locked: the
+ * caller holds table_lock.
+ */
+static int watch_source(tern_loop *loop, struct tern__signal *w, bool locked)
+{
+    int rc;
+    if (w->src.kind == TERN__SIG_BACKEND) {
+        if ((rc = loop->backend.ops->signal(&loop->backend, w->signo, true)) < 0)
+            return rc;
+        loop->io_count++; /* the kernel has something to report: ask it */
+        if (!locked)
+            pthread_mutex_lock(&table_lock);
+        by_backend[w->signo] = w;
+        if (!locked)
+            pthread_mutex_unlock(&table_lock);
+    } else if ((rc = tern__io_start(loop, &w->io, w->src.fd, TERN_READABLE)) < 0) {
+        return rc;
+    }
+    w->watching = true;
+    return 0;
+}
+
+static void unwatch_source(tern_loop *loop, struct tern__signal *w, bool locked)
+{
+    if (!w->watching)
+        return;
+    w->watching = false;
+    if (w->src.kind != TERN__SIG_BACKEND) {
+        tern__io_stop(loop, &w->io);
+        return;
+    }
+    (void)loop->backend.ops->signal(&loop->backend, w->signo, false);
+    loop->io_count--;
+    if (!locked)
+        pthread_mutex_lock(&table_lock);
+    if (by_backend[w->signo] == w)
+        by_backend[w->signo] = NULL;
+    if (!locked)
+        pthread_mutex_unlock(&table_lock);
+}
+
+/* Open w's source on its loop's thread (the one calling) and watch it. */
+static int open_source(tern_loop *loop, struct tern__signal *w, bool locked)
+{
+    rcu_helper_with_signals_blocked(loop);
+    /* Blocked by sigsource_open before the backend is told: nothing lost. */
+    int rc = tern__sigsource_open(&w->src, w->signo, loop->backend.ops->signal != NULL);
+    if (rc < 0)
+        return rc;
+    if ((rc = watch_source(loop, w, locked)) < 0) {
+        tern__sigsource_close(&w->src);
+        return rc;
+    }
+    w->has_src = true;
+    return 0;
+}
+
+static void close_source(tern_loop *loop, struct tern__signal *w, bool locked)
+{
+    unwatch_source(loop, w, locked);
+    tern__sigsource_close(&w->src);
+    w->has_src = false;
+}
+
+/* Posted to the loop of a watcher that became the reader. */
+static void take_over(tern_loop *loop, void *arg)
+{
+    struct tern__signal *w = signal_of(loop, (tern_id)(uintptr_t)arg);
+    if (w == NULL || !w->reader)
+        return;
+    /* On failure the signal goes unread until this watcher stops. */
+    if (!w->has_src)
+        (void)open_source(loop, w, false);
+    else if (!w->watching && watch_source(loop, w, false) < 0)
+        close_source(loop, w, false);
+}
+
+static bool signal_pending_anywhere(int signo)
+{
+    sigset_t p;
+    return sigpending(&p) == 0 && sigismember(&p, signo);
+}
+
+/*
+ * Stop w. A reader hands its part to another watcher, one on the same loop
+ * first. Its source moves as it is (nothing lost), to be watched from the
+ * heir's loop: a signalfd reads what is pending for the process and for
+ * the thread reading it, a pipe what the handler wrote. Only a backend
+ * registration (kqueue) cannot move: it closes and the heir registers its
+ * own, and instances sent in between may be lost. A loop thread whose
+ * source moved away keeps the signal blocked. The last watcher's stop
+ * hands the signal back as the first one found it.
+ */
+static void stop_watcher(tern_loop *loop, struct tern__signal *w)
+{
+    pthread_mutex_lock(&table_lock);
+    struct tern__signal **p = &watchers[w->signo];
+    while (*p != w)
+        p = &(*p)->next;
+    *p = w->next;
+    bool loop_still_watches = false;
+    struct tern__signal *heir = NULL;
+    for (struct tern__signal *o = watchers[w->signo]; o != NULL; o = o->next) {
+        loop_still_watches |= o->loop == loop;
+        if (heir == NULL || (o->loop == loop && heir->loop != loop))
+            heir = o;
+    }
+    if (!w->reader)
+        heir = NULL;
+    if (heir != NULL) {
+        heir->reader = true;
+        unwatch_source(loop, w, true);
+        if (w->has_src && (heir->loop == loop || w->src.kind != TERN__SIG_BACKEND)) {
+            heir->src = w->src;
+            heir->has_src = true;
+            w->has_src = false;
+        } else if (w->has_src) {
+            w->src.mask_changed = false; /* this thread keeps it blocked */
+            close_source(loop, w, true);
+        }
+        if (heir->loop == loop) {
+            if (heir->has_src && watch_source(loop, heir, true) < 0)
+                close_source(loop, heir, true); /* the signal goes unread */
+        } else {
+            (void)tern_post(heir->loop, take_over, (void *)(uintptr_t)heir->op.id);
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+    if (w->has_src)
+        close_source(loop, w, false);
+    /* A pending instance would take its default action once unblocked:
+     * then the block stays. */
+    if (w->masked_here && !loop_still_watches && !signal_pending_anywhere(w->signo)) {
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, w->signo);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    }
+    tern__op_finish(loop, &w->op);
+}
+
+static int signal_cancel(tern_loop *loop, struct tern__op *op)
+{
+    stop_watcher(loop, (struct tern__signal *)op);
+    return 0;
+}
+
 int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
     if (cb == NULL || signo <= 0 || signo >= _NSIG || signo == SIGKILL || signo == SIGSTOP)
         return -EINVAL;
-    pthread_mutex_lock(&table_lock);
-    int rc = watched[signo] ? -EEXIST : 0;
-    if (rc == 0)
-        watched[signo] = true; /* reserved; released below on failure */
-    pthread_mutex_unlock(&table_lock);
+    int rc = tern__op_admit(loop);
     if (rc < 0)
         return rc;
-
-    struct tern__signal *w = NULL;
-    if ((rc = tern__op_admit(loop)) < 0)
-        goto unreserve;
-    if ((w = tern__calloc(1, sizeof(*w))) == NULL) {
-        rc = -ENOMEM;
-        goto unadmit;
+    struct tern__signal *w = tern__calloc(1, sizeof(*w));
+    if (w == NULL) {
+        tern__op_unadmit(loop);
+        return -ENOMEM;
     }
     *w = (struct tern__signal){.loop = loop, .signo = signo, .cb = cb, .arg = arg};
     tern__io_init(&w->io, source_fired);
-    rcu_helper_with_signals_blocked(loop);
-    bool by_loop_backend = loop->backend.ops->signal != NULL;
-    if ((rc = tern__sigsource_open(&w->src, signo, by_loop_backend)) < 0)
-        goto free;
-    if (by_loop_backend) {
-        /* Blocked now (sigsource_open), so nothing is lost in between. */
-        if ((rc = loop->backend.ops->signal(&loop->backend, signo, true)) < 0)
-            goto close;
-        if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
-            (void)loop->backend.ops->signal(&loop->backend, signo, false);
-            goto close;
+
+    /* Under the lock throughout, so two first watchers cannot both open. */
+    pthread_mutex_lock(&table_lock);
+    bool first = watchers[signo] == NULL;
+    if (first) {
+        rc = open_source(loop, w, true);
+    } else if (tern__sigsource_kind_for(loop->backend.ops->signal != NULL) != TERN__SIG_PIPE) {
+        /* Read elsewhere, but this thread must not take it either. */
+        sigset_t one, cur;
+        sigemptyset(&one);
+        sigaddset(&one, signo);
+        pthread_sigmask(SIG_BLOCK, &one, &cur);
+        w->masked_here = !sigismember(&cur, signo);
+    }
+    if (rc == 0 && (rc = tern__op_add(loop, &w->op, &signal_class)) < 0 && first)
+        close_source(loop, w, true);
+    if (rc == 0) {
+        w->reader = first;
+        w->next = watchers[signo];
+        watchers[signo] = w;
+    }
+    pthread_mutex_unlock(&table_lock);
+    if (rc < 0) {
+        if (w->masked_here) {
+            sigset_t one;
+            sigemptyset(&one);
+            sigaddset(&one, signo);
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
         }
-        loop->io_count++; /* the kernel has something to report: ask it */
-        pthread_mutex_lock(&table_lock);
-        by_backend[signo] = w;
-        pthread_mutex_unlock(&table_lock);
-    } else {
-        if ((rc = tern__io_start(loop, &w->io, w->src.fd, TERN_READABLE)) < 0)
-            goto close;
-        if ((rc = tern__op_add(loop, &w->op, &signal_class)) < 0) {
-            tern__io_stop(loop, &w->io);
-            goto close;
-        }
+        tern__free(w);
+        tern__op_unadmit(loop);
+        return rc;
     }
     if (idp != NULL)
         *idp = w->op.id;
     return 0;
-
-close:
-    tern__sigsource_close(&w->src);
-free:
-    tern__free(w);
-unadmit:
-    tern__op_unadmit(loop);
-unreserve:
-    pthread_mutex_lock(&table_lock);
-    watched[signo] = false;
-    pthread_mutex_unlock(&table_lock);
-    return rc;
 }
 
 int tern_signal_stop(tern_loop *loop, tern_id id)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &signal_class)
+    struct tern__signal *w = signal_of(loop, id);
+    if (w == NULL)
         return -ENOENT;
-    stop_watcher(loop, (struct tern__signal *)op);
+    stop_watcher(loop, w);
     return 0;
 }
