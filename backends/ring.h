@@ -33,6 +33,7 @@
 
 #include <sched.h>
 #include <stdalign.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,6 +41,22 @@
 #include <urcu/arch.h>
 
 #include "check.h"
+
+/*
+ * The most items a ring's client may admit (queue_capacity, and the
+ * loop's counts, are bounded by it): 2^31 is its own power of two, so the
+ * ring's size, its mask and every count of its items fit in 32 bits.
+ */
+#define TERN__COUNT_MAX (UINT32_C(1) << 31)
+
+/*
+ * A producer that finds its slot not yet freed waits for a consumer a few
+ * instructions from its store of the slot's sequence (the full-slot rule
+ * above). This many relax rounds, a microsecond or so, cover that;
+ * a consumer still not done was preempted there, so the producer yields
+ * its CPU to let it finish rather than spin out its time slice.
+ */
+#define TERN__RING_SPINS_BEFORE_YIELD 64
 
 struct tern__ring_slot {
     _Atomic uint64_t seq;
@@ -52,6 +69,19 @@ struct tern__ring {
     alignas(TERN_CACHELINE) _Atomic uint64_t tail; /* producers */
     alignas(TERN_CACHELINE) _Atomic uint64_t head; /* consumers */
 };
+
+/*
+ * Layout pins. The mask and the slots pointer, read by every push and
+ * pop and written only at init, share the first line; the producers'
+ * tail and the consumers' head each own the next two, so a push never
+ * pulls the consumers' line across and a pop never the producers'. A
+ * field added to either hot line, or a slot grown past a power of two
+ * (four slots to a line, none straddling two), fails here.
+ */
+_Static_assert(sizeof(struct tern__ring_slot) == 16, "a ring slot is a quarter line");
+_Static_assert(offsetof(struct tern__ring, tail) == TERN_CACHELINE, "the tail owns line 1");
+_Static_assert(offsetof(struct tern__ring, head) == 2 * TERN_CACHELINE, "the head owns line 2");
+_Static_assert(sizeof(struct tern__ring) == 3 * TERN_CACHELINE, "nothing after the head");
 
 /*
  * Set up ring for at least capacity items (rounded up to a power of two).
@@ -74,7 +104,7 @@ static inline void tern__ring_push(struct tern__ring *ring, void *item)
     struct tern__ring_slot *slot = &ring->slots[pos & ring->mask];
     for (unsigned spins = 0; atomic_load_explicit(&slot->seq, memory_order_acquire) != lap;
          spins++) {
-        if (spins > 64)
+        if (spins > TERN__RING_SPINS_BEFORE_YIELD)
             sched_yield();
         else
             caa_cpu_relax();

@@ -34,6 +34,13 @@
 #define TERN__SPIN_CREDIT_MAX 16u
 #define TERN__SPIN_MISS_COST 4u
 #define TERN__SPIN_PROBE 32u
+/*
+ * A spinner reads the clock for its deadline once every this many rounds:
+ * a clock read costs several relax rounds, so reading it every round would
+ * make the spin mostly clock reads, while 16 rounds overshoot a deadline
+ * of tens of microseconds by a small fraction of it.
+ */
+#define TERN__SPIN_CLOCK_EVERY 16u
 
 struct tern__spin {
     uint32_t credit; /* 0: park at once, but for a probe */

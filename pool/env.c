@@ -1,8 +1,9 @@
 /*
- * The pool's configuration from the environment, as UV_THREADPOOL_SIZE is
- * libuv's: the variables below change the defaults tern_pool_config_init
- * fills in (and so what a NULL configuration means). A field a program
- * sets after tern_pool_config_init wins over its variable.
+ * The pool's configuration: its built-in defaults, the bounds a start
+ * checks, and the environment, as UV_THREADPOOL_SIZE is libuv's: the
+ * variables below change the defaults tern_pool_config_init fills in (and
+ * so what a NULL configuration means). A field a program sets after
+ * tern_pool_config_init wins over its variable.
  *
  * The environment is read once, at the first configuration or pool start.
  * A variable that is set but not a decimal number in its field's range is
@@ -25,6 +26,35 @@
     X(TERN_POOL_QUEUE_CAPACITY, queue_capacity, 1)       \
     X(TERN_POOL_LONG_THREADS_MAX, long_threads_max, 1)   \
     X(TERN_POOL_LONG_IDLE_TIMEOUT_MS, long_idle_timeout_ns, NS_PER_MS)
+
+void tern_pool_config_init(tern_pool_config *cfg)
+{
+    TERN_REQUIRE(cfg != NULL);
+    tern__pool_env_apply(cfg);
+}
+
+void tern__pool_config_defaults(tern_pool_config *cfg)
+{
+    *cfg = (tern_pool_config){
+        .threads = 4,
+        .queue_capacity = 1024,
+        .long_threads_max = 512,
+        .long_idle_timeout_ns = UINT64_C(10000000000),
+    };
+}
+
+int tern__pool_config_check(const tern_pool_config *c)
+{
+    if (c->threads < 1 || c->threads > TERN__MAX_THREADS)
+        return -EINVAL;
+    if (c->queue_capacity < 1 || c->queue_capacity > TERN__COUNT_MAX)
+        return -EINVAL;
+    if (c->long_threads_max > 65536)
+        return -EINVAL;
+    if (c->long_idle_timeout_ns == 0 || c->long_idle_timeout_ns > (UINT64_C(1) << 62))
+        return -EINVAL;
+    return 0;
+}
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static tern_pool_config from_env;   /* the defaults with every good variable applied */

@@ -36,6 +36,9 @@ _Atomic bool tern__pool_waking;
 _Atomic bool tern__pool_cancel_all;
 _Atomic unsigned tern__pool_cancel_windows;
 
+/* Shutdown waits by polling, every 200 µs: it is not a hot path. */
+#define SHUTDOWN_POLL_NS 200000
+
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tern__pool *_Atomic current;
 static _Atomic unsigned hist_workers; /* bounded histograms in use */
@@ -47,35 +50,6 @@ static _Atomic bool ever_started;     /* the statistics have been written */
  * second shutdown waits for the first one with a bounded poll anyway.
  */
 static _Atomic bool closing;
-
-void tern_pool_config_init(tern_pool_config *cfg)
-{
-    TERN_REQUIRE(cfg != NULL);
-    tern__pool_env_apply(cfg);
-}
-
-void tern__pool_config_defaults(tern_pool_config *cfg)
-{
-    *cfg = (tern_pool_config){
-        .threads = 4,
-        .queue_capacity = 1024,
-        .long_threads_max = 512,
-        .long_idle_timeout_ns = UINT64_C(10000000000),
-    };
-}
-
-int tern__pool_config_check(const tern_pool_config *c)
-{
-    if (c->threads < 1 || c->threads > TERN__MAX_THREADS)
-        return -EINVAL;
-    if (c->queue_capacity < 1 || c->queue_capacity > (1u << 31))
-        return -EINVAL;
-    if (c->long_threads_max > 65536)
-        return -EINVAL;
-    if (c->long_idle_timeout_ns == 0 || c->long_idle_timeout_ns > (UINT64_C(1) << 62))
-        return -EINVAL;
-    return 0;
-}
 
 static bool same_config(const tern_pool_config *a, const tern_pool_config *b)
 {
@@ -284,7 +258,7 @@ static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
         tern__bounded_kick(p);
         if (tern__clock_now() >= deadline)
             return false;
-        struct timespec ts = {0, 200000}; /* 200 µs: shutdown is not a hot path */
+        struct timespec ts = {0, SHUTDOWN_POLL_NS};
         nanosleep(&ts, NULL);
     }
     return true;
@@ -299,7 +273,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     while (!atomic_compare_exchange_weak_explicit(&closing, &expected, true, memory_order_seq_cst,
                                                   memory_order_relaxed)) {
         expected = false;
-        struct timespec ts = {0, 200000};
+        struct timespec ts = {0, SHUTDOWN_POLL_NS};
         nanosleep(&ts, NULL);
     }
     struct tern__pool *p = tern__pool_current();

@@ -23,6 +23,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "check.h"
@@ -74,6 +75,15 @@ struct tern__work {
     uint64_t t_submit; /* tern__ticks() at acceptance, or 0: not timed */
     tern__handback_fn handback;
 };
+/*
+ * Layout pin: 48 bytes, the state word first. The client's record wraps
+ * this header and its own fields in two cache lines (pool/lookup.c says
+ * why the header takes no queue link); a field added here takes every
+ * job's record to a third line, and must move this pin knowingly.
+ */
+_Static_assert(offsetof(struct tern__work, state) == 0, "the state word comes first");
+_Static_assert(offsetof(struct tern__work, fn) == 8, "the flags fit the first word");
+_Static_assert(sizeof(struct tern__work) == 48, "the work header is six words");
 
 /*
  * What a stop did (tern__work_stop). Each names what the client owes:
@@ -204,6 +214,37 @@ struct tern__pool_counters {
     _Atomic uint64_t refused[TERN__REFUSAL_SLOTS]; /* by tern_refusal value */
     alignas(TERN_CACHELINE) _Atomic uint64_t completed, cancelled, timed_out;
 };
+/*
+ * Layout pins. alignas on a declaration of several names aligns each of
+ * them, so apart from the slot word's peak and `spinning` every counter
+ * here owns a cache line: line 0, the slot word (every submission and
+ * every take) and its peak; one line per gauge (workers as they go busy
+ * and idle; `spinning` beside `long_busy`); acceptances and refusals (the
+ * submitting loops); one line per outcome (the workers, as jobs end). A
+ * field added onto a line another thread writes, or a regrouping, fails
+ * here. Offsets are in lines (TERN_CACHELINE).
+ */
+#define TERN__LINE(n) ((n) * TERN_CACHELINE)
+#define TERN__LINES_FOR(bytes) (((bytes) + TERN_CACHELINE - 1) / TERN_CACHELINE * TERN_CACHELINE)
+_Static_assert(offsetof(struct tern__pool_counters, queued) == 0 &&
+                   offsetof(struct tern__pool_counters, queued_peak) == 8,
+               "line 0: the slot word and its peak only");
+_Static_assert(offsetof(struct tern__pool_counters, threads) == TERN__LINE(1) &&
+                   offsetof(struct tern__pool_counters, busy) == TERN__LINE(2) &&
+                   offsetof(struct tern__pool_counters, long_threads) == TERN__LINE(3) &&
+                   offsetof(struct tern__pool_counters, long_busy) == TERN__LINE(4) &&
+                   offsetof(struct tern__pool_counters, spinning) == TERN__LINE(4) + 4,
+               "lines 1-4: a gauge each, spinning beside long_busy");
+_Static_assert(offsetof(struct tern__pool_counters, submitted) == TERN__LINE(5) &&
+                   offsetof(struct tern__pool_counters, refused) == TERN__LINE(5) + 8,
+               "acceptances and refusals start line 5");
+#define TERN__OUTCOMES_ (TERN__LINE(5) + TERN__LINES_FOR(8 * (1 + TERN__REFUSAL_SLOTS)))
+_Static_assert(offsetof(struct tern__pool_counters, completed) == TERN__OUTCOMES_ &&
+                   offsetof(struct tern__pool_counters, cancelled) == TERN__OUTCOMES_ + TERN__LINE(1) &&
+                   offsetof(struct tern__pool_counters, timed_out) == TERN__OUTCOMES_ + TERN__LINE(2) &&
+                   sizeof(struct tern__pool_counters) == TERN__OUTCOMES_ + TERN__LINE(3),
+               "outcomes: a line each, after the refusals, and nothing after them");
+#undef TERN__OUTCOMES_
 
 extern struct tern__pool_counters tern__pool_stats;
 

@@ -10,6 +10,24 @@
  * queued is TOMBSTONED (tern__work_stop); the worker (or shutdown) that
  * later meets it lets go of it, and the client frees it when both sides
  * have let go (enum tern__work_state, below).
+ *
+ * The files of pool/, top-down: each calls only files below it
+ * (test/calls_check.py checks this on the built objects).
+ *
+ *   gate.c       exclusive mode's hold on the bounded workers (the holder)
+ *   pool.c       the process-wide pool: start, accept, kick, shutdown,
+ *                statistics, fork
+ *   env.c        the configuration: defaults, bounds, the environment
+ *   long.c       the long class's threads
+ *   worker.c     the bounded workers: take, run, spin, park, hold
+ *   steps.c      one step of a request of several steps
+ *   lookup.c     the lookup cap
+ *   bounded.c    the bounded queue: admission, reservations, the wake
+ *   work.c       a job's state word: claim, run, hand back, stop
+ *   histogram.c  the statistics' histograms
+ *
+ * Shared state (tern__pool_stats, the `current` pool) is read where it is
+ * needed; only calls go one way.
  */
 #ifndef TERN_POOL_P_H
 #define TERN_POOL_P_H
@@ -17,6 +35,7 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include <urcu/list.h>
 
@@ -94,7 +113,7 @@ void tern__hist_record(struct tern__hist *h, uint64_t value, bool shared);
 uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q);
 
 /* ------------------------------------------------------------------ */
-/* The process-wide pool (pool.c, bounded.c, long.c)                   */
+/* The process-wide pool (pool.c, bounded.c, worker.c, long.c)        */
 /* ------------------------------------------------------------------ */
 
 #define TERN__MAX_THREADS 1024
@@ -124,12 +143,24 @@ struct tern__pool {
      * submission reads `sleepers` and `spinners`. */
     alignas(TERN_CACHELINE) pthread_mutex_t park_lock;
     pthread_cond_t park_cond;
+    /*
+     * Holders (gate.c) wait here, under park_lock, for the workers to be
+     * held or asleep; each worker that arrives at the gate broadcasts it.
+     * Held workers wait on park_cond, beside the parked ones, so that the
+     * pool's own wake-all (release, exit) reaches them too; a submission's
+     * signal that lands on a held worker is not lost: the release wakes all.
+     */
+    pthread_cond_t quiet_cond;
     pthread_t *threads;
     unsigned nthreads;
-    unsigned held; /* workers holding at the pause gate (gate.c), under park_lock */
+    unsigned held; /* workers holding at the pause gate (worker.c), under park_lock */
 
-    /* The long class (long.c). Lock order: long_lock is a leaf. */
-    pthread_mutex_t long_lock;
+    /*
+     * The long class (long.c). Lock order: long_lock is a leaf. On its own
+     * line: every loop's long submission takes it, and bounded workers
+     * write park_lock's line as they park.
+     */
+    alignas(TERN_CACHELINE) pthread_mutex_t long_lock;
     struct cds_list_head long_parked, long_all; /* cds_lists of tern__long_worker */
     unsigned long_count; /* threads alive, under long_lock */
 
@@ -139,6 +170,23 @@ struct tern__pool {
     struct tern__work **lookups_waiting;
     unsigned lookups_len, lookups_cap_alloc, lookups_first;
 };
+/*
+ * Layout pins. The queue's three lines come first on a line of their own;
+ * the parking gauges (`sleepers` and `spinners`, read by every
+ * submission) own the next line, so a worker writing park_lock or a
+ * submitter bumping the ring's tail never pulls them across; the long
+ * class's lock starts its own line. A field added between these fails.
+ */
+_Static_assert(offsetof(struct tern__pool, queue) % TERN_CACHELINE == 0,
+               "the queue starts a line");
+_Static_assert(offsetof(struct tern__pool, sleepers) ==
+                   offsetof(struct tern__pool, queue) + sizeof(struct tern__ring),
+               "the parking gauges follow the queue directly");
+_Static_assert(offsetof(struct tern__pool, park_lock) ==
+                   offsetof(struct tern__pool, sleepers) + TERN_CACHELINE,
+               "the parking gauges have their line to themselves");
+_Static_assert(offsetof(struct tern__pool, long_lock) % TERN_CACHELINE == 0,
+               "the long class's lock starts a line");
 
 
 #define TERN__SLOT_QUEUED UINT64_C(1)
@@ -180,10 +228,14 @@ struct tern__pool_presence {
     alignas(TERN_CACHELINE) _Atomic uint64_t entered;
     alignas(TERN_CACHELINE) _Atomic uint64_t left;
 };
+/* Layout pin: `entered` and `left` on two lines, nothing else on either. */
+_Static_assert(offsetof(struct tern__pool_presence, left) == TERN_CACHELINE &&
+                   sizeof(struct tern__pool_presence) == 2 * TERN_CACHELINE,
+               "the two presence counters own a line each");
 extern struct tern__pool_presence tern__pool_inflight;
 /*
  * A sleeping bounded worker has been signalled and has not yet cleared
- * this (bounded.c): a worker is about to be on a CPU. At most one wake is
+ * this (worker.c): a worker is about to be on a CPU. At most one wake is
  * on its way at a time; submitters signal only when this is clear, and
  * tern__pool_active() counts it, so a loop that just woke a worker spins
  * for its answer instead of parking too.
@@ -232,8 +284,22 @@ static inline uint64_t tern__pool_in_flight(void)
 /* The running pool or NULL (an acquire load; no start). */
 struct tern__pool *tern__pool_current(void);
 
+/* Start the bounded workers (and the queue they take from); stop them (worker.c). */
 int tern__bounded_start(struct tern__pool *p);
 void tern__bounded_stop(struct tern__pool *p);
+/*
+ * Whether a take would find a job now. This reads the ring, not the
+ * admission counter: lookups waiting for their cap still count as queued
+ * there, and must not keep idle workers spinning.
+ */
+static inline bool tern__bounded_ready(struct tern__pool *p)
+{
+    return tern__ring_ready(&p->queue);
+}
+/* Take the next job off the queue, or NULL; its slot is given back (bounded.c). */
+struct tern__work *tern__bounded_take(struct tern__pool *p);
+/* Signal one parked worker, unless one is spinning or already being woken. */
+void tern__bounded_wake_one(struct tern__pool *p);
 /* Admit and enqueue; -EAGAIN when the queue is full. */
 int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake);
 /* Wake a sleeping worker if the queue holds work (tern__pool_kick). */
@@ -265,12 +331,10 @@ void tern__bounded_wake_all(struct tern__pool *p);
 /*
  * The pause gate (gate.c): while any hold is taken, bounded workers stop
  * before their next job. A worker reads the count once per job (relaxed)
- * and, when it is non-zero, calls tern__bounded_hold, which returns once
- * every hold is given back (or the pool exits). *busy is the worker's
- * busy-spell flag: a held worker is not busy.
+ * and, when it is non-zero, holds (worker.c) until every hold is given
+ * back (or the pool exits).
  */
 extern _Atomic unsigned tern__pool_holds;
-void tern__bounded_hold(struct tern__pool *p, bool *busy);
 
 int tern__long_init(struct tern__pool *p);
 int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal *cause);
@@ -285,8 +349,8 @@ void tern__lookup_destroy(struct tern__pool *p);
 void tern__lookup_drain(struct tern__pool *p, void (*fn)(struct tern__work *job));
 
 /*
- * The configuration's defaults (pool.c): built in, and with the
- * environment's TERN_POOL_* variables applied (env.c). A bad variable
+ * The configuration's defaults (env.c): built in, and with the
+ * environment's TERN_POOL_* variables applied. A bad variable
  * makes every start fail: tern__pool_env_check returns -EINVAL and says
  * why on stderr, once.
  */

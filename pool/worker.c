@@ -1,0 +1,281 @@
+/*
+ * The bounded class's workers: a fixed set of threads that take jobs from
+ * the bounded queue (bounded.c) and run them, one step of a request of
+ * several steps (steps.c) or a lookup under its cap (lookup.c) at a time.
+ *
+ * Parking. A worker that finds nothing spins briefly (a job that arrives
+ * during the spin is cheaper to catch than to be woken for: a cross-core
+ * wake measured about 20 µs; docs/performance.md has the figures),
+ * then parks on a condition variable after announcing itself in
+ * `sleepers`; bounded.c says how a submitter wakes one.
+ *
+ * Exclusive mode (gate.c) holds the workers between jobs: each reads the
+ * hold count once per job and, finding it non-zero, holds here.
+ */
+#define _LGPL_SOURCE /* the reader's `registered` flag, as in runtime/rcu.c */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <urcu/arch.h>
+#include <urcu-qsbr.h>
+
+#include "pool_p.h"
+
+_Atomic unsigned tern__pool_holds;
+
+/*
+ * Before parking, a worker spins for a job within its adaptive budget
+ * (backends/spin.h), but only if fewer than half the CPUs already have a
+ * spinner: on a small machine the loop that feeds the pool shares the
+ * cores, and every extra spinner takes its time. It checks the clock every
+ * TERN__SPIN_CLOCK_EVERY rounds and yields every YIELD_EVERY, so a feeder
+ * that shares its core still runs: 256 rounds are few beside a spin's
+ * budget (TERN__SPIN_NS) and many beside the cost of one yield.
+ */
+#define YIELD_EVERY 256
+
+struct worker_arg {
+    struct tern__pool *pool;
+    unsigned index;
+};
+
+struct worker {
+    struct tern__pool *pool;
+    struct tern__spin spin;
+    /*
+     * The last completion had to wake its loop with a syscall: that loop
+     * was asleep, and its next submission is at least a wake away. Park
+     * without spinning.
+     */
+    bool loop_slept;
+};
+
+static bool held_by_rcu(void)
+{
+    return URCU_TLS(urcu_qsbr_reader).registered && urcu_qsbr_read_ongoing();
+}
+
+/*
+ * The worker's side of the pause gate (gate.c): hold until every hold is
+ * given back or the pool exits. A worker the application registered as a
+ * urcu-qsbr reader (tern never does) is taken offline while it holds, so a
+ * synchronize_rcu() made inside exclusive mode does not wait for it.
+ */
+static void hold(struct tern__pool *p, bool *busy)
+{
+    if (*busy) {
+        *busy = false; /* a held worker is not busy: the statistics say so */
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.busy, memory_order_relaxed);
+    }
+    bool online = held_by_rcu();
+    if (online)
+        urcu_qsbr_thread_offline();
+    pthread_mutex_lock(&p->park_lock);
+    p->held++;
+    pthread_cond_broadcast(&p->quiet_cond);
+    while (atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0 &&
+           !atomic_load_explicit(&p->exiting, memory_order_relaxed))
+        pthread_cond_wait(&p->park_cond, &p->park_lock);
+    p->held--;
+    pthread_mutex_unlock(&p->park_lock);
+    if (online)
+        urcu_qsbr_thread_online();
+}
+
+static void park(struct tern__pool *p)
+{
+    pthread_mutex_lock(&p->park_lock);
+    atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed))
+        pthread_cond_wait(&p->park_cond, &p->park_lock);
+    atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&p->park_lock);
+    /* `tern__pool_waking` is cleared by the caller, once it counts as busy. */
+}
+
+/*
+ * A worker back from park() clears `tern__pool_waking` (it may be the one
+ * signalled). Only after it counts as busy, if it found work: the loop
+ * that woke it reads either gauge as "a worker is on a CPU"
+ * (tern__pool_active), and a gap between them would end its spin just as
+ * the answer is coming.
+ */
+static void woken(bool *parked)
+{
+    if (*parked) {
+        *parked = false;
+        atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
+    }
+}
+
+/* A worker ran dry: it stops counting as busy (a gauge of tern__pool_active). */
+static void idle(bool *busy)
+{
+    if (*busy) {
+        *busy = false;
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.busy, memory_order_relaxed);
+    }
+}
+
+/*
+ * Spin for a job within the budget; false: park. The worker counts as
+ * spinning before it stops counting as busy, so the loop waiting for its
+ * answer never sees the pool go quiet between a job and the spin after it.
+ */
+static bool spin(struct worker *w, bool *busy)
+{
+    struct tern__pool *p = w->pool;
+    if (w->loop_slept) {
+        w->loop_slept = false;
+        idle(busy);
+        return false;
+    }
+    uint32_t budget = tern__spin_budget(&w->spin);
+    if (budget == 0) {
+        idle(busy);
+        return false;
+    }
+    if (atomic_fetch_add_explicit(&p->spinners, 1, memory_order_relaxed) >= p->max_spinners) {
+        atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+        idle(busy);
+        return false;
+    }
+    atomic_fetch_add_explicit(&tern__pool_stats.spinning, 1, memory_order_relaxed);
+    idle(busy);
+    uint64_t deadline = tern__clock_now() + budget;
+    bool found = false;
+    for (unsigned i = 1;; i++) {
+        found = tern__bounded_ready(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed);
+        if (found)
+            break;
+        /*
+         * Yield now and then: if the thread that will feed us shares our
+         * core (a busy or small machine, or valgrind, which runs one
+         * thread at a time), a pure spin would only delay it.
+         */
+        if (i % YIELD_EVERY == 0)
+            sched_yield();
+        else
+            caa_cpu_relax();
+        if (i % TERN__SPIN_CLOCK_EVERY == 0 && tern__clock_now() >= deadline)
+            break;
+    }
+    TERN_ATOMIC_DECREMENT(tern__pool_stats.spinning, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+    if (found && !*busy) {
+        /* Busy again before it stops spinning: the gauges never both read 0. */
+        *busy = true;
+        atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+    }
+    tern__spin_result(&w->spin, found);
+    return found;
+}
+
+static void *worker_main(void *argp)
+{
+    tern__thread_name("tern-pool");
+    struct worker_arg a = *(struct worker_arg *)argp;
+    free(argp);
+    struct tern__pool *p = a.pool;
+    struct worker w = {.pool = p};
+    tern__spin_init(&w.spin);
+    atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
+    /*
+     * `busy` counts workers between finding work and running dry, so a
+     * worker that goes from job to job touches the shared counter twice
+     * per busy spell, not twice per job.
+     */
+    bool busy = false;
+    bool parked = false; /* back from park(), `tern__pool_waking` not yet cleared */
+    for (;;) {
+        /* Exclusive mode (gate.c): one relaxed load per job when open. */
+        if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0))
+            hold(p, &busy);
+        struct tern__work *job = tern__bounded_take(p);
+        if (job != NULL) {
+            if (!busy) {
+                busy = true;
+                atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
+            }
+            woken(&parked); /* before the pass-on: wake_one skips while it is set */
+            if (tern__bounded_ready(p))
+                tern__bounded_wake_one(p); /* pass the wake on: more work than this worker */
+            if (job->kind == TERN__WORK_LOOKUP) {
+                tern__lookup_run(p, job, a.index); /* claims it under the cap */
+                continue;
+            }
+            if (job->kind == TERN__WORK_STEPS) {
+                /* One step, then requeued or done. */
+                w.loop_slept = tern__steps_run(p, job, a.index);
+                continue;
+            }
+            if (!tern__work_claim(job))
+                continue;
+            w.loop_slept = tern__work_run(job, a.index);
+            continue;
+        }
+        woken(&parked);
+        if (atomic_load_explicit(&p->exiting, memory_order_acquire)) {
+            idle(&busy);
+            break;
+        }
+        if (!spin(&w, &busy)) {
+            park(p);
+            parked = true;
+        }
+    }
+    TERN_ATOMIC_DECREMENT(tern__pool_stats.threads, memory_order_relaxed);
+    return NULL;
+}
+
+int tern__bounded_start(struct tern__pool *p)
+{
+    if (tern__ring_init(&p->queue, p->cfg.queue_capacity) < 0)
+        return -ENOMEM;
+    p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
+    if (p->threads == NULL) {
+        tern__ring_destroy(&p->queue);
+        return -ENOMEM;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
+    atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
+    pthread_mutex_init(&p->park_lock, NULL);
+    pthread_cond_init(&p->park_cond, NULL);
+    (void)tern__cond_init(&p->quiet_cond);
+
+    int rc = 0;
+    for (p->nthreads = 0; p->nthreads < p->cfg.threads; p->nthreads++) {
+        struct worker_arg *a = tern__malloc(sizeof(*a));
+        if (a == NULL) {
+            rc = -ENOMEM;
+            break;
+        }
+        *a = (struct worker_arg){p, p->nthreads};
+        if ((rc = tern__thread_create(&p->threads[p->nthreads], worker_main, a)) < 0) {
+            free(a);
+            break;
+        }
+    }
+    if (rc < 0)
+        tern__bounded_stop(p); /* a partial pool leaves nothing behind */
+    return rc;
+}
+
+void tern__bounded_stop(struct tern__pool *p)
+{
+    atomic_store_explicit(&p->exiting, true, memory_order_release);
+    tern__bounded_wake_all(p);
+    for (unsigned i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    p->nthreads = 0;
+    pthread_cond_destroy(&p->park_cond);
+    pthread_cond_destroy(&p->quiet_cond);
+    pthread_mutex_destroy(&p->park_lock);
+    tern__ring_destroy(&p->queue);
+    free(p->threads);
+    p->threads = NULL;
+}
