@@ -6,7 +6,7 @@
  *
  * The slot. A steps job holds exactly one slot of the bounded queue from
  * acceptance to its last step: queued while a step waits, reserved while
- * a step runs (dequeue() turns one into the other in a single atomic add).
+ * a step runs (a take, bounded.c, turns one into the other in one atomic add).
  * When a step says another follows, the reservation becomes the queued
  * slot again, so the next step can never be refused for a full queue; when
  * the request ends, the reservation is given back.

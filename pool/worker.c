@@ -200,7 +200,7 @@ static void *worker_main(void *argp)
                 busy = true;
                 atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
             }
-            woken(&parked); /* before the pass-on: wake_one skips while it is set */
+            woken(&parked); /* before the pass-on: a wake skips while it is set */
             if (tern__bounded_ready(p))
                 tern__bounded_wake_one(p); /* pass the wake on: more work than this worker */
             if (job->kind == TERN__WORK_LOOKUP) {
