@@ -1,0 +1,389 @@
+/*
+ * Child exits through the SIGCHLD fallback (runtime/process_exit.c), on a
+ * kernel that has pidfd_open: each test first makes pidfd_open fail with
+ * ENOSYS for its own process (a seccomp filter; criterion runs every test
+ * in a process of its own), so tern takes the path it takes on an older
+ * kernel or in a build without pidfds. Checked: the handler is installed
+ * and chains to the one installed before it (SA_SIGINFO or not); exit
+ * codes and signals arrive exactly once, for several children on a loop
+ * and for children on two loops; a child tern did not start is never
+ * reaped by tern; a cancelled child and a child whose loop was freed are
+ * reaped by the reaper, woken by SIGCHLD; a spawn refused for memory or a
+ * descriptor on the fallback's path leaves no child, no descriptor and no
+ * operation behind.
+ */
+#include "loop_helpers.h"
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#if defined(__x86_64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/*
+ * pidfd_open fails with ENOSYS in this process from now on (and in its
+ * children, which only exec). Skips where the filter cannot be written.
+ */
+static void without_pidfd(void)
+{
+#if defined(NATIVE_AUDIT_ARCH) && defined(SYS_pidfd_open)
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "no_new_privs: %s", strerror(errno));
+    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
+                 strerror(errno));
+    cr_assert_eq(syscall(SYS_pidfd_open, getpid(), 0u), -1);
+    cr_assert_eq(errno, ENOSYS);
+#else
+    cr_skip_test("no seccomp filter for this architecture");
+#endif
+}
+
+struct exit_seen {
+    atomic_uint n;
+    int status, code, sig;
+};
+
+static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
+{
+    (void)loop, (void)id;
+    struct exit_seen *e = arg;
+    e->status = status;
+    e->code = code;
+    e->sig = sig;
+    atomic_fetch_add(&e->n, 1);
+}
+
+static int spawn_sh(tern_loop *loop, const char *script, struct exit_seen *e, tern_id *idp)
+{
+    static char *argv[][4] = {{"sh", "-c", NULL, NULL}};
+    tern_process_options o;
+    tern_process_options_init(&o);
+    o.file = "/bin/sh";
+    argv[0][2] = (char *)script;
+    o.argv = argv[0];
+    return tern_process_spawn(loop, &o, on_exit_cb, e, idp);
+}
+
+static void run_until_exits(tern_loop *loop, struct exit_seen *e, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        cr_assert(run_until_count(loop, &e[i].n, 1, 50 * (int64_t)MS, 2000),
+                  "child %u: no exit callback", i);
+}
+
+/* A pipe the children block on: they end when its write end closes. */
+static void blocking_pipe(int fds[2])
+{
+    cr_assert_eq(pipe2(fds, O_CLOEXEC), 0);
+}
+
+/* Whether pid is gone entirely (reaped): not even a zombie. */
+static bool wait_gone(pid_t pid)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    while (mono_ns() < end) {
+        if (access(path, F_OK) < 0)
+            return true;
+        sleep_ns(2 * MS);
+    }
+    return false;
+}
+
+static bool tern_handler_installed(void)
+{
+    struct sigaction sa;
+    cr_assert_eq(sigaction(SIGCHLD, NULL, &sa), 0);
+    return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction != NULL;
+}
+
+BACKEND_TEST(fallback, exit_code_and_signal_once)
+{
+    without_pidfd();
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen e[2] = {{0}};
+    cr_assert_eq(spawn_sh(loop, "exit 7", &e[0], NULL), 0);
+    cr_assert(tern_handler_installed(), "the fallback installed no SIGCHLD handler");
+    tern_id id;
+    cr_assert_eq(spawn_sh(loop, "exec sleep 30", &e[1], &id), 0);
+    run_until_exits(loop, e, 1);
+    cr_assert_eq(e[0].status, 0);
+    cr_assert_eq(e[0].code, 7);
+    cr_assert_eq(e[0].sig, 0);
+    cr_assert_eq(tern_process_kill(loop, id, SIGKILL), 0);
+    run_until_exits(loop, e + 1, 1);
+    cr_assert_eq(e[1].code, -1);
+    cr_assert_eq(e[1].sig, SIGKILL);
+    for (int i = 0; i < 5; i++)
+        tern_loop_run_once(loop, 5 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&e[0].n), 1);
+    cr_assert_eq(atomic_load(&e[1].n), 1);
+    int st;
+    cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a child was left unreaped");
+    loop_free_clean(loop);
+}
+
+/*
+ * Three children listed on one loop end in the order last, first, middle:
+ * each is unlinked from wherever it sits in the loop's list, and the
+ * codes are each child's own.
+ */
+BACKEND_TEST(fallback, several_children_any_order)
+{
+    without_pidfd();
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen e[3] = {{0}};
+    tern_id id[3];
+    cr_assert_eq(spawn_sh(loop, "read x; exit 11", &e[0], &id[0]), 0);
+    cr_assert_eq(spawn_sh(loop, "read x; exit 12", &e[1], &id[1]), 0);
+    cr_assert_eq(spawn_sh(loop, "exit 13", &e[2], &id[2]), 0);
+    run_until_exits(loop, e + 2, 1);
+    cr_assert_eq(atomic_load(&e[0].n) + atomic_load(&e[1].n), 0);
+    cr_assert_eq(tern_process_kill(loop, id[0], SIGTERM), 0);
+    run_until_exits(loop, e, 1);
+    cr_assert_eq(tern_process_kill(loop, id[1], SIGINT), 0);
+    run_until_exits(loop, e + 1, 1);
+    cr_assert_eq(e[0].sig, SIGTERM);
+    cr_assert_eq(e[1].sig, SIGINT);
+    cr_assert_eq(e[2].code, 13);
+    loop_free_clean(loop);
+}
+
+/* Two loops with children at once: each loop's own table slot and wake. */
+BACKEND_TEST(fallback, two_loops)
+{
+    without_pidfd();
+    tern_loop *a = loop_new_backend(backend), *b = loop_new_backend(backend);
+    struct exit_seen ea = {0}, eb = {0};
+    cr_assert_eq(spawn_sh(a, "exit 21", &ea, NULL), 0);
+    cr_assert_eq(spawn_sh(b, "exit 22", &eb, NULL), 0);
+    run_until_exits(b, &eb, 1);
+    run_until_exits(a, &ea, 1);
+    cr_assert_eq(ea.code, 21);
+    cr_assert_eq(eb.code, 22);
+    loop_free_clean(a);
+    loop_free_clean(b);
+}
+
+/* A child of this process that tern did not start stays ours to reap. */
+BACKEND_TEST(fallback, other_child_left_alone)
+{
+    without_pidfd();
+    pid_t mine = fork();
+    cr_assert_geq(mine, 0);
+    if (mine == 0)
+        _exit(3);
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen e = {0};
+    cr_assert_eq(spawn_sh(loop, "exit 0", &e, NULL), 0);
+    run_until_exits(loop, &e, 1);
+    /* Our child ended long ago; tern's SIGCHLD wake-ups must not have taken it. */
+    int st;
+    cr_assert_eq(waitpid(mine, &st, 0), mine, "tern reaped a child it did not start");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    loop_free_clean(loop);
+}
+
+static volatile sig_atomic_t chained_info, chained_plain;
+
+static void app_info_handler(int signo, siginfo_t *info, void *ctx)
+{
+    (void)info, (void)ctx;
+    if (signo == SIGCHLD)
+        chained_info++;
+}
+
+static void app_plain_handler(int signo)
+{
+    if (signo == SIGCHLD)
+        chained_plain++;
+}
+
+static void check_chained(const char *backend, volatile sig_atomic_t *count)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen e = {0};
+    cr_assert_eq(spawn_sh(loop, "exit 5", &e, NULL), 0);
+    run_until_exits(loop, &e, 1);
+    cr_assert_eq(e.code, 5);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (*count == 0 && mono_ns() < end)
+        sleep_ns(MS);
+    cr_assert_gt(*count, 0, "the handler installed before tern's was not called");
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(fallback, chains_to_a_siginfo_handler)
+{
+    without_pidfd();
+    struct sigaction sa = {0};
+    sa.sa_sigaction = app_info_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    cr_assert_eq(sigaction(SIGCHLD, &sa, NULL), 0);
+    check_chained(backend, &chained_info);
+}
+
+BACKEND_TEST(fallback, chains_to_a_plain_handler)
+{
+    without_pidfd();
+    struct sigaction sa = {0};
+    sa.sa_handler = app_plain_handler;
+    sa.sa_flags = SA_RESTART;
+    cr_assert_eq(sigaction(SIGCHLD, &sa, NULL), 0);
+    check_chained(backend, &chained_plain);
+}
+
+/*
+ * Cancelled while it runs: -ECANCELED once, and the child, unlinked from
+ * the middle of the loop's list, goes to the reaper, which has no pidfd
+ * for it and is woken by its SIGCHLD. Then the loop is freed with a child
+ * still running: that one goes to the reaper too.
+ */
+BACKEND_TEST(fallback, cancelled_and_orphaned_children_are_reaped)
+{
+    without_pidfd();
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen e[3] = {{0}};
+    tern_id id[3];
+    int fds[2];
+    blocking_pipe(fds); /* the children end when the write end closes */
+    tern_process_options o;
+    tern_process_options_init(&o);
+    char *argv[] = {"sh", "-c", "read x", NULL};
+    o.file = "/bin/sh";
+    o.argv = argv;
+    tern_stdio io[1] = {{.kind = TERN_STDIO_FD, .fd = fds[0]}};
+    o.stdio = io;
+    o.stdio_count = 1;
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(tern_process_spawn(loop, &o, on_exit_cb, &e[i], &id[i]), 0);
+    close(fds[0]);
+    int pid[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(tern_process_pid(loop, id[i], &pid[i]), 0);
+    cr_assert_eq(tern__test_cancel_now(loop, id[1]), TERN_CANCEL_STOPPED);
+    run_until_exits(loop, e + 1, 1);
+    cr_assert_eq(e[1].status, -ECANCELED);
+    cr_assert_eq(kill(pid[1], 0), 0, "cancel signalled the child");
+    cr_assert_eq(atomic_load(&e[0].n) + atomic_load(&e[2].n), 0);
+    tern_loop_free(loop); /* children 0 and 2 still run: the reaper takes them */
+    close(fds[1]);
+    for (int i = 0; i < 3; i++)
+        cr_assert(wait_gone(pid[i]), "child %d was never reaped", i);
+}
+
+/*
+ * Every allocation and descriptor on a fallback spawn's path fails once,
+ * in turn (the loop's child list, its wake object, the watch): the spawn
+ * returns the error with no child started, no descriptor and no operation
+ * left, and the next spawn on the same loop works.
+ */
+BACKEND_TEST(fallback, refused_spawn_leaves_nothing)
+{
+    without_pidfd();
+    backend_warm_up(backend);
+    int fds = count_open_fds_settled();
+    unsigned refused = 0;
+    for (uint64_t n = 1; n < 200; n++) {
+        tern_loop *loop = loop_new_backend(backend);
+        struct exit_seen e = {0};
+        tern__fault_arm(TERN__FAULT_ALLOC | TERN__FAULT_FD, n);
+        int rc = spawn_sh(loop, "exit 4", &e, NULL);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(0, 0);
+        if (!fired) {
+            cr_assert_eq(rc, 0);
+            run_until_exits(loop, &e, 1);
+            cr_assert_eq(e.code, 4);
+            loop_free_clean(loop);
+            break;
+        }
+        if (rc == 0) { /* the failure hit something that retries or waits */
+            run_until_exits(loop, &e, 1);
+            cr_assert_eq(e.code, 4);
+        } else {
+            refused++;
+            cr_assert(rc == -ENOMEM || rc == -EMFILE, "spawn %llu: %s", (unsigned long long)n,
+                      tern_err_name(rc));
+            int st;
+            cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a refused spawn left a child");
+            cr_assert_eq(loop_live(loop), 0);
+            /* The loop's child list went with the refusal: the next spawn builds it again. */
+            cr_assert_eq(spawn_sh(loop, "exit 4", &e, NULL), 0);
+            run_until_exits(loop, &e, 1);
+        }
+        loop_free_clean(loop);
+        cr_assert_eq(count_open_fds_settled(), fds, "spawn %llu left a descriptor open",
+                     (unsigned long long)n);
+    }
+    cr_assert_gt(refused, 2, "the walk reached too few failures to test anything");
+}
+
+/*
+ * The reaper with children seen through SIGCHLD: no pidfd to wait on, so
+ * the handler's signal on the reaper's wake object tells it; and when
+ * that object could not be opened, its timed look still finds the end.
+ */
+static void orphan_reaped(const char *backend, bool no_wake)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int p[2];
+    blocking_pipe(p);
+    tern_process_options o;
+    tern_process_options_init(&o);
+    char *argv[] = {"sh", "-c", "read x", NULL};
+    o.file = "/bin/sh";
+    o.argv = argv;
+    tern_stdio io[1] = {{.kind = TERN_STDIO_FD, .fd = p[0]}};
+    o.stdio = io;
+    o.stdio_count = 1;
+    struct exit_seen e = {0};
+    tern_id id;
+    cr_assert_eq(tern_process_spawn(loop, &o, on_exit_cb, &e, &id), 0);
+    close(p[0]);
+    int pid;
+    cr_assert_eq(tern_process_pid(loop, id, &pid), 0);
+    if (no_wake)
+        tern__fault_arm(TERN__FAULT_FD, 1);
+    cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
+    if (no_wake) {
+        cr_assert(tern__fault_fired(), "the reaper opened no wake object");
+        tern__fault_arm(0, 0);
+    }
+    run_until_exits(loop, &e, 1);
+    cr_assert_eq(e.status, -ECANCELED);
+    cr_assert_eq(kill(pid, 0), 0, "the child ended before its input did");
+    close(p[1]);
+    cr_assert(wait_gone(pid), "the orphan was never reaped");
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(fallback, orphan_reaped_on_sigchld)
+{
+    without_pidfd();
+    orphan_reaped(backend, false);
+}
+
+BACKEND_TEST(fallback, orphan_reaped_without_a_wake_object)
+{
+    without_pidfd();
+    orphan_reaped(backend, true);
+}

@@ -1,0 +1,170 @@
+/*
+ * The reaper (runtime/process_reap.c): children whose process operation
+ * ended first are reaped whenever they end, and never left as zombies,
+ * even when the reaper cannot have what it needs. Checked: many orphans at
+ * once (the list grows past its first size) are each reaped as they end,
+ * in any order; with no thread for the reaper, the child is killed and
+ * reaped before the cancel returns; with no wake object, the reaper still
+ * reaps through the children's pidfds.
+ */
+#include "loop_helpers.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+struct exit_seen {
+    atomic_uint n;
+    int status, code, sig;
+};
+
+static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
+{
+    (void)loop, (void)id;
+    struct exit_seen *e = arg;
+    e->status = status;
+    e->code = code;
+    e->sig = sig;
+    atomic_fetch_add(&e->n, 1);
+}
+
+/* A child running `script` with stdin from fd; its pid. */
+static pid_t spawn_reading(tern_loop *loop, const char *script, int fd, struct exit_seen *e,
+                           tern_id *idp)
+{
+    tern_process_options o;
+    tern_process_options_init(&o);
+    char *argv[] = {"sh", "-c", (char *)script, NULL};
+    o.file = "/bin/sh";
+    o.argv = argv;
+    tern_stdio io[1] = {{.kind = TERN_STDIO_FD, .fd = fd}};
+    o.stdio = io;
+    o.stdio_count = 1;
+    cr_assert_eq(tern_process_spawn(loop, &o, on_exit_cb, e, idp), 0);
+    int pid;
+    cr_assert_eq(tern_process_pid(loop, *idp, &pid), 0);
+    return pid;
+}
+
+/* A pipe the children block on: they end when its write end closes. */
+static void blocking_pipe(int fds[2])
+{
+    cr_assert_eq(pipe2(fds, O_CLOEXEC), 0);
+}
+
+/* Whether pid is gone entirely (reaped): not even a zombie. */
+static bool wait_gone(pid_t pid)
+{
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    while (mono_ns() < end) {
+        if (access(path, F_OK) < 0)
+            return true;
+        sleep_ns(2 * MS);
+    }
+    return false;
+}
+
+static bool alive(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp != NULL && rp[1] == ' ' && rp[2] != 'Z';
+}
+
+static void cancel_and_see_it(tern_loop *loop, tern_id id, struct exit_seen *e)
+{
+    cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
+    cr_assert(run_until_count(loop, &e->n, 1, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(e->status, -ECANCELED);
+}
+
+#define MANY 40 /* past the reaper's first list size (16) twice */
+
+Test(reaper, many_orphans_each_reaped_as_it_ends, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int pipes[MANY][2];
+    pid_t pid[MANY];
+    tern_id id[MANY];
+    static struct exit_seen e[MANY];
+    for (int i = 0; i < MANY; i++) {
+        blocking_pipe(pipes[i]);
+        pid[i] = spawn_reading(loop, "read x", pipes[i][0], &e[i], &id[i]);
+        close(pipes[i][0]);
+    }
+    for (int i = 0; i < MANY; i++)
+        cancel_and_see_it(loop, id[i], &e[i]);
+    /* End them out of order: odd ones first, then the even ones. */
+    for (int i = 1; i < MANY; i += 2)
+        close(pipes[i][1]);
+    for (int i = 1; i < MANY; i += 2)
+        cr_assert(wait_gone(pid[i]), "orphan %d was never reaped", i);
+    for (int i = 0; i < MANY; i += 2)
+        cr_assert(alive(pid[i]), "orphan %d ended before its input did", i);
+    for (int i = 0; i < MANY; i += 2)
+        close(pipes[i][1]);
+    for (int i = 0; i < MANY; i += 2)
+        cr_assert(wait_gone(pid[i]), "orphan %d was never reaped", i);
+    loop_free_clean(loop);
+}
+
+/*
+ * No thread can be started for the reaper: rather than leave a zombie,
+ * the cancel kills the child and reaps it before it returns.
+ */
+Test(reaper, no_thread_kills_and_reaps_at_once, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int p[2];
+    blocking_pipe(p);
+    struct exit_seen e = {0};
+    tern_id id;
+    pid_t pid = spawn_reading(loop, "read x", p[0], &e, &id);
+    close(p[0]);
+    tern__fault_arm(TERN__FAULT_THREAD, 1);
+    cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(fired, "the cancel started no thread");
+    /* Reaped already: its input is still open, so it ended only by the kill. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    cr_assert_eq(access(path, F_OK), -1, "the child outlived a reaper that could not start");
+    cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(e.status, -ECANCELED);
+    close(p[1]);
+    loop_free_clean(loop);
+}
+
+/*
+ * No wake object for the reaper (its first descriptor fails): it still
+ * starts, and the child's pidfd alone tells it of the end.
+ */
+Test(reaper, no_wake_object_still_reaps, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int p[2];
+    blocking_pipe(p);
+    struct exit_seen e = {0};
+    tern_id id;
+    pid_t pid = spawn_reading(loop, "read x", p[0], &e, &id);
+    close(p[0]);
+    tern__fault_arm(TERN__FAULT_FD, 1);
+    cancel_and_see_it(loop, id, &e);
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(fired, "the reaper opened no descriptor");
+    sleep_ns(20 * MS);
+    cr_assert(alive(pid), "the child ended before its input did");
+    close(p[1]);
+    cr_assert(wait_gone(pid), "the child was never reaped");
+    loop_free_clean(loop);
+}
