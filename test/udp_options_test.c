@@ -5,7 +5,9 @@
  * family; values out of range, groups that are not multicast groups of the
  * family and interfaces that do not exist are refused before any system
  * call (the setting read back is unchanged); a system call's own refusal
- * comes back as its errno; a stale id is -ENOENT everywhere.
+ * comes back as its errno; a stale id is -ENOENT everywhere. Also the
+ * bind flag TERN_UDP_IPV6ONLY, and receiving stopped and restarted with
+ * another size (datagrams wait in the kernel meanwhile).
  */
 #include "loop_helpers.h"
 
@@ -180,5 +182,92 @@ Test(udp_options, stale_ids_are_enoent, .timeout = TEST_TIMEOUT)
     cr_assert_eq(tern_udp_membership(loop, id, "239.9.9.9", NULL, true), -ENOENT);
     cr_assert_eq(tern_udp_multicast_interface(loop, id, NULL), -ENOENT);
     cr_assert_eq(tern_udp_fd(loop, id), -ENOENT);
+    cr_assert_eq(tern_udp_recv_stop(loop, id), -ENOENT);
+    loop_free_clean(loop);
+}
+
+Test(udp_options, ipv6only_is_set_only_when_asked, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    if (!have_ipv6(loop)) {
+        loop_free_clean(loop);
+        cr_skip_test("no IPv6 here");
+    }
+    tern_id only, both;
+    cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, TERN_UDP_IPV6ONLY, &only), -EINVAL,
+                 "IPv6-only on an IPv4 socket");
+    cr_assert_eq(tern_udp_bind(loop, "::", 0, TERN_UDP_IPV6ONLY, &only), 0);
+    cr_assert_eq(get_int(loop, only, IPPROTO_IPV6, IPV6_V6ONLY), 1);
+    /* The wildcard: a specific IPv6 address makes the kernel set it anyway. */
+    cr_assert_eq(tern_udp_bind(loop, "::", 0, 0, &both), 0);
+    int dflt = -1;
+    FILE *f = fopen("/proc/sys/net/ipv6/bindv6only", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &dflt) != 1)
+            dflt = -1;
+        fclose(f);
+    }
+    if (dflt >= 0)
+        cr_assert_eq(get_int(loop, both, IPPROTO_IPV6, IPV6_V6ONLY), dflt,
+                     "the flag was set without being asked for");
+    cr_assert_eq(tern_udp_close(loop, only), 0);
+    cr_assert_eq(tern_udp_close(loop, both), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+}
+
+struct got {
+    atomic_uint n;
+    size_t len;
+    unsigned flags;
+};
+
+static void got_cb(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                   const struct sockaddr *from, unsigned flags, void *arg)
+{
+    (void)loop, (void)id, (void)data, (void)from;
+    struct got *g = arg;
+    cr_assert_eq(status, 0);
+    g->len = len;
+    g->flags = flags;
+    atomic_fetch_add(&g->n, 1);
+}
+
+Test(udp_options, receiving_stopped_waits_and_restarts_with_a_new_size,
+     .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    tern_id id = bind_udp(loop, "127.0.0.1");
+    unsigned port;
+    cr_assert_eq(tern_udp_port(loop, id, &port), 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(tx, 0);
+    char msg[100];
+    memset(msg, 'm', sizeof msg);
+
+    struct got g = {0};
+    cr_assert_eq(tern_udp_recv_start(loop, id, 10, got_cb, &g), 0);
+    cr_assert_eq(sendto(tx, msg, sizeof msg, 0, (struct sockaddr *)&to, sizeof to), 100);
+    cr_assert(run_until_count(loop, &g.n, 1, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(g.len, 10);
+    cr_assert(g.flags & TERN_UDP_TRUNCATED);
+
+    cr_assert_eq(tern_udp_recv_stop(loop, id), 0);
+    cr_assert_eq(tern_udp_recv_stop(loop, id), 0, "idempotent");
+    cr_assert_eq(sendto(tx, msg, sizeof msg, 0, (struct sockaddr *)&to, sizeof to), 100);
+    for (int i = 0; i < 10; i++)
+        tern_loop_run_once(loop, 2 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&g.n), 1, "a datagram was delivered after recv_stop");
+
+    /* Restarted larger: the datagram that waited arrives whole. */
+    cr_assert_eq(tern_udp_recv_start(loop, id, 200, got_cb, &g), 0);
+    cr_assert(run_until_count(loop, &g.n, 2, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(g.len, 100);
+    cr_assert_eq(g.flags & TERN_UDP_TRUNCATED, 0);
+    close(tx);
+    cr_assert_eq(tern_udp_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
     loop_free_clean(loop);
 }
