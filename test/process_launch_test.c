@@ -1,0 +1,112 @@
+/*
+ * What the launcher does in the child before execve
+ * (runtime/process_launch.c), seen from outside: an empty PATH element
+ * means the current directory, as execvp's does;
+ * an exec error other than "not there" stops the PATH search and is the
+ * spawn's error.
+ */
+#include "loop_helpers.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+struct exit_seen {
+    atomic_uint n;
+    int status, code;
+};
+
+static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
+{
+    (void)loop, (void)id, (void)sig;
+    struct exit_seen *e = arg;
+    e->status = status;
+    e->code = code;
+    atomic_fetch_add(&e->n, 1);
+}
+
+static char dir[64];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tern_launch.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void put_program(const char *name, const char *text)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+}
+
+static void teardown(void)
+{
+    const char *names[] = {"tern-here", "tern-junk"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        (void)unlink(path);
+    }
+    cr_assert_eq(rmdir(dir), 0);
+}
+
+static char *path_env(const char *value)
+{
+    const char *old = getenv("PATH");
+    char *keep = old != NULL ? strdup(old) : NULL;
+    cr_assert_eq(setenv("PATH", value, 1), 0);
+    return keep;
+}
+
+static void path_restore(char *keep)
+{
+    if (keep != NULL) {
+        setenv("PATH", keep, 1);
+        free(keep);
+    }
+}
+
+Test(launch, an_empty_path_element_is_the_current_directory, .init = setup, .fini = teardown,
+     .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put_program("tern-here", "#!/bin/sh\nexit 42\n");
+    char *keep = path_env("/nonexistent-a::/nonexistent-b");
+    tern_process_options o;
+    tern_process_options_init(&o);
+    o.file = "tern-here";
+    o.cwd = dir;
+    struct exit_seen e = {0};
+    int rc = tern_process_spawn(loop, &o, on_exit_cb, &e, NULL);
+    path_restore(keep);
+    cr_assert_eq(rc, 0, "spawn: %s", tern_err_name(rc));
+    cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 2000));
+    cr_assert_eq(e.code, 42);
+    loop_free_clean(loop);
+}
+
+Test(launch, an_exec_error_other_than_absence_ends_the_search, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    /* Executable, but no format the kernel runs (no #! line, not ELF). */
+    put_program("tern-junk", "\x01\x02\x03 not a program\n");
+    char path[160];
+    snprintf(path, sizeof path, "/nonexistent-a:%s:/bin", dir);
+    char *keep = path_env(path);
+    tern_process_options o;
+    tern_process_options_init(&o);
+    o.file = "tern-junk";
+    struct exit_seen e = {0};
+    int rc = tern_process_spawn(loop, &o, on_exit_cb, &e, NULL);
+    path_restore(keep);
+    cr_assert_eq(rc, -ENOEXEC, "spawn: %s", tern_err_name(rc));
+    int st;
+    cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a failed spawn left a child");
+    cr_assert_eq(loop_live(loop), 0);
+    loop_free_clean(loop);
+}
