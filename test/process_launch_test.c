@@ -1,7 +1,8 @@
 /*
  * What the launcher does in the child before execve
- * (runtime/process_launch.c), seen from outside: an empty PATH element
- * means the current directory, as execvp's does;
+ * (runtime/process_launch.c), seen from outside: stdio descriptors that
+ * are each other's sources (a swap) end up swapped, not both the same;
+ * an empty PATH element means the current directory, as execvp's does;
  * an exec error other than "not there" stops the PATH search and is the
  * spawn's error.
  */
@@ -52,6 +53,82 @@ static void teardown(void)
         (void)unlink(path);
     }
     cr_assert_eq(rmdir(dir), 0);
+}
+
+/* fd, moved above the low numbers first (so placing one pipe end never
+ * closes another), becomes descriptor `at`; the old `at` is saved. */
+static int high(int fd)
+{
+    int h = fcntl(fd, F_DUPFD_CLOEXEC, 20);
+    cr_assert_geq(h, 20);
+    close(fd);
+    return h;
+}
+
+static void place(int fd, int at, int *saved)
+{
+    *saved = fcntl(at, F_DUPFD_CLOEXEC, 100);
+    cr_assert_eq(dup2(fd, at), at);
+    close(fd);
+}
+
+static void unplace(int at, int saved)
+{
+    close(at);
+    if (saved >= 0) {
+        cr_assert_eq(dup2(saved, at), at);
+        close(saved);
+    }
+}
+
+static size_t read_all(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n < cap - 1 && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = '\0';
+    return n;
+}
+
+Test(launch, stdio_sources_that_are_targets_are_swapped, .timeout = TEST_TIMEOUT)
+{
+    int p[2], q[2];
+    cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(q, O_CLOEXEC), 0);
+    int pw = high(p[1]), qw = high(q[1]);
+    int saved8, saved9;
+    place(pw, 8, &saved8); /* 8: P's write end */
+    place(qw, 9, &saved9); /* 9: Q's write end */
+    /* The loop after: its own descriptors must not be the ones replaced above. */
+    tern_loop *loop = loop_new_default();
+    tern_stdio io[10];
+    for (int i = 0; i < 10; i++)
+        io[i] = (tern_stdio){.kind = TERN_STDIO_INHERIT};
+    io[8] = (tern_stdio){.kind = TERN_STDIO_FD, .fd = 9};
+    io[9] = (tern_stdio){.kind = TERN_STDIO_FD, .fd = 8};
+    tern_process_options o;
+    tern_process_options_init(&o);
+    char *argv[] = {"sh", "-c", "echo eight >&8; echo nine >&9", NULL};
+    o.file = "/bin/sh";
+    o.argv = argv;
+    o.stdio = io;
+    o.stdio_count = 10;
+    struct exit_seen e = {0};
+    int rc = tern_process_spawn(loop, &o, on_exit_cb, &e, NULL);
+    unplace(8, saved8);
+    unplace(9, saved9);
+    cr_assert_eq(rc, 0, "spawn: %s", tern_err_name(rc));
+    cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 2000));
+    cr_assert_eq(e.code, 0);
+    char got_p[64], got_q[64];
+    read_all(p[0], got_p, sizeof got_p);
+    read_all(q[0], got_q, sizeof got_q);
+    cr_assert_str_eq(got_p, "nine\n", "the child's 9 is not the parent's 8");
+    cr_assert_str_eq(got_q, "eight\n", "the child's 8 is not the parent's 9");
+    close(p[0]);
+    close(q[0]);
+    loop_free_clean(loop);
 }
 
 static char *path_env(const char *value)
