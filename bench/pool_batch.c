@@ -4,7 +4,7 @@
  *
  *   mode=batch  done callbacks only count; each time `batch` jobs have
  *               come back, the last of their done callbacks submits
- *               `batch` new jobs in a row.
+ *               `batch` new jobs with one tern_submit_batch.
  *   mode=done   each done callback submits one new job (what
  *               pool_throughput does, with the same parameters as
  *               mode=batch, so the two figures compare).
@@ -38,12 +38,22 @@ static void *empty_work(tern_job *job, void *arg)
 
 static void on_done(tern_loop *loop, tern_id id, int status, void *result, void *arg);
 
-/* n jobs in a row from the loop. */
+/* Every job's argument: none. */
+static void **no_args;
+
+/* n jobs from the loop: one tern_submit_batch (mode=batch), or n tern_submit. */
 static void submit_run(tern_loop *loop, unsigned long n)
 {
     if (n > total_jobs - submitted)
         n = total_jobs - submitted;
-    for (unsigned long i = 0; i < n; i++) {
+    if (n == 0)
+        return;
+    if (by_batch) {
+        int rc = tern_submit_batch(loop, TERN_BOUNDED, empty_work, on_done, no_args, n, NULL,
+                                   NULL);
+        BENCH_CHECK(rc == 0, "tern_submit_batch: %s", tern_strerror(rc));
+    }
+    for (unsigned long i = 0; !by_batch && i < n; i++) {
         int rc = tern_submit(loop, TERN_BOUNDED, empty_work, on_done, NULL, NULL);
         BENCH_CHECK(rc == 0, "tern_submit: %s", tern_strerror(rc));
     }
@@ -82,6 +92,8 @@ int main(int argc, char **argv)
     BENCH_CHECK(batch >= 1 && inflight >= batch, "batch=%lu inflight=%lu", batch, inflight);
     if (inflight > total_jobs)
         inflight = total_jobs;
+    no_args = calloc(batch, sizeof *no_args);
+    BENCH_CHECK(no_args != NULL, "calloc");
 
     /* Headroom as in pool_throughput: a resubmission is never refused. */
     tern_pool_config cfg;
@@ -127,5 +139,6 @@ int main(int argc, char **argv)
 
     tern_loop_free(loop);
     tern_pool_shutdown(TERN_POOL_DRAIN, 1000000000u);
+    free(no_args);
     return 0;
 }
