@@ -363,3 +363,61 @@ Test(batch, jobs_of_a_batch_cancel_and_time_out_one_by_one, .fini = shutdown_cle
     tern_loop_free(loop);
     ph_gate_destroy(&gate);
 }
+
+/*
+ * Memory running out anywhere inside a batch (its list, a record, an id,
+ * a deadline's heap slot) refuses the whole batch with -ENOMEM and
+ * leaves nothing behind; the first run that injects nothing is accepted.
+ */
+static void walk_alloc_faults(tern_loop *loop, const tern_job_options *opts)
+{
+    enum { N = 100 }; /* more than a batch list kept on the stack */
+    static ph_job jobs[N];
+    static void *args[N];
+    static tern_id ids[N];
+    bool accepted = false;
+    unsigned refused = 0;
+    for (uint64_t nth = 1; nth < 10000 && !accepted; nth++) {
+        init_jobs(jobs, args, N, NULL);
+        struct books b0 = books_now(loop);
+        tern__fault_arm(TERN__FAULT_ALLOC, nth);
+        int rc = tern_submit_batch(loop, TERN_BOUNDED, ph_work, ph_done, args, N, opts, ids);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(0, 0);
+        if (!fired) {
+            cr_assert_eq(rc, 0, "no fault injected, yet %s", tern_err_name(rc));
+            accepted = true;
+            break;
+        }
+        if (rc == 0) {
+            accepted = true; /* the fault hit something the batch could do without */
+            break;
+        }
+        cr_assert_eq(rc, -ENOMEM, "allocation %llu failed: %s", (unsigned long long)nth,
+                     tern_err_name(rc));
+        refused++;
+        struct books b1 = books_now(loop);
+        cr_assert_eq(b1.pool.submitted, b0.pool.submitted);
+        cr_assert_eq(b1.pool.queued, b0.pool.queued);
+        cr_assert_eq(b1.loop.undelivered, b0.loop.undelivered);
+        cr_assert_eq(b1.loop.live_operations, b0.loop.live_operations,
+                     "allocation %llu: a batch refused for memory left ops live",
+                     (unsigned long long)nth);
+    }
+    cr_assert(accepted, "the batch was never accepted");
+    cr_assert_geq(refused, 2, "only %u allocations of a batch could fail", refused);
+    expect_delivered(loop, jobs, ids, N);
+}
+
+Test(batch, out_of_memory_leaves_nothing_behind, .fini = shutdown_clean)
+{
+    tern_pool_config cfg = ph_config(2, 1024, 4);
+    tern_loop *loop = new_loop(&cfg, 0, 0);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    walk_alloc_faults(loop, NULL);
+    tern_job_options o;
+    tern_job_options_init(&o);
+    o.timeout_ns = 10 * PH_SEC; /* each job also claims a deadline */
+    walk_alloc_faults(loop, &o);
+    tern_loop_free(loop);
+}
