@@ -90,16 +90,9 @@ _Static_assert(sizeof(struct tern__ring) == 3 * TERN_CACHELINE, "nothing after t
 int tern__ring_init(struct tern__ring *ring, uint64_t capacity);
 void tern__ring_destroy(struct tern__ring *ring);
 
-/* Any thread. Never fails (the full-slot rule above). */
-static inline void tern__ring_push(struct tern__ring *ring, void *item)
+/* Fill the slot of a position the caller has claimed from the tail. */
+static inline void tern__ring_fill(struct tern__ring *ring, uint64_t pos, void *item)
 {
-    /*
-     * Relaxed: the position only names the slot. What orders us against
-     * the consumer is the slot's own sequence: the acquire load below
-     * pairs with the consumer's release store that freed the slot a lap
-     * ago, and our release store pairs with its acquire load in pop.
-     */
-    uint64_t pos = atomic_fetch_add_explicit(&ring->tail, 1, memory_order_relaxed);
     uint64_t lap = pos & ~ring->mask;
     struct tern__ring_slot *slot = &ring->slots[pos & ring->mask];
     for (unsigned spins = 0; atomic_load_explicit(&slot->seq, memory_order_acquire) != lap;
@@ -112,6 +105,34 @@ static inline void tern__ring_push(struct tern__ring *ring, void *item)
     slot->item = item;
     /* Pairs with the acquire load in the pops and in tern__ring_ready(). */
     atomic_store_explicit(&slot->seq, lap + 1, memory_order_release);
+}
+
+/* Any thread. Never fails (the full-slot rule above). */
+static inline void tern__ring_push(struct tern__ring *ring, void *item)
+{
+    /*
+     * Relaxed: the position only names the slot. What orders us against
+     * the consumer is the slot's own sequence: the acquire load in fill
+     * pairs with the consumer's release store that freed the slot a lap
+     * ago, and fill's release store pairs with its acquire load in pop.
+     */
+    uint64_t pos = atomic_fetch_add_explicit(&ring->tail, 1, memory_order_relaxed);
+    tern__ring_fill(ring, pos, item);
+}
+
+/*
+ * Push n items with one claim of n consecutive positions: one atomic
+ * step on the tail for the run instead of one per item. The slots are
+ * filled in order, so consumers see the items become ready one by one,
+ * as if pushed one by one. Any thread; never fails (the full-slot rule:
+ * the caller admitted all n).
+ */
+static inline void tern__ring_push_many(struct tern__ring *ring, void *const *items, unsigned n)
+{
+    /* Relaxed, as in push: each slot's own sequence orders its item. */
+    uint64_t pos = atomic_fetch_add_explicit(&ring->tail, n, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++)
+        tern__ring_fill(ring, pos + i, items[i]);
 }
 
 /* Whether a pop would find an item now (any thread; a snapshot). */

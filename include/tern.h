@@ -602,6 +602,7 @@ TERN_EXTERN int tern_hook_stop(tern_loop *loop, tern_id id);
 #include "tern/net.h"
 #include "tern/udp.h"
 #include "tern/admission.h"
+#include "tern/batch.h"
 #include "tern/group.h"
 #include "tern/fs.h"
 #include "tern/process.h"

@@ -79,21 +79,22 @@ void tern__bounded_wake_all(struct tern__pool *p)
 }
 
 /*
- * Take one slot of kind `unit` (a queued job or a reservation) if queued +
- * reserved stays within capacity. A compare-and-swap rather than an add
- * and an undo: a refused submission must never make the count, even for an
- * instant, exceed what a reader may observe (SPEC §13).
+ * Take n queued slots if queued + reserved stays within capacity: all n
+ * or none. A compare-and-swap rather than an add and an undo: a refused
+ * submission must never make the count, even for an instant, exceed what
+ * a reader may observe (SPEC §13).
  */
-static bool take_slot(struct tern__pool *p, uint64_t unit, uint64_t *after)
+static bool take_slots(struct tern__pool *p, unsigned n, uint64_t *after)
 {
     uint64_t cap = p->cfg.queue_capacity;
     uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_relaxed);
     do {
-        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) >= cap)
+        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) + n > cap)
             return false; /* counted by the client (runtime/job.c, refuse) */
-    } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s, s + unit,
+    } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s,
+                                                    s + n * TERN__SLOT_QUEUED,
                                                     memory_order_relaxed, memory_order_relaxed));
-    *after = s + unit;
+    *after = s + n * TERN__SLOT_QUEUED;
     return true;
 }
 
@@ -104,17 +105,26 @@ static void note_peak(uint64_t slots)
         atomic_store_explicit(&tern__pool_stats.queued_peak, q, memory_order_relaxed);
 }
 
+_Atomic uint64_t tern__pool_wake_checks;
+
+/* The wake decision owed for submissions just queued. */
+static void submitted_wake(struct tern__pool *p)
+{
+    atomic_fetch_add_explicit(&tern__pool_wake_checks, 1, memory_order_relaxed);
+    tern__bounded_wake_one(p);
+}
+
 /* Put an admitted job into the ring and wake a worker if one sleeps. */
 static void enqueue(struct tern__pool *p, struct tern__work *job)
 {
     tern__ring_push(&p->queue, job); /* admitted: never full (ring.h) */
-    tern__bounded_wake_one(p);
+    submitted_wake(p);
 }
 
 int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake)
 {
     uint64_t after;
-    if (!take_slot(p, TERN__SLOT_QUEUED, &after))
+    if (!take_slots(p, 1, &after))
         return -EAGAIN;
     note_peak(after);
     if (wake)
@@ -124,10 +134,24 @@ int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake
     return 0;
 }
 
+int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *jobs, unsigned n,
+                               bool wake)
+{
+    uint64_t after;
+    if (!take_slots(p, n, &after))
+        return -EAGAIN;
+    note_peak(after);
+    /* One run of ring positions for the batch (admitted: never full). */
+    tern__ring_push_many(&p->queue, (void *const *)jobs, n);
+    if (wake)
+        submitted_wake(p); /* else the caller kicks later (pool.h) */
+    return 0;
+}
+
 void tern__bounded_kick(struct tern__pool *p)
 {
     if (tern__bounded_ready(p))
-        tern__bounded_wake_one(p);
+        submitted_wake(p);
 }
 
 void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)

@@ -180,6 +180,39 @@ refused:
     return rc;
 }
 
+int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
+                            struct tern__work *const *jobs, unsigned n, bool defer_wake,
+                            tern_refusal *cause)
+{
+    TERN_REQUIRE(n > 0);
+    /* Count in first, as an accept: n units for the jobs, one for the call's wake. */
+    unsigned call_unit = !defer_wake;
+    tern__pool_enter(n + call_unit);
+    int rc = -EAGAIN;
+    *cause = TERN_REFUSED_SHUTDOWN;
+    if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
+        goto refused;
+    struct tern__pool *p = tern__pool_current();
+    if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
+        if ((rc = pool_get(cfg, &p)) < 0) {
+            *cause = TERN_REFUSED_THREADS;
+            goto refused;
+        }
+        *checked = p->gen;
+    }
+    *cause = TERN_REFUSED_QUEUE_FULL;
+    if ((rc = tern__bounded_submit_batch(p, jobs, n, !defer_wake)) == 0) {
+        if (call_unit)
+            tern__pool_leave();
+        return 0;
+    }
+refused:
+    /* Nothing was queued: every unit counted in goes out again (a rare path). */
+    for (unsigned i = 0; i < n + call_unit; i++)
+        tern__pool_leave();
+    return rc;
+}
+
 void tern__pool_kick(void)
 {
     /* The same count-in as an accept: shutdown either waits for us or we see it. */

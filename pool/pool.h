@@ -157,6 +157,25 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
                       bool defer_wake, tern_refusal *cause);
 
 /*
+ * Admit n bounded headers as one batch: one count-in, one step that takes
+ * n queue slots or none (queued + reserved + n within queue_capacity),
+ * one run of ring positions, and one wake decision (none with defer_wake:
+ * the caller then owes a tern__pool_kick, as for tern__pool_accept).
+ * All or nothing: on failure no header was seen by a worker and nothing
+ * is left counted.
+ * Requires: n > 0; every header's fields written, state QUEUED, class
+ * TERN_BOUNDED, kind TERN__WORK_PLAIN.
+ * Returns: as tern__pool_accept (causes QUEUE_FULL, SHUTDOWN, THREADS).
+ * Any thread.
+ */
+int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
+                            struct tern__work *const *jobs, unsigned n, bool defer_wake,
+                            tern_refusal *cause);
+
+/* Wake decisions made for submissions, ever (a test seam: runtime/testing.h). */
+uint64_t tern__test_pool_wake_checks(void);
+
+/*
  * Wake a sleeping bounded worker if the queue holds work: the one wake
  * decision owed for a run of deferred accepts. Harmless when nothing is
  * owed. During a shutdown it does nothing; the shutdown wakes the workers

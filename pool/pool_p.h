@@ -302,6 +302,18 @@ struct tern__work *tern__bounded_take(struct tern__pool *p);
 void tern__bounded_wake_one(struct tern__pool *p);
 /* Admit and enqueue; -EAGAIN when the queue is full. */
 int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake);
+/*
+ * Wake decisions made for submissions, ever (relaxed; read by a test
+ * seam, pool/seams.c): one per single submission, one per batch, one per
+ * kick that found work.
+ */
+extern _Atomic uint64_t tern__pool_wake_checks;
+/*
+ * Admit n jobs at once: n slots in one step (all or none: -EAGAIN), one
+ * run of ring positions, and one wake decision if wake.
+ */
+int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *jobs, unsigned n,
+                               bool wake);
 /* Wake a sleeping worker if the queue holds work (tern__pool_kick). */
 void tern__bounded_kick(struct tern__pool *p);
 /*

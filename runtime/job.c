@@ -411,12 +411,17 @@ static int ensure_ring(tern_loop *loop)
  * tern__pool_accept, at the one instant a slot or a thread is taken;
  * every cause is counted here.
  */
-static int refuse(tern_loop *loop, tern_refusal cause)
+static int refuse_n(tern_loop *loop, tern_refusal cause, unsigned n)
 {
     TERN_INSIST(cause > TERN_REFUSED_NONE && (unsigned)cause < TERN__REFUSAL_SLOTS);
-    atomic_fetch_add_explicit(&tern__pool_stats.refused[cause], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tern__pool_stats.refused[cause], n, memory_order_relaxed);
     loop->last_refusal = cause;
     return -EAGAIN;
+}
+
+static int refuse(tern_loop *loop, tern_refusal cause)
+{
+    return refuse_n(loop, cause, 1);
 }
 
 #define TIMEOUT_MAX ((uint64_t)1 << 62)
@@ -666,4 +671,170 @@ void tern__credit_give(tern_loop *loop)
     TERN_DECREMENT(loop->undelivered);
     TERN_DECREMENT(loop->jobs_live);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------ */
+/* Batches                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Up to this many jobs, a batch's list for the pool lives on the stack. */
+#define BATCH_ON_STACK 64
+
+/*
+ * Give back what a batch took before the pool refused it or memory ran
+ * out: its first `made` jobs are registered ops (finishing one retires
+ * its id and its operation unit), the other n - made operation units are
+ * only admitted, and `claimed` deadline claims are held.
+ */
+static void batch_undo(tern_loop *loop, struct tern__work **works, unsigned made, unsigned n,
+                       unsigned claimed)
+{
+    for (unsigned i = 0; i < made; i++) {
+        tern_job *job = (tern_job *)works[i]; /* the header comes first */
+        tern__op_finish(loop, &job->op);
+        job_release(loop, job);
+    }
+    for (unsigned i = made; i < n; i++)
+        tern__op_unadmit(loop);
+    for (unsigned i = 0; i < claimed; i++)
+        tern__deadline_unclaim(loop);
+}
+
+/*
+ * Admission of a whole batch, every limit checked for all n at once and
+ * in tern_submit's order, so a refused batch changes nothing but the
+ * refusal counters. Returns 0 with n operation units and, with a
+ * timeout, n deadline claims held, and the owner (or NULL) in *ownerp.
+ */
+static int batch_admit(tern_loop *loop, unsigned n, const tern_job_options *opts,
+                       struct tern__owner **ownerp)
+{
+    *ownerp = NULL;
+    if (opts != NULL) {
+        if (opts->timeout_ns > TIMEOUT_MAX)
+            return -EINVAL;
+        if (opts->owner != 0 && (*ownerp = owner_find(loop, opts->owner)) == NULL)
+            return -EINVAL; /* unknown or closed */
+        struct tern__owner *o = *ownerp;
+        if (o != NULL && o->cap - o->in_flight < n) {
+            o->refused += n;
+            return refuse_n(loop, TERN_REFUSED_OWNER_CAP, n);
+        }
+    }
+    int rc = ensure_ring(loop);
+    if (rc < 0)
+        return rc;
+    if (loop->max_undelivered - loop->undelivered < n)
+        return refuse_n(loop, TERN_REFUSED_UNDELIVERED, n);
+    if (tern__loop_closing(loop))
+        return -ESHUTDOWN;
+    /* tern__op_admit for n units at once: the room is checked for all of them. */
+    uint64_t room = loop->ops_local + tern__posts_pending(loop);
+    if (room >= loop->max_operations || loop->max_operations - room < n)
+        return refuse_n(loop, TERN_REFUSED_OPERATIONS, n);
+    tern__ops_set(loop, loop->ops_local + n);
+    if (opts != NULL && opts->timeout_ns != 0) {
+        for (unsigned claimed = 0; claimed < n; claimed++) {
+            if ((rc = tern__deadline_claim(loop)) < 0) {
+                for (unsigned i = 0; i < n; i++)
+                    tern__op_unadmit(loop);
+                for (unsigned i = 0; i < claimed; i++)
+                    tern__deadline_unclaim(loop);
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Accept or refuse n bounded jobs as one (tern/batch.h). Records and ids
+ * are made first, on the loop alone; then the pool takes the n queue
+ * slots in one step and the jobs in one run of its ring, or refuses them
+ * all, and everything made is undone.
+ */
+static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
+                        void *const *args, unsigned n, const tern_job_options *opts,
+                        tern_id *ids)
+{
+    struct tern__owner *owner;
+    int rc = batch_admit(loop, n, opts, &owner);
+    if (rc < 0)
+        return rc;
+    uint64_t timeout = opts != NULL ? opts->timeout_ns : 0;
+    unsigned claimed = timeout != 0 ? n : 0;
+    struct tern__work *on_stack[BATCH_ON_STACK];
+    struct tern__work **works = n <= BATCH_ON_STACK ? on_stack : tern__malloc(n * sizeof(*works));
+    if (works == NULL) {
+        batch_undo(loop, NULL, 0, n, claimed);
+        return -ENOMEM;
+    }
+    unsigned made = 0;
+    for (; made < n; made++) {
+        tern_job *job = job_alloc(loop);
+        if (job == NULL) {
+            rc = -ENOMEM;
+            goto undo;
+        }
+        *job = (tern_job){.work = {.occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN,
+                                   .fn = work, .arg = args[made], .handback = job_handback},
+                          .loop = loop, .done = done, .has_deadline = timeout != 0};
+        if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
+            job_release(loop, job);
+            goto undo;
+        }
+        /* The queue-wait stamp of one job in four, as tern__submit_job_with. */
+        job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
+        works[made] = &job->work;
+    }
+    /* As a single submission: inside steps 1 and 2 the turn makes the wake decision. */
+    bool defer = loop->step == 1 || loop->step == 2;
+    tern_refusal cause = TERN_REFUSED_NONE;
+    rc = tern__pool_accept_batch(loop->has_pool_config ? &loop->pool_config : NULL,
+                                 &loop->pool_checked, works, n, defer, &cause);
+    if (rc < 0) {
+        batch_undo(loop, works, n, n, claimed);
+        if (works != on_stack)
+            free(works);
+        return rc == -EAGAIN ? refuse_n(loop, cause, n) : rc;
+    }
+    loop->undelivered += n;
+    loop->jobs_live += n;
+    loop->kick_owed |= defer;
+    for (unsigned i = 0; i < n; i++) {
+        tern_job *job = (tern_job *)works[i];
+        if (owner != NULL)
+            owner_link(owner, job);
+        if (timeout != 0)
+            tern__deadline_arm(loop, &job->op, loop->now + timeout);
+        if (ids != NULL)
+            ids[i] = job->op.id;
+    }
+    atomic_fetch_add_explicit(&tern__pool_stats.submitted, n, memory_order_relaxed);
+    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+    if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
+        atomic_store_explicit(&loop->st_undelivered_peak, loop->undelivered, memory_order_relaxed);
+    if (works != on_stack)
+        free(works);
+    return 0;
+
+undo:
+    batch_undo(loop, works, made, n, claimed);
+    if (works != on_stack)
+        free(works);
+    return rc;
+}
+
+int tern_submit_batch(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
+                      tern_done_fn done, void *const *args, size_t n,
+                      const tern_job_options *opts, tern_id *ids)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    int rc = check_submit(loop, occupancy, work, done);
+    if (rc < 0)
+        return rc;
+    if (occupancy != TERN_BOUNDED || args == NULL || n == 0 || n > TERN_BATCH_MAX)
+        return -EINVAL;
+    return submit_batch(loop, work, done, args, (unsigned)n, opts, ids);
 }

@@ -69,6 +69,9 @@ bool tern__pool_running(void);
 
 /* Bounded workers parked now (inside park, asleep or about to be); 0 with no pool. */
 unsigned tern__test_pool_sleepers(void);
+/* Wake decisions the pool made for submissions, ever: one per single
+ * submission, one per batch, one per kick that found work queued. */
+uint64_t tern__test_pool_wake_checks(void);
 
 /*
  * Give back the calling thread's block of post records, so its next

@@ -4,7 +4,8 @@
  *
  * Three loops, each on its own thread, share one small pool (2 bounded
  * workers, a 256-slot queue, 4 long threads) and push JOBS jobs through it
- * between them: mostly bounded, one in 64 long. Jobs are cancelled at
+ * between them: mostly bounded, one in 64 long, and one drive in four
+ * starts with a batch of bounded jobs (tern_submit_batch). Jobs are cancelled at
  * random from each loop's own thread (right after submission, while
  * likely queued, and from done callbacks) and from two foreign threads
  * that learn ids through a shared array and call tern_cancel(loop, id).
@@ -74,6 +75,7 @@ struct lp {
     size_t id_cursor;
     /* Counters owned by the loop thread. */
     uint64_t accepted, eagain, local_cancels, local_cancel_ok, local_cancel_enoent;
+    uint64_t batches; /* tern_submit_batch calls accepted */
     uint64_t errors;
     int run_rc;
 };
@@ -185,10 +187,62 @@ static void stress_done(tern_loop *loop, tern_id id, int status, void *result, v
 /* The submission driver: a deferred function that re-arms itself      */
 /* ------------------------------------------------------------------ */
 
+/*
+ * One in four drives starts with a batch: the bounded records up to the
+ * next long one, as one tern_submit_batch. All or nothing, so a refusal
+ * counts one -EAGAIN per record (as the pool's refusal counters do) and
+ * leaves every record unsubmitted. False: refused, stop driving for now.
+ */
+static bool drive_batch(tern_loop *loop, struct lp *lp)
+{
+    void *args[SUBMIT_BATCH];
+    tern_id ids[SUBMIT_BATCH];
+    size_t n = 0;
+    while (n < SUBMIT_BATCH && lp->next + n < lp->end && lp->inflight + n < MAX_INFLIGHT &&
+           !recs[lp->next + n].long_class) {
+        args[n] = &recs[lp->next + n];
+        n++;
+    }
+    if (n < 2)
+        return true;
+    int rc = tern_submit_batch(loop, TERN_BOUNDED, stress_work, stress_done, args, n, NULL, ids);
+    if (rc == -EAGAIN) {
+        lp->eagain += n;
+        return false;
+    }
+    if (rc != 0) {
+        loop_error(lp, "tern_submit_batch failed", lp->next);
+        atomic_fetch_add(&lp->delivered, n); /* settled: the final check reports them */
+        lp->next += n;
+        return true;
+    }
+    lp->batches++;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == 0)
+            loop_error(lp, "tern_submit_batch gave id 0", lp->next);
+        lp->next++;
+        lp->accepted++;
+        lp->inflight++;
+        atomic_store(&lp->ids[lp->id_cursor++ % ID_SLOTS], ids[i]);
+    }
+    /* Cancel one of the batch right away, most likely while still queued. */
+    if ((rng_next(&lp->rng) & 7) == 0) {
+        rc = tern_cancel(loop, ids[rng_next(&lp->rng) % n]);
+        lp->local_cancels++;
+        if (rc >= 0)
+            lp->local_cancel_ok++;
+        else
+            loop_error(lp, "cancel of a just-batched job failed", lp->next - 1);
+    }
+    return true;
+}
+
 static void drive(tern_loop *loop, void *arg)
 {
     struct lp *lp = arg;
     lp->driver_pending = false;
+    if ((rng_next(&lp->rng) & 3) == 0 && !drive_batch(loop, lp))
+        return; /* refused: a completion or the tick drives again */
     for (int n = 0; n < SUBMIT_BATCH && lp->next < lp->end && lp->inflight < MAX_INFLIGHT; n++) {
         struct rec *r = &recs[lp->next];
         tern_id id = 0;
@@ -453,6 +507,8 @@ int main(int argc, char **argv)
     check(atomic_load(&foreign_cancels) > 0 && local_ok > 0, "both kinds of cancel happened");
     check(n_cancel_null > 0, "some jobs were cancelled while queued");
     check(eagain > 0, "the pool refused some submissions (the queue filled)");
+    check(loops[0].batches + loops[1].batches + loops[2].batches > 0,
+          "some batches were accepted");
     for (unsigned k = 0; k < LOOPS; k++)
         if (loops[k].run_rc != 0)
             fprintf(stderr, "pool_stress: loop %u: tern_loop_run returned %d\n", k,
