@@ -24,12 +24,14 @@ struct tern__spawn {
     char *const *envp;
     const char *cwd;
     const char *path; /* the parent's PATH, for a file without '/' */
+    char **candidates; /* what execve tries, joined by tern__spawn */
     int fds[TERN__STDIO_MAX];
     unsigned nfds;
     unsigned flags; /* TERN_PROCESS_* */
     unsigned uid, gid;
     int max_fd;      /* descriptors below it are closed when close_range is missing */
     volatile int err; /* set by the child before it gives up */
+    int report_fd;    /* where a copied child writes err; -1 when memory is shared */
 };
 
 /*
