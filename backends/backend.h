@@ -68,6 +68,24 @@ struct tern__backend_ops {
      * already made or never started returns 0.
      */
     int (*proc)(struct tern__backend *b, int pid, int fd, bool on);
+    bool vnode; /* modify() takes TERN__VNODE (below) */
+};
+
+/*
+ * File changes, where the backend has a filter for them (ops->vnode:
+ * kqueue's EVFILT_VNODE). modify() with new_events == TERN__VNODE watches
+ * the file or directory open as fd; old_events == TERN__VNODE with
+ * new_events == 0 stops. Unlike descriptor interest both are applied at
+ * once (an add's failure is modify's -errno). Edge-triggered: each change
+ * is reported once, as a fired entry {fd, the TERN__VNODE_* bits that
+ * happened}.
+ */
+enum {
+    TERN__VNODE = 1u << 4,        /* the interest */
+    TERN__VNODE_WRITE = 1u << 5,  /* written; a directory: an entry came, went or moved */
+    TERN__VNODE_ATTRIB = 1u << 6, /* attributes or the link count changed */
+    TERN__VNODE_RENAME = 1u << 7, /* the file itself was renamed */
+    TERN__VNODE_DELETE = 1u << 8, /* a link to it was removed, or access revoked */
 };
 
 struct tern__backend {

@@ -53,6 +53,18 @@
  *   udata names the descriptor to report it on; the runtime reaps. It is
  *   retrieved in the same first pass as signals, since retrieving it
  *   consumed it.
+ * - File changes are EVFILT_VNODE filters (EV_CLEAR: each change once)
+ *   on a descriptor the caller opened on the file. They are added and
+ *   deleted at once, not through the changelist: an add's failure is the
+ *   caller's to hear, and a delete queued behind a new add on a reused
+ *   descriptor number would remove the new filter. Like the process
+ *   filter they are retrieved in the first pass, since retrieving them
+ *   consumed them; more changes than the fired array holds in one wait
+ *   would lose the surplus (a watch per fired entry would be needed).
+ *   NOTE_DELETE says a link was removed, not that the last one was: the
+ *   caller looks at the link count. libkqueue builds the filter on
+ *   inotify and reports NOTE_DELETE only when the count reaches 0, and a
+ *   directory's NOTE_WRITE also for a file inside it being written.
  * - The timeout is a timespec: nanoseconds pass through exactly.
  * - A kqueue is not inherited across fork() on the BSDs and macOS.
  */
@@ -232,10 +244,46 @@ static void queue_change(struct kq_state *s, int fd, short filter, unsigned shor
     s->nchanges++;
 }
 
+#ifndef NOTE_REVOKE
+#define NOTE_REVOKE 0 /* libkqueue has none */
+#endif
+#define VNODE_NOTES \
+    (NOTE_WRITE | NOTE_EXTEND | NOTE_ATTRIB | NOTE_LINK | NOTE_RENAME | NOTE_DELETE | NOTE_REVOKE)
+
+/* Start or stop a file-change filter at once (backend.h, TERN__VNODE). */
+static int vnode_modify(struct kq_state *s, int fd, bool on)
+{
+    int rc;
+    if (on && (rc = grow_merge(s, fd)) < 0)
+        return rc;
+    struct kevent ev;
+    EV_SET(&ev, fd, EVFILT_VNODE, on ? EV_ADD | EV_CLEAR : EV_DELETE, on ? VNODE_NOTES : 0, 0,
+           NULL);
+    if (kevent(s->kq, &ev, 1, NULL, 0, NULL) == 0)
+        return 0;
+    return !on && (errno == ENOENT || errno == EBADF) ? 0 : -errno;
+}
+
+static unsigned vnode_to_tern(unsigned fflags)
+{
+    unsigned e = 0;
+    if (fflags & (NOTE_WRITE | NOTE_EXTEND))
+        e |= TERN__VNODE_WRITE;
+    if (fflags & (NOTE_ATTRIB | NOTE_LINK))
+        e |= TERN__VNODE_ATTRIB;
+    if (fflags & NOTE_RENAME)
+        e |= TERN__VNODE_RENAME;
+    if (fflags & (NOTE_DELETE | NOTE_REVOKE))
+        e |= TERN__VNODE_DELETE;
+    return e;
+}
+
 static int kq_modify(struct tern__backend *b, int fd, unsigned old_events, unsigned new_events)
 {
     struct kq_state *s = b->state;
     int rc;
+    if ((old_events | new_events) & TERN__VNODE) /* alone, never with READ or WRITE */
+        return vnode_modify(s, fd, new_events != 0);
     if (new_events != 0 && (rc = grow_merge(s, fd)) < 0)
         return rc;
     if ((rc = reserve_changes(s, 2)) < 0)
@@ -322,6 +370,8 @@ static int kq_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__fir
                                             .events = ev->data > 0 ? (unsigned)ev->data : 1};
         if (ev->filter == EVFILT_PROC && !(ev->flags & EV_ERROR))
             k = fire(s, (int)(intptr_t)ev->udata, TERN_READABLE, out, k, max);
+        if (ev->filter == EVFILT_VNODE && !(ev->flags & EV_ERROR) && ev->fflags != 0)
+            k = fire(s, (int)ev->ident, vnode_to_tern(ev->fflags), out, k, max);
 #ifdef USE_USER_WAKE
         if (ev->filter == EVFILT_USER)
             s->wake_seen = true;
@@ -409,6 +459,7 @@ const struct tern__backend_ops tern__backend_kqueue = {
     .wait = kq_wait,
     .signal = kq_signal,
     .proc = kq_proc,
+    .vnode = true,
 #ifdef USE_USER_WAKE
     .wake = kq_wake,
     .wake_take = kq_wake_take,

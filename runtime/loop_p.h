@@ -311,6 +311,10 @@ void tern__io_fired(tern_loop *loop, int fd, unsigned events);
  * signo (a TERN__FIRED_SIGNAL entry). */
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count);
 
+/* The source file watches on this loop use: "inotify", "vnode" or "stat"
+ * (watch.c; also a test seam, testing.h). */
+const char *tern__watch_source(const tern_loop *loop);
+
 /* Record size of the slab-allocated defers (defer.c). */
 extern const size_t tern__defer_size;
 

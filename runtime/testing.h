@@ -19,6 +19,10 @@ int tern__loop_step(const tern_loop *loop);
 /* The name of the backend a loop runs ("epoll", "poll"). */
 const char *tern__loop_backend_name(const tern_loop *loop);
 
+/* The source a loop's file watches use: "inotify", "vnode" (kqueue's
+ * EVFILT_VNODE) or "stat" (polling). Defined in runtime/watch.c. */
+const char *tern__watch_source(const tern_loop *loop);
+
 /* Backends built into this library, NULL-terminated ("epoll", "poll"). */
 extern const char *const tern__backend_names[];
 

@@ -10,6 +10,18 @@
  * TERN_WATCH_GONE. A full kernel queue (IN_Q_OVERFLOW) is reported as
  * CHANGE | RENAME with no name: look again.
  *
+ * EVFILT_VNODE (a loop whose backend has file-change filters: kqueue,
+ * TERN_HAVE_KQUEUE): the watched file or directory is opened (read-only,
+ * close-on-exec) and the backend reports each change to that descriptor
+ * (backend.h, TERN__VNODE). It follows the inode as inotify does, but
+ * knows no names: a directory's entries coming, going or moving are a
+ * RENAME without a name, and a file inside it being written is not seen
+ * (libkqueue, on inotify, reports that too, as a RENAME). The system says
+ * a link was removed, not that the last one was, so the link count of the
+ * open descriptor decides GONE. It takes precedence over inotify where
+ * both are built (libkqueue on Linux), so the code the BSDs and macOS run
+ * is the code the kqueue conformance suite tests.
+ *
  * stat polling (every other build): a repeating internal deadline on the
  * loop's heap; each time it comes, step 5 stats the path on the loop
  * thread and compares what it sees (device and inode, size, mode, link
@@ -25,6 +37,7 @@
  * never reused).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,13 +52,25 @@
 #define DEFAULT_INTERVAL_NS UINT64_C(1000000000)
 #define MAX_INTERVAL_NS (UINT64_C(1) << 62)
 
+#if defined(TERN_HAVE_INOTIFY) || defined(TERN_HAVE_KQUEUE)
+#define HAVE_DESCRIPTOR_SOURCE 1
+#endif
+
+enum source { SOURCE_STAT, SOURCE_INOTIFY, SOURCE_VNODE };
+
 struct watch {
     struct tern__op op;
     tern_watch_cb cb;
     void *arg;
-#ifdef TERN_HAVE_INOTIFY
-    struct tern__io io;
-#else
+    enum source source;
+#ifdef HAVE_DESCRIPTOR_SOURCE
+    struct tern__io io; /* inotify's descriptor, or the watched file's (vnode) */
+#endif
+#ifdef TERN_HAVE_KQUEUE
+    unsigned seen; /* TERN__VNODE_* bits reported since the last dispatch */
+    bool dir;
+#endif
+#ifndef TERN_HAVE_INOTIFY
     uint64_t interval;
     struct stat last;
     unsigned pending; /* events seen by the last look, not yet reported */
@@ -53,6 +78,32 @@ struct watch {
     char *path;
 #endif
 };
+
+/* The source a watch on this loop uses (the file's header says why). */
+static enum source source_for(const tern_loop *loop)
+{
+#ifdef TERN_HAVE_KQUEUE
+    if (loop->backend.ops->vnode)
+        return SOURCE_VNODE;
+#else
+    (void)loop;
+#endif
+#ifdef TERN_HAVE_INOTIFY
+    return SOURCE_INOTIFY;
+#else
+    return SOURCE_STAT;
+#endif
+}
+
+const char *tern__watch_source(const tern_loop *loop)
+{
+    static const char *const names[] = {
+        [SOURCE_STAT] = "stat",
+        [SOURCE_INOTIFY] = "inotify",
+        [SOURCE_VNODE] = "vnode",
+    };
+    return names[source_for(loop)];
+}
 
 static struct watch *find_watch(tern_loop *loop, tern_id id);
 
@@ -65,18 +116,28 @@ static void watch_free(tern_loop *loop, struct tern__op *op)
     free(op);
 }
 
-/* End the watch (no callback). */
-static void watch_end(tern_loop *loop, struct watch *w)
+/* Undo a source_start that succeeded: nothing is reported any more. */
+static void source_stop(tern_loop *loop, struct watch *w)
 {
-#ifdef TERN_HAVE_INOTIFY
-    int fd = w->io.fd;
-    tern__io_stop(loop, &w->io);
-    close(fd);
-#else
+#ifdef HAVE_DESCRIPTOR_SOURCE
+    if (w->source != SOURCE_STAT) {
+        int fd = w->io.fd;
+        tern__io_stop(loop, &w->io);
+        close(fd);
+        return;
+    }
+#endif
+#ifndef TERN_HAVE_INOTIFY
     if (tern__deadline_armed(&w->op))
         tern__deadline_disarm(loop, &w->op);
     tern__deadline_unclaim(loop);
 #endif
+}
+
+/* End the watch (no callback). */
+static void watch_end(tern_loop *loop, struct watch *w)
+{
+    source_stop(loop, w);
     tern__op_finish(loop, &w->op);
 }
 
@@ -99,17 +160,16 @@ static bool report(tern_loop *loop, tern_id id, int status, unsigned events, con
 #define MASK (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | \
               IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
 
-static void watch_fired(tern_loop *loop, struct tern__io *io, unsigned events)
+static void inotify_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
     (void)events;
     struct watch *w = caa_container_of(io, struct watch, io);
     tern__op_ready(loop, &w->op);
 }
 
-static void watch_dispatch(tern_loop *loop, struct tern__op *op)
+static void inotify_dispatch(tern_loop *loop, struct watch *w)
 {
-    struct watch *w = (struct watch *)op;
-    tern_id id = op->id;
+    tern_id id = w->op.id;
     alignas(struct inotify_event) char buf[8192];
     /* One read per turn; more stays readable for the next. */
     ssize_t n = read(w->io.fd, buf, sizeof(buf));
@@ -139,9 +199,8 @@ static void watch_dispatch(tern_loop *loop, struct tern__op *op)
     }
 }
 
-static int source_start(tern_loop *loop, struct watch *w, const char *path, uint64_t interval)
+static int inotify_start(tern_loop *loop, struct watch *w, const char *path)
 {
-    (void)interval;
     int rc = tern__fd_fault();
     if (rc < 0)
         return rc;
@@ -153,7 +212,7 @@ static int source_start(tern_loop *loop, struct watch *w, const char *path, uint
         close(fd);
         return rc;
     }
-    tern__io_init(&w->io, watch_fired);
+    tern__io_init(&w->io, inotify_fired);
     if ((rc = tern__io_start(loop, &w->io, fd, TERN_READABLE)) < 0) {
         close(fd);
         return rc;
@@ -161,14 +220,74 @@ static int source_start(tern_loop *loop, struct watch *w, const char *path, uint
     return 0;
 }
 
-static void source_undo(tern_loop *loop, struct watch *w)
+#endif /* TERN_HAVE_INOTIFY */
+
+#ifdef TERN_HAVE_KQUEUE
+
+static void vnode_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    int fd = w->io.fd;
-    tern__io_stop(loop, &w->io);
-    close(fd);
+    struct watch *w = caa_container_of(io, struct watch, io);
+    w->seen |= events;
+    tern__op_ready(loop, &w->op);
 }
 
-#else /* stat polling */
+static void vnode_dispatch(tern_loop *loop, struct watch *w)
+{
+    unsigned m = w->seen;
+    w->seen = 0;
+    /* In a directory a write is an entry coming, going or moving. */
+    unsigned written = w->dir ? TERN_WATCH_RENAME : TERN_WATCH_CHANGE;
+    unsigned e = 0;
+    if (m & TERN__VNODE_DELETE) {
+        struct stat st;
+        if (fstat(w->io.fd, &st) < 0 || st.st_nlink == 0) {
+            (void)report(loop, w->op.id, -ENOENT, TERN_WATCH_GONE, NULL);
+            return;
+        }
+        e |= TERN_WATCH_CHANGE; /* another link is left: the link count changed */
+    }
+    if (m & TERN__VNODE_WRITE)
+        e |= written;
+    if (m & TERN__VNODE_ATTRIB)
+        e |= TERN_WATCH_CHANGE;
+    if (m & TERN__VNODE_RENAME)
+        e |= TERN_WATCH_RENAME;
+    if (e != 0)
+        (void)report(loop, w->op.id, 0, e, NULL);
+}
+
+static int vnode_start(tern_loop *loop, struct watch *w, const char *path)
+{
+    int rc = tern__fd_fault();
+    if (rc < 0)
+        return rc;
+#ifdef O_EVTONLY
+    int flags = O_EVTONLY; /* macOS: does not keep the volume from unmounting */
+#else
+    int flags = O_RDONLY;
+#endif
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    int fd = open(path, flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    w->dir = S_ISDIR(st.st_mode);
+    tern__io_init(&w->io, vnode_fired);
+    if ((rc = tern__io_start(loop, &w->io, fd, TERN__VNODE)) < 0) {
+        close(fd);
+        return rc;
+    }
+    return 0;
+}
+
+#endif /* TERN_HAVE_KQUEUE */
+
+#ifndef TERN_HAVE_INOTIFY /* stat polling */
 
 static bool same_time(struct timespec a, struct timespec b)
 {
@@ -205,10 +324,9 @@ static void watch_expired(tern_loop *loop, struct tern__op *op)
     }
 }
 
-static void watch_dispatch(tern_loop *loop, struct tern__op *op)
+static void stat_dispatch(tern_loop *loop, struct watch *w)
 {
-    struct watch *w = (struct watch *)op;
-    tern_id id = op->id;
+    tern_id id = w->op.id;
     unsigned e = w->pending;
     w->pending = 0;
     if (e != 0 && !report(loop, id, 0, e, NULL))
@@ -217,7 +335,7 @@ static void watch_dispatch(tern_loop *loop, struct tern__op *op)
         (void)report(loop, id, w->error, w->error == -ENOENT ? TERN_WATCH_GONE : 0, NULL);
 }
 
-static int source_start(tern_loop *loop, struct watch *w, const char *path, uint64_t interval)
+static int stat_start(tern_loop *loop, struct watch *w, const char *path, uint64_t interval)
 {
     w->interval = interval != 0 ? interval : DEFAULT_INTERVAL_NS;
     if (stat(path, &w->last) < 0)
@@ -229,18 +347,56 @@ static int source_start(tern_loop *loop, struct watch *w, const char *path, uint
     int rc = tern__deadline_claim(loop);
     if (rc < 0) {
         free(w->path);
+        w->path = NULL;
         return rc;
     }
     return 0;
 }
 
-static void source_undo(tern_loop *loop, struct watch *w)
+#endif /* stat polling */
+
+static int source_start(tern_loop *loop, struct watch *w, const char *path, uint64_t interval)
 {
-    tern__deadline_unclaim(loop);
-    free(w->path);
+    (void)interval;
+    switch (w->source) {
+#ifdef TERN_HAVE_KQUEUE
+    case SOURCE_VNODE:
+        return vnode_start(loop, w, path);
+#endif
+#ifdef TERN_HAVE_INOTIFY
+    case SOURCE_INOTIFY:
+        return inotify_start(loop, w, path);
+#else
+    case SOURCE_STAT:
+        return stat_start(loop, w, path, interval);
+#endif
+    default:
+        TERN_UNREACHABLE();
+    }
 }
 
+static void watch_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    struct watch *w = (struct watch *)op;
+    switch (w->source) {
+#ifdef TERN_HAVE_KQUEUE
+    case SOURCE_VNODE:
+        vnode_dispatch(loop, w);
+        break;
 #endif
+#ifdef TERN_HAVE_INOTIFY
+    case SOURCE_INOTIFY:
+        inotify_dispatch(loop, w);
+        break;
+#else
+    case SOURCE_STAT:
+        stat_dispatch(loop, w);
+        break;
+#endif
+    default:
+        TERN_UNREACHABLE();
+    }
+}
 
 static int watch_cancel(tern_loop *loop, struct tern__op *op)
 {
@@ -282,21 +438,23 @@ int tern_watch_start(tern_loop *loop, const char *path, uint64_t interval_ns, te
     }
     w->cb = cb;
     w->arg = arg;
+    w->source = source_for(loop);
     if ((rc = source_start(loop, w, path, interval_ns)) < 0)
         goto fail;
     if ((rc = tern__op_add(loop, &w->op, &watch_class)) < 0) {
-        source_undo(loop, w);
+        source_stop(loop, w);
         goto fail;
     }
 #ifndef TERN_HAVE_INOTIFY
-    tern__deadline_arm(loop, &w->op, loop->now + w->interval);
+    if (w->source == SOURCE_STAT)
+        tern__deadline_arm(loop, &w->op, loop->now + w->interval);
 #endif
     if (idp != NULL)
         *idp = w->op.id;
     return 0;
 
 fail:
-    free(w);
+    watch_free(loop, &w->op);
     tern__op_unadmit(loop);
     return rc;
 }

@@ -1822,6 +1822,130 @@ Test(fault, process_spawn, .timeout = TEST_TIMEOUT)
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* File watches and external waits                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Armed: a watch on a directory (inotify, EVFILT_VNODE or stat polling,
+ * as the backend and build choose), a wait on a pipe's read end and a
+ * blocking wait on a long-class thread the pool starts under the arm.
+ * Every allocation, descriptor and thread on those paths fails once and
+ * is returned by its call, which leaves nothing behind (no operation, no
+ * credit, the pipe free to be waited on again); what was accepted is
+ * delivered once; then an entry created in the directory is reported.
+ */
+struct watchrec {
+    atomic_uint news, fd_done, call_done;
+    int fd_status, call_status;
+};
+
+static void ww_news(tern_loop *loop, tern_id id, int status, unsigned events, const char *name,
+                    void *arg)
+{
+    (void)loop, (void)id, (void)events, (void)name;
+    cr_assert_eq(status, 0, "watch: %s", tern_err_name(status));
+    atomic_fetch_add(&((struct watchrec *)arg)->news, 1);
+}
+
+static void ww_fd_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id, (void)result;
+    struct watchrec *r = arg;
+    r->fd_status = status;
+    atomic_fetch_add(&r->fd_done, 1);
+}
+
+static void *ww_call(tern_job *job, void *arg)
+{
+    (void)job;
+    return arg;
+}
+
+static void ww_call_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id;
+    struct watchrec *r = arg;
+    cr_assert_eq(result, arg);
+    r->call_status = status;
+    atomic_fetch_add(&r->call_done, 1);
+}
+
+static bool ww_waits_done(void *arg)
+{
+    struct watchrec *r = arg;
+    return atomic_load(&r->fd_done) == 1 && atomic_load(&r->call_done) == 1;
+}
+
+static bool ww_news_came(void *arg)
+{
+    return atomic_load(&((struct watchrec *)arg)->news) > 0;
+}
+
+static bool step_watch_wait(uint64_t n, void *ctx)
+{
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(ctx);
+    char dir[64], entry[96];
+    snprintf(dir, sizeof dir, "/tmp/tern-fault-watch-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(entry, sizeof entry, "%s/e", dir);
+    int p[2];
+    cr_assert_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    struct watchrec r = {0};
+    tern_id watch = 0;
+
+    arm(n);
+    bool w_ok = ARMED("tern_watch_start", tern_watch_start(loop, dir, 10 * MS, ww_news, &r, &watch));
+    bool f_ok = ARMED("tern_wait_fd", tern_wait_fd(loop, p[0], ww_fd_done, &r, NULL, NULL));
+    bool c_ok = ARMED("tern_wait_call", tern_wait_call(loop, ww_call, ww_call_done, &r, NULL, NULL));
+    bool fired = end_armed(0);
+
+    /* A refusal left nothing: no operation, no credit. */
+    tern_loop_stats st = loop_stats(loop);
+    cr_assert_eq(st.live_operations, (unsigned)w_ok + (unsigned)f_ok + (unsigned)c_ok,
+                 "a refused watch or wait left an operation");
+    cr_assert_eq(st.undelivered, (unsigned)f_ok + (unsigned)c_ok, "a refused wait kept a credit");
+    if (!w_ok)
+        cr_assert_eq(tern_watch_start(loop, dir, 10 * MS, ww_news, &r, &watch), 0);
+    if (!f_ok)
+        cr_assert_eq(tern_wait_fd(loop, p[0], ww_fd_done, &r, NULL, NULL), 0,
+                     "a refused wait left its descriptor watched");
+    if (!c_ok)
+        cr_assert_eq(tern_wait_call(loop, ww_call, ww_call_done, &r, NULL, NULL), 0);
+    cr_assert_eq(write(p[1], "x", 1), 1);
+    cr_assert(run_until(loop, ww_waits_done, &r), "a wait was never delivered");
+    cr_assert_eq(r.fd_status, 0);
+    cr_assert_eq(r.call_status, 0);
+    sleep_us(25000); /* stat polling: past the file system's time-stamp tick */
+    int fd = open(entry, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert(run_until(loop, ww_news_came, &r), "the watch reported nothing");
+    cr_assert_eq(tern_watch_stop(loop, watch), 0);
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&r.fd_done), 1);
+    cr_assert_eq(atomic_load(&r.call_done), 1);
+    pool_end(); /* the next step starts the long class again, armed */
+    close(p[0]);
+    close(p[1]);
+    cr_assert_eq(unlink(entry), 0);
+    cr_assert_eq(rmdir(dir), 0);
+    cr_assert_eq(count_open_fds(), fds, "descriptors left open");
+    return fired;
+}
+
+Test(fault, watch_and_waits, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_watch_wait, (void *)tern__backend_names[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Unix-domain sockets, descriptor passing and hooks                   */
 /* ------------------------------------------------------------------ */
 

@@ -115,6 +115,130 @@ BACKEND_TEST(wait, eventfd_signalled_elsewhere_delivers_once)
 }
 #endif
 
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "child_exit.h"
+
+/* A child that exits with 3 once `release`'s write end is closed (or
+ * written). */
+static pid_t child_held(int release[2])
+{
+    make_pipe(release);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        /* Hold no other child's release (nor anything else of the test's). */
+        for (int fd = 3; fd < 1024; fd++)
+            if (fd != release[0])
+                close(fd);
+        int fl = fcntl(release[0], F_GETFL);
+        (void)fcntl(release[0], F_SETFL, fl & ~O_NONBLOCK);
+        char c;
+        (void)read(release[0], &c, 1);
+        child_exit(3);
+    }
+    close(release[0]);
+    return pid;
+}
+
+/* A pidfd for pid, or -1 where the system has none (the test is skipped). */
+static int pidfd_for(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0u);
+    if (fd < 0) {
+        cr_assert(errno == ENOSYS || errno == EPERM, "pidfd_open: %s", strerror(errno));
+        return -1;
+    }
+    (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    return (int)fd;
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+
+/*
+ * A child's pidfd through tern_wait_fd: done once when the child ends,
+ * holding a max_undelivered credit (a wait and a job beyond the limit are
+ * refused) until then; a second child's wait is cancelled (-ECANCELED
+ * once, and its pidfd is free to be waited on again).
+ */
+BACKEND_TEST(wait, pidfd_of_a_child)
+{
+    int ra[2], rb[2];
+    pid_t a = child_held(ra), b = child_held(rb);
+    int pa = pidfd_for(a), pb = pa >= 0 ? pidfd_for(b) : -1;
+    if (pb < 0) {
+        close(ra[1]);
+        close(rb[1]);
+        (void)waitpid(a, NULL, 0);
+        (void)waitpid(b, NULL, 0);
+        if (pa >= 0)
+            close(pa);
+        cr_skip_test("no pidfd_open on this system (Linux 5.3 and later)");
+    }
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = backend;
+    opts.max_undelivered = 2;
+    tern_loop *loop = loop_new_opts(&opts);
+    struct waited wa = {0}, wb = {0}, wc = {0};
+    tern_id ia = 0, ib = 0;
+    cr_assert_eq(tern_wait_fd(loop, pa, waited_done, &wa, NULL, &ia), 0);
+    cr_assert_eq(tern_wait_fd(loop, pb, waited_done, &wb, NULL, &ib), 0);
+    cr_assert_eq(loop_stats(loop).undelivered, 2, "each pending wait holds a credit");
+    int p[2];
+    make_pipe(p);
+    cr_assert_eq(tern_wait_fd(loop, p[0], waited_done, &wc, NULL, NULL), -EAGAIN);
+    cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_UNDELIVERED);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, noop_work, waited_done, &wc, NULL), -EAGAIN);
+    for (int i = 0; i < 5; i++)
+        tern_loop_run_once(loop, 1 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&wa.calls) + atomic_load(&wb.calls), 0, "done before an exit");
+
+    /* The first child ends: its wait is delivered, once. */
+    close(ra[1]);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (atomic_load(&wa.calls) == 0 && mono_ns() < end)
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&wa.calls), 1);
+    cr_assert_eq(wa.status, 0);
+    cr_assert_eq(wa.id, ia);
+    cr_assert((uintptr_t)wa.result & TERN_READABLE);
+    cr_assert_eq(loop_stats(loop).undelivered, 1, "the credit came back at delivery");
+    for (int i = 0; i < 5; i++)
+        tern_loop_run_once(loop, 1 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&wa.calls), 1, "a pidfd stays readable; done came again");
+    int st = 0;
+    cr_assert_eq(waitpid(a, &st, 0), a, "the wait reaped nothing: the child is the caller's");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+    /* The second is cancelled before it ends. */
+    cr_assert_eq(cancel_on_loop(loop, ib), TERN_CANCEL_STOPPED);
+    close(rb[1]);
+    cr_assert(run_until_nothing_live(loop));
+    cr_assert_eq(atomic_load(&wb.calls), 1);
+    cr_assert_eq(wb.status, -ECANCELED);
+    cr_assert_null(wb.result);
+    cr_assert_eq(loop_stats(loop).undelivered, 0);
+    /* Not watched any more: a new wait on the same pidfd is accepted and
+     * delivered (the child has ended by now or soon will). */
+    struct waited wd = {0};
+    cr_assert_eq(tern_wait_fd(loop, pb, waited_done, &wd, NULL, NULL), 0);
+    cr_assert(run_until_nothing_live(loop));
+    cr_assert_eq(atomic_load(&wd.calls), 1);
+    cr_assert_eq(wd.status, 0);
+    cr_assert_eq(atomic_load(&wb.calls), 1, "the cancelled wait's done came twice");
+    cr_assert_eq(waitpid(b, &st, 0), b);
+    close(pa);
+    close(pb);
+    close_pipe(p);
+    loop_free_clean(loop);
+}
+
 BACKEND_TEST(wait, refused_at_max_undelivered_leaves_nothing)
 {
     tern_loop_options opts;

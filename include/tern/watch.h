@@ -1,6 +1,6 @@
 /*
  * File watching: news of a file or a directory changing, being renamed or
- * removed. Included by tern.h. How each system reports (inotify, stat
+ * removed. Included by tern.h. How each system reports (inotify, EVFILT_VNODE, stat
  * polling) and what each can tell is in docs/process.md ("File watching").
  */
 #ifndef TERN_WATCH_H
