@@ -36,6 +36,7 @@ extern "C" {
 #define TERN_INLINE static inline
 
 struct addrinfo;
+struct sockaddr;
 
 typedef uint64_t tern_id;             /* never 0, never reused in a process */
 typedef struct tern_loop tern_loop;   /* opaque */

@@ -1,11 +1,15 @@
 /*
- * Name lookups (tern_resolve): a job of kind TERN__WORK_LOOKUP whose work
- * is getaddrinfo. The pool runs it on the bounded class under the lookup
- * cap (pool/lookup.c); this file is the loop's half: the request, its
- * done, and the early answer when a deadline passes mid-lookup.
+ * Name lookups (tern_resolve) and reverse lookups (tern_resolve_addr): a
+ * job of kind TERN__WORK_LOOKUP whose work is getaddrinfo or getnameinfo.
+ * The pool runs it on the bounded class under the lookup cap
+ * (pool/lookup.c); this file is the loop's half: the request, its done,
+ * and the early answer when a deadline passes mid-lookup. Both directions
+ * share the record, so a reverse lookup is cancelled, timed out and
+ * counted exactly as a forward one.
  */
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,17 +26,38 @@ struct lookup {
     bool answered;  /* the callback has been given, or is queued */
     unsigned refs;  /* the job, and the queued answer */
     tern_id id;
+    /* Forward: the names asked for. Reverse: the buffers the answer is
+     * written into (NI_MAXHOST and NI_MAXSERV bytes). */
     char *host, *service;
     struct addrinfo hints;
     bool has_hints;
     int gai_status;
     tern_resolve_cb cb;
     void *arg;
+    /* reverse only (cb is NULL) */
+    tern_nameinfo_cb name_cb;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    int ni_flags;
 };
+
+/* Room getnameinfo may fill: the system's limits where it states them. */
+#ifdef NI_MAXHOST
+#define NAME_HOST_MAX NI_MAXHOST
+#else
+#define NAME_HOST_MAX 1025
+#endif
+#ifdef NI_MAXSERV
+#define NAME_SERV_MAX NI_MAXSERV
+#else
+#define NAME_SERV_MAX 32
+#endif
 
 /* The lookup tern_resolve calls: getaddrinfo unless a test replaced it
  * (runtime/seams.c, built only into the tests' library). */
 _Atomic(tern__getaddrinfo_fn) tern__resolve_getaddrinfo;
+/* The same for tern_resolve_addr: getnameinfo unless a test replaced it. */
+_Atomic(tern__getnameinfo_fn) tern__resolve_getnameinfo;
 
 static int map_gai(int rc)
 {
@@ -53,10 +78,24 @@ static int map_gai(int rc)
     }
 }
 
+static void *reverse_work(struct lookup *l)
+{
+    tern__getnameinfo_fn fn = atomic_load(&tern__resolve_getnameinfo);
+    errno = 0;
+    int rc = fn ? fn((struct sockaddr *)&l->addr, l->addrlen, l->host, NAME_HOST_MAX,
+                     l->service, NAME_SERV_MAX, l->ni_flags)
+                : getnameinfo((struct sockaddr *)&l->addr, l->addrlen, l->host, NAME_HOST_MAX,
+                              l->service, NAME_SERV_MAX, l->ni_flags);
+    l->gai_status = map_gai(rc);
+    return NULL;
+}
+
 static void *lookup_work(tern_job *job, void *arg)
 {
     (void)job;
     struct lookup *l = arg;
+    if (l->cb == NULL)
+        return reverse_work(l);
     struct addrinfo *res = NULL;
     tern__getaddrinfo_fn fn = atomic_load(&tern__resolve_getaddrinfo);
     errno = 0; /* EAI_SYSTEM reads it: never a stale value */
@@ -85,9 +124,13 @@ static void answer_dispatch(tern_loop *loop, struct tern__op *op)
     struct lookup *l = caa_container_of(op, struct lookup, answer);
     tern_resolve_cb cb = l->cb;
     void *cb_arg = l->arg;
+    tern_nameinfo_cb name_cb = l->name_cb;
     tern_id id = l->id;
     tern__op_finish(loop, op); /* may free l: the job's done has come */
-    cb(loop, id, -ETIMEDOUT, NULL, cb_arg);
+    if (cb != NULL)
+        cb(loop, id, -ETIMEDOUT, NULL, cb_arg);
+    else
+        name_cb(loop, id, -ETIMEDOUT, NULL, NULL, cb_arg);
 }
 
 static int answer_cancel(tern_loop *loop, struct tern__op *op)
@@ -133,6 +176,13 @@ static void lookup_done(tern_loop *loop, tern_id id, int status, void *result, v
     }
     if (status == 0)
         status = l->gai_status;
+    if (l->cb == NULL) {
+        /* The answer lives in l: free it only once the callback is done. */
+        l->name_cb(loop, id, status, status == 0 ? l->host : NULL,
+                   status == 0 ? l->service : NULL, l->arg);
+        lookup_unref(l);
+        return;
+    }
     if (status != 0 && res != NULL) {
         freeaddrinfo(res);
         res = NULL;
@@ -166,7 +216,8 @@ static int lookup_submit(tern_loop *loop, const char *host, const char *service,
                          const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
                          const tern_job_options *opts, tern_id *idp, tern_job **jobp)
 {
-    if (cb == NULL || (host == NULL && service == NULL))
+    TERN_REQUIRE(cb != NULL);
+    if (host == NULL && service == NULL)
         return -EINVAL;
     if (tern__loop_closing(loop))
         return -ESHUTDOWN;
@@ -204,6 +255,8 @@ int tern_resolve_with(tern_loop *loop, const char *host, const char *service,
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
     loop->last_refusal = TERN_REFUSED_NONE; /* whatever this call returns, it is its own */
+    if (cb == NULL)
+        return -EINVAL;
     return lookup_submit(loop, host, service, hints, cb, arg, opts, idp, NULL);
 }
 
@@ -211,6 +264,46 @@ int tern_resolve(tern_loop *loop, const char *host, const char *service,
                  const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_id *idp)
 {
     return tern_resolve_with(loop, host, service, hints, cb, arg, NULL, idp);
+}
+
+int tern_resolve_addr(tern_loop *loop, const struct sockaddr *addr, int flags,
+                      tern_nameinfo_cb cb, void *arg, const tern_job_options *opts, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    loop->last_refusal = TERN_REFUSED_NONE;
+    if (cb == NULL || addr == NULL)
+        return -EINVAL;
+    /* The family says how long the address is, as for tern_udp_send. */
+    socklen_t addrlen;
+    if (addr->sa_family == AF_INET)
+        addrlen = sizeof(struct sockaddr_in);
+    else if (addr->sa_family == AF_INET6)
+        addrlen = sizeof(struct sockaddr_in6);
+    else
+        return -EAFNOSUPPORT;
+    if (tern__loop_closing(loop))
+        return -ESHUTDOWN;
+    struct lookup *l = tern__calloc(1, sizeof(*l));
+    if (l == NULL)
+        return -ENOMEM;
+    l->host = tern__malloc(NAME_HOST_MAX);
+    l->service = tern__malloc(NAME_SERV_MAX);
+    if (l->host == NULL || l->service == NULL) {
+        free_lookup(l);
+        return -ENOMEM;
+    }
+    memcpy(&l->addr, addr, addrlen);
+    l->addrlen = addrlen;
+    l->ni_flags = flags;
+    l->name_cb = cb;
+    l->arg = arg;
+    l->refs = 1;
+    int rc = tern__submit_job_with(loop, TERN_BOUNDED, TERN__WORK_LOOKUP, lookup_work, lookup_done,
+                                   l, opts, idp, NULL);
+    if (rc < 0)
+        free_lookup(l);
+    return rc;
 }
 
 /*

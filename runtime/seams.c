@@ -38,6 +38,11 @@ void tern__set_getaddrinfo(tern__getaddrinfo_fn fn)
     atomic_store(&tern__resolve_getaddrinfo, fn);
 }
 
+void tern__set_getnameinfo(tern__getnameinfo_fn fn)
+{
+    atomic_store(&tern__resolve_getnameinfo, fn);
+}
+
 void tern__test_heap_seq(tern_loop *loop, uint32_t next)
 {
     loop->heap.next_seq = next;

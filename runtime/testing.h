@@ -34,6 +34,14 @@ typedef int (*tern__getaddrinfo_fn)(const char *host, const char *service,
 void tern__set_getaddrinfo(tern__getaddrinfo_fn fn);
 /* The lookup tern_resolve calls: NULL means getaddrinfo (runtime/resolve.c). */
 extern _Atomic(tern__getaddrinfo_fn) tern__resolve_getaddrinfo;
+struct sockaddr;
+typedef int (*tern__getnameinfo_fn)(const struct sockaddr *addr, unsigned addrlen, char *host,
+                                    unsigned hostlen, char *serv, unsigned servlen, int flags);
+/* Replace getnameinfo for tern_resolve_addr (NULL restores the real one),
+ * so a test can fail or stall reverse lookups. */
+void tern__set_getnameinfo(tern__getnameinfo_fn fn);
+/* The lookup tern_resolve_addr calls: NULL means getnameinfo. */
+extern _Atomic(tern__getnameinfo_fn) tern__resolve_getnameinfo;
 
 /*
  * Make the calling thread the loop's owner between turns, as a host that

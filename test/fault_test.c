@@ -2121,3 +2121,158 @@ Test(fault, unix_pass_fds_hooks, .timeout = TEST_TIMEOUT)
         walk(tern__backend_names[i], step_unix, (void *)tern__backend_names[i]);
     }
 }
+
+/* ------------------------------------------------------------------ */
+/* Names both ways: a listener on a name, a reverse lookup             */
+/* ------------------------------------------------------------------ */
+
+/* localhost as one address, so a failure on it cannot be hidden by a
+ * second address that binds instead. */
+static int one_localhost(const char *host, const char *service, const struct addrinfo *hints,
+                         struct addrinfo **res)
+{
+    (void)host, (void)hints;
+    struct addrinfo h = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+                         .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
+    return getaddrinfo("127.0.0.1", service, &h, res);
+}
+
+struct namerec {
+    tern_id listener, reverse;
+    bool listen_ok, reverse_ok;
+    atomic_uint ready_calls, name_calls, accepts;
+    int ready_status, name_status;
+    unsigned notices;
+};
+
+static void nm_ready(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop;
+    struct namerec *r = arg;
+    cr_assert(r->listen_ok, "a refused listener called back");
+    cr_assert_eq(id, r->listener);
+    if (status < 0) {
+        cr_assert(injected_errno(status), "ready: %s", tern_err_name(status));
+        r->notices++;
+    }
+    r->ready_status = status;
+    atomic_fetch_add(&r->ready_calls, 1);
+}
+
+static void nm_accept(tern_loop *loop, tern_id listener, int status, tern_id stream, void *arg)
+{
+    struct namerec *r = arg;
+    cr_assert_eq(listener, r->listener);
+    if (status < 0) {
+        cr_assert(injected_errno(status), "accept: %s", tern_err_name(status));
+        r->notices++;
+        return;
+    }
+    cr_assert_eq(tern_stream_close(loop, stream), 0);
+    atomic_fetch_add(&r->accepts, 1);
+}
+
+static void nm_name(tern_loop *loop, tern_id id, int status, const char *host, const char *serv,
+                    void *arg)
+{
+    (void)loop;
+    struct namerec *r = arg;
+    cr_assert(r->reverse_ok, "a refused reverse lookup called back");
+    cr_assert_eq(id, r->reverse);
+    if (status == 0) {
+        cr_assert_str_eq(host, "127.0.0.1");
+        cr_assert_str_eq(serv, "80");
+    } else {
+        cr_assert(injected_errno(status), "reverse: %s", tern_err_name(status));
+        r->notices++;
+    }
+    r->name_status = status;
+    atomic_fetch_add(&r->name_calls, 1);
+}
+
+static bool names_settled(void *arg)
+{
+    struct namerec *r = arg;
+    return (!r->listen_ok || atomic_load(&r->ready_calls) == 1) &&
+           (!r->reverse_ok || atomic_load(&r->name_calls) == 1);
+}
+
+static bool names_accepted(void *arg)
+{
+    return atomic_load(&((struct namerec *)arg)->accepts) == 1;
+}
+
+static int nm_listen(tern_loop *loop, struct namerec *r)
+{
+    return tern_tcp_listen_name(loop, "localhost", 0, 16, 0, 30 * SEC, nm_ready, nm_accept, r,
+                                &r->listener);
+}
+
+static int nm_reverse(tern_loop *loop, struct namerec *r)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons(80),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    return tern_resolve_addr(loop, (struct sockaddr *)&in, NI_NUMERICHOST | NI_NUMERICSERV,
+                             nm_name, r, NULL, &r->reverse);
+}
+
+static bool step_names(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_pool_stats before = pool_stats();
+    tern_loop *loop = new_loop(backend);
+    struct namerec r = {0};
+
+    arm(n);
+    r.listen_ok = ARMED("tern_tcp_listen_name", nm_listen(loop, &r));
+    r.reverse_ok = ARMED("tern_resolve_addr", nm_reverse(loop, &r));
+    cr_assert(run_until(loop, names_settled, &r), "accepted lookups never called back");
+    bool fired = end_armed(r.notices);
+    cr_assert_eq(atomic_load(&r.ready_calls), r.listen_ok ? 1 : 0);
+    cr_assert_eq(atomic_load(&r.name_calls), r.reverse_ok ? 1 : 0);
+
+    /* Disarmed: a failed or refused call succeeds now, and the listener serves. */
+    if (!r.listen_ok || r.ready_status != 0) {
+        r.listen_ok = true;
+        atomic_store(&r.ready_calls, 0);
+        cr_assert_eq(nm_listen(loop, &r), 0);
+    }
+    if (!r.reverse_ok || r.name_status != 0) {
+        r.reverse_ok = true;
+        atomic_store(&r.name_calls, 0);
+        cr_assert_eq(nm_reverse(loop, &r), 0);
+    }
+    cr_assert(run_until(loop, names_settled, &r), "the loop no longer works after the fault");
+    cr_assert_eq(r.ready_status, 0, "ready: %s", tern_err_name(r.ready_status));
+    cr_assert_eq(r.name_status, 0, "reverse: %s", tern_err_name(r.name_status));
+    unsigned port = 0;
+    cr_assert_eq(tern_tcp_port(loop, r.listener, &port), 0);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(c, (struct sockaddr *)&to, sizeof to), 0, "%s", strerror(errno));
+    cr_assert(run_until(loop, names_accepted, &r), "the listener does not accept");
+    close(c);
+    cr_assert_eq(tern_stream_close(loop, r.listener), 0);
+    free_clean(loop);
+    cr_assert_eq(count_open_fds(), fds, "descriptors left open");
+    tern_pool_stats now = pool_stats();
+    cr_assert_eq(now.submitted - before.submitted,
+                 now.completed + now.cancelled + now.timed_out - before.completed -
+                     before.cancelled - before.timed_out);
+    pool_end();
+    return fired;
+}
+
+Test(fault, listen_name_resolve_addr, .timeout = TEST_TIMEOUT)
+{
+    tern__set_getaddrinfo(one_localhost);
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_names, (void *)tern__backend_names[i]);
+    }
+    tern__set_getaddrinfo(NULL);
+}

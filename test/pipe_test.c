@@ -220,6 +220,17 @@ BACKEND_TEST(pipe, tty_calls_on_a_pipe_are_enotty)
     cr_assert_eq(tern_tty_winsize(loop, rd, &cols, &rows), -ENOTTY);
     cr_assert_eq(cols, 7);
     cr_assert_eq(tern_tty_set_mode(loop, rd, 9), -EINVAL);
+    /* Refused without a trace: the pipe stays non-blocking and still reads. */
+    cr_assert(fcntl(p[0], F_GETFL) & O_NONBLOCK);
+    struct sink s = {0};
+    cr_assert_eq(tern_stream_read_start(loop, rd, sink_read, &s), 0);
+    cr_assert_eq(write(p[1], "ok", 2), 2);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (s.len < 2 && mono_ns() < end)
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    cr_assert_eq(s.len, 2);
+    cr_assert_eq(memcmp(s.buf, "ok", 2), 0);
+    free(s.buf);
     cr_assert_eq(tern_stream_close(loop, rd), 0);
     cr_assert_eq(tern_tty_set_mode(loop, rd, TERN_TTY_RAW), -ENOENT);
     close(p[1]);

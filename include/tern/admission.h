@@ -126,6 +126,36 @@ TERN_EXTERN int tern_resolve_with(tern_loop *loop, const char *host, const char 
                                   const tern_job_options *opts, tern_id *idp);
 
 /*
+ * The answer of a reverse lookup. status 0: host and service are
+ * NUL-terminated and valid only until the callback returns. Otherwise both
+ * are NULL and status is -ECANCELED, -ETIMEDOUT, a TERN_EAI_* code
+ * (TERN_EAI_NONAME for an address without a name under NI_NAMEREQD) or a
+ * negative errno.
+ */
+typedef void (*tern_nameinfo_cb)(tern_loop *loop, tern_id id, int status, const char *host,
+                                 const char *service, void *arg);
+
+/*
+ * tern_resolve_addr: the reverse of tern_resolve: getnameinfo(addr, flags)
+ * on the bounded class, under the same cap, then cb in step 2. It is a
+ * lookup like tern_resolve_with's in every other way: tern_cancel(loop,
+ * id) cancels it (-ECANCELED), opts may give an owner and a timeout (a
+ * resolver stalled past it answers -ETIMEDOUT at the deadline), and it
+ * counts in the pool's statistics.
+ * Requires: loop != NULL; addr an AF_INET or AF_INET6 address (its family
+ *           gives its length); flags any NI_* flags (NI_NUMERICHOST for
+ *           the number, NI_NAMEREQD to fail without a name).
+ * Returns: 0 and *idp; -EINVAL for a NULL cb or addr; -EAFNOSUPPORT for
+ *          any other family; otherwise as tern_resolve_with. On error cb
+ *          never runs.
+ * Ownership: addr is copied.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_resolve_addr(tern_loop *loop, const struct sockaddr *addr, int flags,
+                                  tern_nameinfo_cb cb, void *arg, const tern_job_options *opts,
+                                  tern_id *idp);
+
+/*
  * tern_owner_open: a new owner (a client connection, a tenant, a request)
  * on this loop, allowing at most cap of its jobs in flight (from
  * acceptance until their done has started). Owners are the loop's: their

@@ -98,6 +98,35 @@ TERN_EXTERN int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port
                                 unsigned flags, tern_accept_cb cb, void *arg, tern_id *idp);
 
 /*
+ * tern_tcp_listen_name: tern_tcp_listen on a host name: look host up
+ * (tern_resolve, on the pool, AI_PASSIVE), bind the first address that
+ * takes it in the lookup's order (one socket: a name with several
+ * addresses listens on one of them), and listen; then ready_cb(loop, id,
+ * status, arg) once, in step 2 (never inside this call). status 0: the
+ * listener is listening (tern_tcp_port gives its port) and accept_cb runs
+ * as tern_tcp_listen's does. Otherwise the listener is closed by the time
+ * ready_cb runs (its id is stale there): -ETIMEDOUT when timeout_ns
+ * passed before the lookup answered (0: no timeout), a TERN_EAI_* code
+ * from the lookup, the bind or listen error of the last address tried
+ * (-EADDRINUSE, -EADDRNOTAVAIL, ...), -ECANCELED when closed first. A
+ * numeric host skips the lookup.
+ * Requires: loop != NULL; host != NULL; port, backlog and flags as
+ *           tern_tcp_listen.
+ * Returns: 0 and *idp (the listener's id, valid from now on; tern_tcp_port
+ *          is -ENOTCONN until ready_cb); -EINVAL for a NULL callback or
+ *          host, a bad port, backlog or flags, or a timeout over 2^62 ns;
+ *          -EAGAIN, -ENOMEM, -ESHUTDOWN as tern_resolve. On error no
+ *          callback runs.
+ * Ownership: host is copied. The listener is the loop's until
+ *          tern_stream_close() (which, during the lookup, cancels it).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_tcp_listen_name(tern_loop *loop, const char *host, unsigned port,
+                                     int backlog, unsigned flags, uint64_t timeout_ns,
+                                     tern_stream_cb ready_cb, tern_accept_cb accept_cb,
+                                     void *arg, tern_id *idp);
+
+/*
  * tern_tcp_connect: resolve host (tern_resolve, on the pool) and connect to
  * the first address that accepts, trying them in order; then cb(loop, id,
  * status, arg) once, in step 2 (never inside this call, even when the

@@ -41,7 +41,7 @@
 enum tern__stream_kind { TERN__STREAM = 1, TERN__LISTENER = 2 };
 
 enum {
-    TERN__S_CONNECTING = 1u << 0,  /* tern_tcp_connect has not finished */
+    TERN__S_CONNECTING = 1u << 0,  /* tern_tcp_connect or tern_tcp_listen_name has not finished */
     TERN__S_READING = 1u << 1,     /* read_start is in force */
     TERN__S_READ_DONE = 1u << 2,   /* end of stream or a read error seen */
     TERN__S_SHUT_ASKED = 1u << 3,  /* tern_stream_shutdown called */
@@ -118,6 +118,9 @@ struct tern__stream {
     bool backoff_logged;
     int backoff_status;
     bool backoff_due;
+    /* listening on a name (tcp.c): the bind waits for the lookup */
+    int listen_backlog;
+    unsigned listen_flags;
 
     /* closing */
     tern_close_cb close_cb;

@@ -1,7 +1,9 @@
 /*
  * TCP: listeners (bind, listen, accept with back-off) and connects (a name
  * lookup on the pool, then a non-blocking connect to each address in
- * turn, all under one deadline for the timeout).
+ * turn, all under one deadline for the timeout). A listener on a name
+ * (tern_tcp_listen_name) is a connect's first half: it looks up, under
+ * the same deadline, then binds the first address that takes it.
  *
  * The timeout and the back-off are the stream's internal deadline: an op
  * embedded in the record, armed on the loop's heap with no id, whose
@@ -51,7 +53,7 @@ static void deadline_expired(tern_loop *loop, struct tern__op *op)
 {
     struct tern__stream *s = caa_container_of(op, struct tern__stream, deadline);
     tern__deadline_unclaim(loop);
-    if (s->kind == TERN__LISTENER) {
+    if (s->kind == TERN__LISTENER && !(s->state & TERN__S_CONNECTING)) {
         s->state &= ~TERN__S_BACKOFF;
         tern__stream_rewatch(s);
     } else {
@@ -126,18 +128,15 @@ static int parse_host(const char *host, unsigned port, struct sockaddr_storage *
     return 0;
 }
 
-static int open_listener(const char *host, unsigned port, int backlog, unsigned flags)
+/* A listening socket bound to addr, or a negative errno (nothing left open). */
+static int bind_listener(const struct sockaddr *addr, socklen_t len, int backlog, unsigned flags)
 {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int rc = parse_host(host, port, &ss, &len);
-    if (rc < 0)
-        return rc;
 #ifndef SO_REUSEPORT
     if (flags & TERN_TCP_REUSEPORT)
         return -ENOTSUP;
 #endif
-    int fd = tern__socket(ss.ss_family, SOCK_STREAM);
+    int rc;
+    int fd = tern__socket(addr->sa_family, SOCK_STREAM);
     if (fd < 0)
         return fd;
     int one = 1;
@@ -148,7 +147,7 @@ static int open_listener(const char *host, unsigned port, int backlog, unsigned 
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
         goto fail;
 #endif
-    if (bind(fd, (struct sockaddr *)&ss, len) < 0 ||
+    if (bind(fd, addr, len) < 0 ||
         listen(fd, backlog == TERN_TCP_BACKLOG_DEFAULT ? SOMAXCONN : backlog) < 0)
         goto fail;
     return fd;
@@ -156,6 +155,16 @@ fail:
     rc = -errno;
     close(fd);
     return rc;
+}
+
+static int open_listener(const char *host, unsigned port, int backlog, unsigned flags)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = parse_host(host, port, &ss, &len);
+    if (rc < 0)
+        return rc;
+    return bind_listener((struct sockaddr *)&ss, len, backlog, flags);
 }
 
 int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlog,
@@ -293,8 +302,40 @@ static void connect_done(struct tern__stream *s, int status)
         return;
     }
     s->state &= ~TERN__S_CONNECTING;
-    /* Writes queued while connecting go out now (this also sets the interest). */
-    tern__write_flush(s);
+    /* Writes queued while connecting go out now (this also sets the interest).
+     * A listener on a name is watched already (listen_next). */
+    if (s->kind == TERN__STREAM)
+        tern__write_flush(s);
+}
+
+/*
+ * Bind the first address that takes it, in the lookup's order; the last
+ * failure is the answer when none does. One listener holds one socket, so
+ * a name with several addresses (localhost: ::1 and 127.0.0.1) listens on
+ * the first that binds, never on all of them.
+ */
+static void listen_next(struct tern__stream *s, int last)
+{
+    while (s->next_addr != NULL) {
+        struct addrinfo *ai = s->next_addr;
+        s->next_addr = ai->ai_next;
+        int fd = bind_listener(ai->ai_addr, ai->ai_addrlen, s->listen_backlog, s->listen_flags);
+        if (fd < 0) {
+            last = fd;
+            continue;
+        }
+        s->fd = fd;
+        int rc = tern__stream_watch(s, TERN_READABLE);
+        if (rc == 0) {
+            connect_done(s, 0);
+            return;
+        }
+        s->fd = -1;
+        close(fd);
+        last = rc; /* out of memory: another address would fare no better */
+        break;
+    }
+    connect_done(s, last != 0 ? last : -EADDRNOTAVAIL);
 }
 
 /* Try the remaining addresses in order; the last failure is the answer. */
@@ -378,7 +419,10 @@ static void connect_resolved(tern_loop *loop, tern_id id, int status, struct add
     }
     s->addrs = s->next_addr = res;
     s->addrs_resolved = true;
-    connect_next(s, 0);
+    if (s->kind == TERN__LISTENER)
+        listen_next(s, 0);
+    else
+        connect_next(s, 0);
 }
 
 /*
@@ -426,6 +470,49 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
         struct addrinfo hints = {.ai_family = AF_UNSPEC,
                                  .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_NUMERICSERV};
+        rc = tern__lookup_start(loop, host, service, &hints, connect_resolved, s, &s->lookup);
+    }
+    if (rc < 0)
+        goto fail;
+    if (idp != NULL)
+        *idp = s->op.id;
+    return 0;
+fail:
+    tern__stream_discard(s);
+    return rc;
+}
+
+int tern_tcp_listen_name(tern_loop *loop, const char *host, unsigned port, int backlog,
+                         unsigned flags, uint64_t timeout_ns, tern_stream_cb ready_cb,
+                         tern_accept_cb accept_cb, void *arg, tern_id *idp)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    if (ready_cb == NULL || accept_cb == NULL || host == NULL || port > 65535 ||
+        backlog < TERN_TCP_BACKLOG_DEFAULT || (flags & ~(unsigned)TERN_TCP_REUSEPORT) ||
+        timeout_ns > TIMEOUT_MAX)
+        return -EINVAL;
+    char service[8];
+    snprintf(service, sizeof(service), "%u", port);
+    struct tern__stream *s;
+    int rc = tern__stream_new(loop, TERN__LISTENER, -1, &s);
+    if (rc < 0)
+        return rc;
+    s->state |= TERN__S_CONNECTING;
+    s->connect_cb = ready_cb;
+    s->connect_arg = arg;
+    s->accept_cb = accept_cb;
+    s->accept_arg = arg;
+    s->listen_backlog = backlog;
+    s->listen_flags = flags;
+    if (timeout_ns > 0 && (rc = deadline_start(s, timeout_ns)) < 0)
+        goto fail;
+    if (numeric_addr(s, host, port)) {
+        listen_next(s, 0); /* any outcome is delivered from dispatch */
+    } else {
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
         rc = tern__lookup_start(loop, host, service, &hints, connect_resolved, s, &s->lookup);
     }
     if (rc < 0)

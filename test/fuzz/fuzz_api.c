@@ -8,6 +8,8 @@
  * and connect over loopback, streams, cancels and stops from a foreign
  * thread, pool start and shutdown, injected allocation/thread/descriptor
  * failures (backends/fault.h), and loops freed with all of that in flight.
+ * Listeners on a name (tern_tcp_listen_name: their ready callback is
+ * checked once, as a connect's) and reverse lookups (tern_resolve_addr).
  * Admission (include/tern/admission.h): owners opened (good and bad caps),
  * closed, cancelled by id and read; jobs, lookups and file requests
  * submitted with an owner (live, closed, another loop's, made up) and a
@@ -58,7 +60,9 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -526,6 +530,22 @@ static void lookup_cb(tern_loop *loop, tern_id id, int status, struct addrinfo *
     owner_release(r, status == -ETIMEDOUT);
 }
 
+/* A reverse lookup's answer: the same bookkeeping as a forward one's. */
+static void name_cb(tern_loop *loop, tern_id id, int status, const char *host, const char *serv,
+                    void *arg)
+{
+    struct rec *r = arg;
+    arrived(r, loop, "reverse lookup");
+    ENSURE(id == r->id, "reverse lookup: wrong id");
+    ENSURE(r->calls == 0, "reverse lookup: a second callback");
+    ENSURE((status == 0) == (host != NULL && serv != NULL), "reverse lookup: status %s, host %p",
+           tern_err_name(status), (const void *)host);
+    sane_rc(status, "reverse lookup status");
+    check_stop_status(r, status, "reverse lookup");
+    r->calls++;
+    owner_release(r, status == -ETIMEDOUT);
+}
+
 static void post_cb(tern_loop *loop, void *arg)
 {
     struct rec *r = arg;
@@ -946,10 +966,22 @@ static void step_resolve(struct input *in)
     const char *host = hosts[c % 6];
     const char *service = services[(c >> 3) & 3];
     struct addrinfo hints = {.ai_family = families[(c >> 5) & 3], .ai_socktype = SOCK_STREAM};
-    bool null_cb = u8(in) == 0xff;
+    unsigned d = u8(in);
+    bool null_cb = d == 0xff;
     struct rec *r = rec_new(K_LOOKUP, s);
     if (r == NULL)
         return;
+    if (d == 0xfe || d == 0xfd) {
+        /* The reverse: a numeric or a named answer for a loopback address. */
+        struct sockaddr_in in4 = {.sin_family = AF_INET, .sin_port = htons(80),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int rc = tern_resolve_addr(loop, (struct sockaddr *)&in4,
+                                   d == 0xfe ? NI_NUMERICHOST | NI_NUMERICSERV : NI_NUMERICSERV,
+                                   name_cb, r, NULL, &r->id);
+        sane_rc(rc, "tern_resolve_addr");
+        r->accepted = rc == 0;
+        return;
+    }
     int rc = tern_resolve(loop, host, service, (c & 0x80) ? NULL : &hints,
                           null_cb ? NULL : lookup_cb, r, &r->id);
     sane_rc(rc, "tern_resolve");
@@ -1203,6 +1235,22 @@ static void step_listen(struct input *in)
     if (r == NULL)
         return;
     tern_id id;
+    if (c & 32) {
+        /* On a name: the outcome comes once, as a connect's does; any host
+         * is a name to look up here (the stub refuses all but localhost). */
+        uint64_t timeout = (c & 64) ? MS : 0;
+        int rc = tern_tcp_listen_name(loop, host, port, backlog, (c & 16) ? 0x40 : 0, timeout,
+                                      stream_connected, accepted_cb, r, &id);
+        sane_rc(rc, "tern_tcp_listen_name");
+        if (port > 65535 || backlog == -5 || (c & 16))
+            ENSURE(rc == -EINVAL, "tern_tcp_listen_name with a bad argument: %s",
+                   tern_err_name(rc));
+        if (rc != 0)
+            return;
+        stream_init(r, loop, id, true);
+        r->connecting = true;
+        return;
+    }
     int rc = tern_tcp_listen(loop, host, port, backlog, (c & 16) ? 0x40 : 0, accepted_cb, r, &id);
     sane_rc(rc, "tern_tcp_listen");
     if ((c & 3) == 3 || port > 65535 || backlog == -5 || (c & 16))
