@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -599,6 +600,51 @@ TERN_EXTERN int tern_hook_start(tern_loop *loop, int kind, tern_hook_cb cb, void
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_hook_stop(tern_loop *loop, tern_id id);
+
+/* ------------------------------------------------------------------ */
+/* What is still alive                                                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One live operation, as tern_loop_walk shows it. The library fills it and
+ * passes it by pointer; it may grow at its end (docs/api.md, "How the ABI
+ * grows"), so read it through the pointer rather than copying it whole.
+ */
+typedef struct tern_op_info {
+    tern_id id;         /* the id its starting call returned */
+    const char *kind;   /* "timer", "job", "io", "stream", ...: a static string */
+    uint64_t age_ns;    /* loop time since it started (tern_loop_now's clock) */
+    bool referenced;    /* keeps tern_loop_run() going (not tern_unref'd) */
+} tern_op_info;
+
+typedef void (*tern_walk_cb)(tern_loop *loop, const tern_op_info *op, void *arg);
+
+/*
+ * tern_loop_walk: call cb(loop, op, arg) once for each live operation of
+ * the loop that has an id (timers, watchers, jobs, owners, streams, hooks,
+ * processes, waits...), in no particular order, as libuv's uv_walk. A
+ * function handed to tern_defer or tern_post is not an operation and is not
+ * shown. The op pointer is valid only during the call.
+ * Requires: loop != NULL; cb != NULL; cb neither starts nor ends an
+ *           operation of this loop (no start, stop, cancel, submit, close):
+ *           collect ids and act after the walk (aborts, naming the rule).
+ * Returns: the number of operations shown (>= 0).
+ * Ownership: arg stays the caller's.
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_loop_walk(tern_loop *loop, tern_walk_cb cb, void *arg);
+
+/*
+ * tern_loop_print_live: write one line per live operation (as
+ * tern_loop_walk shows them) to out: its kind, id, age in milliseconds
+ * and whether it is referenced, as libuv's uv_print_active_handles.
+ * Requires: loop != NULL; out != NULL.
+ * Returns: the number of operations written (>= 0); -EIO if out reports
+ *          a write error.
+ * Ownership: out stays the caller's (not flushed, not closed).
+ * Threads: loop-only.
+ */
+TERN_EXTERN int tern_loop_print_live(tern_loop *loop, FILE *out);
 
 #include "tern/net.h"
 #include "tern/udp.h"

@@ -66,6 +66,7 @@
  */
 #define _LGPL_SOURCE /* the reader's `registered` flag, as in rcu.c */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -121,6 +122,8 @@ struct member {
     unsigned teardown_len, teardown_cap;
     bool teardown_done;   /* its teardown post has begun */
     bool teardown_posted; /* member thread only */
+    bool stall_reported;  /* member thread only: the stall report ran */
+    uint64_t shutdown_seen; /* member thread only: clock when it saw the shutdown */
     bool destroyed;       /* its thread freed the loop (read after join) */
     /* under the group's lock */
     struct inbox_node *inbox_head, *inbox_tail; /* broadcasts to run, in order */
@@ -135,6 +138,10 @@ struct tern_group {
     char name[NAME_MAX_LEN + 1];
     bool started, waited; /* the starting thread's (start, wait, free) */
     struct setup *setup;  /* the starting thread's until start */
+    /* the stall report (tern_group_on_stall): set before start, read by members */
+    uint64_t stall_after;
+    tern_group_stall_fn stall_fn;
+    void *stall_arg;
     unsigned setup_len, setup_cap;
 
     pthread_mutex_t lock;
@@ -227,6 +234,7 @@ int tern_group_new(tern_group **groupp, const tern_group_options *opts)
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
     g->state = STATE_NEW;
+    g->stall_after = TERN_GROUP_STALL_DEFAULT_NS;
     g->magic = GROUP_MAGIC;
     *groupp = g;
     return 0;
@@ -287,6 +295,17 @@ int tern_group_on_setup(tern_group *group, tern_group_fn fn, void *arg)
         g->setup_cap = cap;
     }
     g->setup[g->setup_len++] = (struct setup){fn, arg};
+    return 0;
+}
+
+int tern_group_on_stall(tern_group *group, uint64_t after_ns, tern_group_stall_fn fn, void *arg)
+{
+    REQUIRE_GROUP(group);
+    if (group->started)
+        return -EINVAL;
+    group->stall_after = after_ns;
+    group->stall_fn = fn;
+    group->stall_arg = arg;
     return 0;
 }
 
@@ -582,6 +601,37 @@ static bool idle_wait(struct member *m)
     }
 }
 
+/*
+ * Phase one, on a member that still has live operations: once the stall
+ * bound has passed since it saw the shutdown, say what keeps its loop
+ * alive, once. Returns how long the next turn may wait (-1: as needed) so
+ * that a loop held only by a far timer still wakes up to report.
+ */
+static int64_t stall_check(struct member *m)
+{
+    tern_group *g = m->group;
+    if (m->stall_reported || g->stall_after == 0)
+        return -1;
+    uint64_t now = tern__clock_now();
+    uint64_t waited = now - m->shutdown_seen;
+    if (waited < g->stall_after) {
+        uint64_t left = g->stall_after - waited;
+        return left > INT64_MAX ? -1 : (int64_t)left;
+    }
+    m->stall_reported = true;
+    if (g->stall_fn != NULL) {
+        g->stall_fn(m->loop, m->index, waited, g->stall_arg);
+        return -1;
+    }
+    fprintf(stderr,
+            "tern: group %s, loop %u: shutdown has waited %" PRIu64
+            " ms; what keeps the loop alive:\n",
+            g->name, m->index, waited / 1000000);
+    (void)tern_loop_print_live(m->loop, stderr);
+    fflush(stderr);
+    return -1;
+}
+
 /* ------------------------------------------------------------------ */
 /* Member threads                                                      */
 /* ------------------------------------------------------------------ */
@@ -598,8 +648,11 @@ static void run_member(struct member *m)
                 park_locked(m);
                 pthread_mutex_unlock(&g->lock);
             }
-            if ((sig & SIG_SHUTDOWN) && !m->teardown_posted)
+            if ((sig & SIG_SHUTDOWN) && !m->teardown_posted) {
+                if (m->shutdown_seen == 0)
+                    m->shutdown_seen = tern__clock_now();
                 m->teardown_posted = tern_post(loop, teardown_post, m) == 0;
+            }
         }
         if (atomic_load_explicit(&m->inbox_full, memory_order_relaxed))
             run_inbox(m);
@@ -608,8 +661,10 @@ static void run_member(struct member *m)
                 return;
             continue;
         }
-        bool retry = (sig & SIG_SHUTDOWN) && !m->teardown_posted;
-        tern__loop_turn(loop, retry ? TEARDOWN_RETRY_NS : -1);
+        int64_t wait = -1;
+        if (sig & SIG_SHUTDOWN)
+            wait = m->teardown_posted ? stall_check(m) : TEARDOWN_RETRY_NS;
+        tern__loop_turn(loop, wait);
         /* A stop is only a wake-up here. Pairs with the fence in kick(). */
         atomic_exchange_explicit(&loop->stop_requested, false, memory_order_acquire);
     }

@@ -104,6 +104,7 @@ int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_cla
     op->ready_next = NULL;
     op->flags = 0;
     op->aux = UINT32_MAX;
+    op->born = loop->now;
     int rc = tern__idmap_insert(&loop->ids, op);
     if (rc < 0)
         return rc;

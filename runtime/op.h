@@ -69,6 +69,7 @@ struct tern__op {
     struct tern__op *ready_next;
     uint32_t flags;
     uint32_t aux; /* index in the deadline heap; UINT32_MAX when not armed */
+    uint64_t born; /* loop->now when it was registered (tern_loop_walk's age) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -189,6 +190,12 @@ struct tern__timer_table {
      * pointer, so they may move.
      */
     struct tern__timer *rec;
+    /*
+     * When each slot's timer started (loop->now), for tern_loop_walk's age:
+     * beside the records, not in them, so a record stays 32 bytes and the
+     * dispatch path never touches this array.
+     */
+    uint64_t *born;
     uint32_t rec_cap;            /* slots allocated, a multiple of TERN__TIMER_CHUNK */
     uint32_t *chunk_no;          /* each chunk's process-wide number (for ids) */
     uint32_t nchunks, chunk_no_cap;

@@ -229,6 +229,7 @@ int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns, ter
     r->cb = cb;
     r->arg = arg;
     r->bits = rep << REPEAT_SHIFT;
+    t->born[slot] = loop->now;
     t->live++;
     loop->refs++; /* ops_local counted it at admission */
     tern__deadline_arm_timer(loop, slot, loop->now + delay_ns);

@@ -199,6 +199,10 @@ static int add_chunk(struct tern__timer_table *t)
         if (rec == NULL)
             return -ENOMEM;
         t->rec = rec;
+        uint64_t *born = tern__realloc(t->born, (size_t)ncap * sizeof(*born));
+        if (born == NULL)
+            return -ENOMEM; /* rec is larger than rec_cap says: harmless */
+        t->born = born;
         t->rec_cap = ncap;
     }
     if (map_reserve(t) < 0)
@@ -294,10 +298,12 @@ void tern__timer_table_destroy(struct tern__timer_table *t)
         number_give_back(t->chunk_no[c], floor);
     }
     free(t->rec);
+    free(t->born);
     free(t->chunk_no);
     free(t->map);
     free(t->repeat);
     t->rec = NULL;
+    t->born = NULL;
     t->chunk_no = NULL;
     t->map = NULL;
     t->repeat = NULL;

@@ -201,4 +201,32 @@ TERN_EXTERN int tern_group_on_setup(tern_group *group, tern_group_fn fn, void *a
  */
 TERN_EXTERN int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_fn done, void *arg);
 
+/*
+ * What a group reports when its shutdown is held up: loop index has run
+ * its teardown callbacks waited_ns ago and still has live operations. It
+ * runs on that loop's thread between turns, so it may call loop-only
+ * functions on loop (tern_loop_walk, tern_loop_print_live, tern_cancel).
+ */
+typedef void (*tern_group_stall_fn)(tern_loop *loop, unsigned index, uint64_t waited_ns,
+                                    void *arg);
+
+#define TERN_GROUP_STALL_DEFAULT_NS 5000000000ull /* 5 s */
+
+/*
+ * tern_group_on_stall: say what keeps a shutdown from finishing. When a
+ * loop of the group still has live operations after_ns after it began its
+ * shutdown (a teardown that forgot a referenced timer, a job that never
+ * returns), the group calls fn(loop, index, waited_ns, arg) once for that
+ * loop; with fn NULL it writes a line naming the group and the loop to
+ * stderr, then tern_loop_print_live's list. after_ns 0 never reports.
+ * Without this call a group reports to stderr after
+ * TERN_GROUP_STALL_DEFAULT_NS. The report does not end the shutdown.
+ * Requires: group != NULL.
+ * Returns: 0; -EINVAL once the group has started.
+ * Ownership: arg stays the caller's.
+ * Threads: the thread that starts the group, before tern_group_start.
+ */
+TERN_EXTERN int tern_group_on_stall(tern_group *group, uint64_t after_ns, tern_group_stall_fn fn,
+                                    void *arg);
+
 #endif /* TERN_GROUP_H */
