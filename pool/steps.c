@@ -20,6 +20,7 @@
  * pass.
  */
 #include "pool_p.h"
+#include "probe.h"
 
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker)
 {
@@ -37,6 +38,7 @@ bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned work
      * tern_job_cancelled() and undoes what earlier steps opened.
      */
     (void)tern__work_started(job);
+    TERN_PROBE(job_started, job, (int)job->occupancy);
     void *result = job->fn((tern_job *)job, job->arg);
     tern__work_returned(job);
     uint64_t end = tern__ticks();

@@ -6,6 +6,7 @@
  * function (pool.h); the pool calls nothing else of its client's.
  */
 #include "pool_p.h"
+#include "probe.h"
 
 bool tern__work_claim(struct tern__work *w)
 {
@@ -119,6 +120,7 @@ bool tern__work_run(struct tern__work *w, unsigned worker)
         if (w->t_submit != 0)
             tern__hist_record(&tern__pool_wait_hist[worker], start - w->t_submit, shared);
         /* The public handle is the header's address (pool.h). */
+        TERN_PROBE(job_started, w, (int)w->occupancy);
         w->result = w->fn((tern_job *)w, w->arg);
         tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
         tern__work_returned(w);

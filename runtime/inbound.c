@@ -39,6 +39,7 @@
 #include <urcu/wfcqueue.h>
 
 #include "loop_p.h"
+#include "probe.h"
 #include "testing.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -254,6 +255,7 @@ static bool wake_checked(tern_loop *loop)
     if (!atomic_compare_exchange_strong(&loop->wake_state, &state, TERN__WAKE_NOTIFIED))
         return false; /* another producer got there first, or the loop woke */
     atomic_fetch_add_explicit(&loop->wake_syscalls, 1, memory_order_relaxed);
+    TERN_PROBE(wake, loop);
     if (loop->backend.wakes_itself)
         loop->backend.ops->wake(&loop->backend);
     else
@@ -329,6 +331,7 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     in->kind = TERN__IN_POST;
     in->u.post.fn = fn;
     in->u.post.arg = arg;
+    TERN_PROBE(post, loop, fn);
     return enqueue(loop, in);
 }
 

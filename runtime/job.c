@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "job_p.h"
+#include "probe.h"
 #include "sized.h"
 
 static inline tern_job *job_of(struct tern__op *op)
@@ -254,6 +255,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
                               : status == -ETIMEDOUT ? &tern__pool_stats.timed_out
                                                      : &tern__pool_stats.cancelled,
                               1, memory_order_relaxed);
+    TERN_PROBE(job_done, loop, id, job, status);
     job->done(loop, id, status, job->work.result, job->work.arg);
     if (tern__work_let_go(&job->work))
         job_release(loop, job); /* else the queue still holds it; the pool hands it back */
@@ -416,6 +418,7 @@ static int refuse_n(tern_loop *loop, tern_refusal cause, unsigned n)
     TERN_INSIST(cause > TERN_REFUSED_NONE && (unsigned)cause < TERN__REFUSAL_SLOTS);
     atomic_fetch_add_explicit(&tern__pool_stats.refused[cause], n, memory_order_relaxed);
     loop->last_refusal = cause;
+    TERN_PROBE(job_refused, loop, (int)cause, tern_refusal_name(cause));
     return -EAGAIN;
 }
 
@@ -515,6 +518,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     if (timeout != 0)
         tern__deadline_arm(loop, &job->op, loop->now + timeout);
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
+    TERN_PROBE(job_submitted, loop, id, job, (int)occ);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
     if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
         atomic_store_explicit(&loop->st_undelivered_peak, loop->undelivered, memory_order_relaxed);

@@ -21,6 +21,7 @@
 
 #include "job_p.h"
 #include "loop_p.h"
+#include "probe.h"
 
 static void unqueue_head(tern_loop *loop)
 {
@@ -139,6 +140,8 @@ static bool spin_for_work(tern_loop *loop)
         }
     }
     tern__spin_result(&loop->spin, found);
+    if (!found)
+        TERN_PROBE(stall, loop, bounded, budget);
     return found;
 }
 
@@ -201,6 +204,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
      * busy clock; later turns continue from the previous step 5. */
     if (loop->busy_from == 0)
         loop->busy_from = tern__clock_now();
+    TERN_PROBE(turn_start, loop);
     loop->step = 1;
     tern__inbound_drain(loop);
     tern__jobs_collect(loop);
@@ -240,6 +244,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     if (TERN_UNLIKELY(loop->check_books))
         tern__loop_check_books(loop);
     atomic_fetch_add_explicit(&loop->st_turns, 1, memory_order_relaxed);
+    TERN_PROBE(turn_end, loop, atomic_load_explicit(&loop->st_turns, memory_order_relaxed));
     if (loop->flags & TERN_LOOP_RCU)
         rcu_quiescent_state();
 }
