@@ -176,6 +176,19 @@ Test(walk, prints_one_line_per_operation, .timeout = TEST_TIMEOUT)
     loop_free_clean(loop);
 }
 
+Test(walk, a_stream_that_refuses_writes_is_an_error, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    tern_id a;
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, &a), 0);
+    FILE *ro = fopen("/dev/null", "r"); /* open for reading: every write fails */
+    cr_assert_not_null(ro);
+    cr_assert_eq(tern_loop_print_live(loop, ro), -EIO);
+    fclose(ro);
+    cr_assert_eq(tern_timer_stop(loop, a), 0);
+    loop_free_clean(loop);
+}
+
 static void start_in_walk(tern_loop *loop, const tern_op_info *op, void *arg)
 {
     (void)op;
