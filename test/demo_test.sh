@@ -10,6 +10,9 @@
 #   3. saturation: 200 parallel requests against a 1-thread, 4-slot pool;
 #      every request is answered exactly once, with 200 or with 503 and
 #      Retry-After, and the server's own counts agree
+#   3b. /metrics in the Prometheus text format parses with prometheus_client
+#      (test/metrics_check.py): every family typed, per-loop families for
+#      both loops, every value a number; a spoiled copy fails the check
 #   4. a few seconds of wrk at saturation; the server stays healthy
 #   5. a /slow client that hangs up has its job cancelled (seen in /stats)
 #   5c. a client that pipelines /hash requests and closes its connection
@@ -217,6 +220,37 @@ check "server answered each once ($s1 -> $s2)" test $((s2 - s1)) -eq $((n + 1))
 check "refusals came from the full queue (-EAGAIN, cause queue_full)" \
     test "$(counter queue_full)" -gt 0
 check "none from an owner's cap: one request per connection" test "$(counter owner_cap)" -eq 0
+
+# 3b. /metrics: the Prometheus text exposition, read by prometheus_client's
+# own parser (test/metrics_check.py): every family typed, two loops, one
+# pool thread, every value a number, at least the queue_full refusals
+# /stats counted just before. A copy with one value spoiled must fail the
+# same check, or the check proves nothing.
+pyprom=
+for py in python3 /usr/bin/python3; do
+    if "$py" -c 'import prometheus_client' 2>/dev/null; then pyprom=$py; break; fi
+done
+if [ -z "$pyprom" ]; then
+    fail "no python3 with prometheus_client (Debian: python3-prometheus-client) to parse /metrics"
+else
+    checker=$(cd "$(dirname "$0")" && pwd)/metrics_check.py
+    qf=$(counter refused_queue_full)
+    get -D "$work/metrics.head" "$base/metrics" >"$work/metrics"
+    check "/metrics answers 200 in the exposition format's content type" \
+        grep -qi '^content-type: text/plain; version=0.0.4; charset=utf-8' "$work/metrics.head"
+    if "$pyprom" "$checker" 2 1 "${qf:-0}" <"$work/metrics" >"$work/metrics.check"; then
+        ok "/metrics parses with the Prometheus parser: $(tail -1 "$work/metrics.check")"
+    else
+        fail "/metrics does not pass metrics_check.py:"
+        cat "$work/metrics.check" "$work/metrics"
+    fi
+    sed 's/^tern_pool_threads [0-9]*$/tern_pool_threads one/' "$work/metrics" >"$work/metrics.bad"
+    check "a spoiled copy (tern_pool_threads one) fails the parser" \
+        bash -c "! '$pyprom' '$checker' 2 1 <'$work/metrics.bad' >/dev/null"
+    sed '/^# TYPE tern_loop_turns_total /d' "$work/metrics" >"$work/metrics.untyped"
+    check "a copy with a TYPE line missing fails the check" \
+        bash -c "! '$pyprom' '$checker' 2 1 <'$work/metrics.untyped' >/dev/null"
+fi
 
 # 4. wrk at saturation (bounded: 3 s), then the server still answers.
 wrk -t1 -c32 -d3s --timeout 5s "$base/hash?rounds=100000" >"$work/wrk" 2>&1

@@ -176,6 +176,8 @@ bool route_request(struct conn *c, const char *path, size_t path_len, const char
 void route_abandon(struct conn *c);
 /* /stats as asked on c (its own owner's counts included). */
 int stats_json(struct conn *c, char *buf, size_t cap);
+/* /metrics: the Prometheus text exposition, or -1 when it does not fit in cap (metrics.c). */
+int metrics_text(struct conn *c, char *buf, size_t cap);
 /* Whether a new pool job would wait longer than the bound: shed it. */
 bool server_over_wait_bound(struct server *srv);
 

@@ -47,6 +47,7 @@
     "<li><a href=\"/hash?rounds=1000\">/hash?rounds=N</a> PBKDF2 on the pool</li>\n" \
     "<li><a href=\"/slow?seconds=3\">/slow?seconds=S</a> a chunk a second</li>\n" \
     "<li><a href=\"/stats\">/stats</a> pool and loop statistics</li>\n"           \
+    "<li><a href=\"/metrics\">/metrics</a> the same for Prometheus</li>\n"         \
     "<li>/files/PATH a file from the --files directory</li>\n"                   \
     "</ul>\n</body></html>\n"
 
@@ -431,6 +432,17 @@ bool route_request(struct conn *c, const char *path, size_t path_len, const char
             route_slow(c, query, query_len);
         else
             route_files(c, path + 7, path_len - 7);
+    } else if (is(path, path_len, "/metrics")) {
+        size_t cap = 65536;
+        char *body = malloc(cap);
+        int n = body != NULL ? metrics_text(c, body, cap) : -1;
+        if (n < 0) {
+            http_respond(c, 500, "text/plain", NULL, "metrics did not fit\n", 20);
+        } else {
+            srv->n.ok++;
+            http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, body, (size_t)n);
+        }
+        free(body);
     } else if (is(path, path_len, "/stats")) {
         char body[8192];
         int n = stats_json(c, body, sizeof(body));
