@@ -27,8 +27,9 @@
     X(turn_end, "loop, turns", "a turn ended (after step 5); turns: the loop's count so far")   \
     X(job_submitted, "loop, id, job, occupancy",                                                \
       "the pool accepted a job (id 0 for an internal one)")                                     \
-    X(job_refused, "loop, cause, cause_name",                                                   \
-      "a submission was refused: cause is its tern_refusal, cause_name tern_refusal_name's")    \
+    X(job_refused, "loop, cause, cause_name, jobs",                                             \
+      "a submission was refused: cause is its tern_refusal, cause_name tern_refusal_name's, "   \
+      "jobs how many it asked for (a batch is refused whole)")                                  \
     X(job_started, "job, occupancy",                                                            \
       "a pool worker calls the job's work function (each step of a file request)")    \
     X(job_done, "loop, id, job, status", "the job's done callback is about to run (step 2)")    \

@@ -418,7 +418,7 @@ static int refuse_n(tern_loop *loop, tern_refusal cause, unsigned n)
     TERN_INSIST(cause > TERN_REFUSED_NONE && (unsigned)cause < TERN__REFUSAL_SLOTS);
     atomic_fetch_add_explicit(&tern__pool_stats.refused[cause], n, memory_order_relaxed);
     loop->last_refusal = cause;
-    TERN_PROBE(job_refused, loop, (int)cause, tern_refusal_name(cause));
+    TERN_PROBE(job_refused, loop, (int)cause, tern_refusal_name(cause), n);
     return -EAGAIN;
 }
 
@@ -813,6 +813,7 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
             tern__deadline_arm(loop, &job->op, loop->now + timeout);
         if (ids != NULL)
             ids[i] = job->op.id;
+        TERN_PROBE(job_submitted, loop, job->op.id, job, (int)TERN_BOUNDED);
     }
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, n, memory_order_relaxed);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
