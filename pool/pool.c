@@ -261,16 +261,19 @@ bool tern__pool_running(void)
 /* Shutdown                                                            */
 /* ------------------------------------------------------------------ */
 
-/* A queued job that will not run: complete it as cancelled. */
+/* A queued job that will not run: complete it as cancelled, and settle its slot. */
 static void cancel_queued(struct tern__work *job)
 {
     uint8_t expected = TERN__WORK_QUEUED;
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__WORK_FINISHED,
                                                  memory_order_acq_rel, memory_order_acquire)) {
-        (void)tern__work_claim(job); /* a tombstone: drop it (and count it out) */
+        /* A tombstone: drop it (and count it out of the tombstones and the pool). */
+        bool claimed = tern__queue_claim(job);
+        TERN_INSIST(!claimed);
         return;
     }
+    tern__slots_unqueue(); /* a queued job (of several steps or not) gives its slot back */
     job->result = NULL;
     (void)tern__work_complete(job);
 }

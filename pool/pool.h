@@ -226,6 +226,12 @@ struct tern__pool_counters {
      */
     alignas(TERN_CACHELINE) _Atomic uint64_t queued;
     _Atomic unsigned queued_peak;
+    /*
+     * Stopped jobs the queue still holds (bounded.c, "Tombstones"). Not
+     * queued any more, but each holds a ring cell until a worker skips it.
+     * On the slots word's line: admission reads both.
+     */
+    _Atomic uint64_t tombstones;
     alignas(TERN_CACHELINE) _Atomic unsigned threads, busy, long_threads, long_busy;
     /* Workers spinning for a job (as the pool's `spinners`, readable with no pool). */
     _Atomic unsigned spinning;

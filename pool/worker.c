@@ -212,7 +212,7 @@ static void *worker_main(void *argp)
                 w.loop_slept = tern__steps_run(p, job, a.index);
                 continue;
             }
-            if (!tern__work_claim(job))
+            if (!tern__queue_claim(job))
                 continue;
             w.loop_slept = tern__work_run(job, a.index);
             continue;
@@ -233,7 +233,7 @@ static void *worker_main(void *argp)
 
 int tern__bounded_start(struct tern__pool *p)
 {
-    if (tern__ring_init(&p->queue, p->cfg.queue_capacity) < 0)
+    if (tern__ring_init(&p->queue, tern__queue_room(&p->cfg)) < 0)
         return -ENOMEM;
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
     if (p->threads == NULL) {
