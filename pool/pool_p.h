@@ -17,6 +17,7 @@
  *   gate.c       exclusive mode's hold on the bounded workers (the holder)
  *   pool.c       the process-wide pool: start, accept, kick, shutdown,
  *                statistics, fork
+ *   watchdog.c   the watchdog for stalled bounded work
  *   env.c        the configuration: defaults, bounds, the environment
  *   long.c       the long class's threads
  *   worker.c     the bounded workers: take, run, spin, park, hold
@@ -117,6 +118,24 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
 /* ------------------------------------------------------------------ */
 
 #define TERN__MAX_THREADS 1024
+#define TERN__MAX_OVERFLOW 64 /* overflow workers alive at once, at most */
+
+/*
+ * One bounded worker's figures, written by that worker alone with plain
+ * relaxed stores (no locked instruction) and read by anyone. Indexed by
+ * worker: bounded workers 0..threads-1, overflow workers from
+ * TERN__MAX_THREADS. Outside the pool, as the counters are, so a reader
+ * never races a free.
+ *
+ * seq: odd while the worker runs what it took from the queue, one more
+ * at each start and each end; the watchdog (watchdog.c) sees a stall as
+ * an odd seq that has not moved for the stall bound.
+ */
+struct tern__worker_figures {
+    alignas(TERN_CACHELINE) _Atomic uint64_t seq;
+};
+#define TERN__WORKER_SLOTS (TERN__MAX_THREADS + TERN__MAX_OVERFLOW)
+extern struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
 
 struct tern__long_worker {
     pthread_t thread;
@@ -163,6 +182,22 @@ struct tern__pool {
     alignas(TERN_CACHELINE) pthread_mutex_t long_lock;
     struct cds_list_head long_parked, long_all; /* cds_lists of tern__long_worker */
     unsigned long_count; /* threads alive, under long_lock */
+
+    /*
+     * Overflow workers (bounded.c), started by the watchdog (watchdog.c)
+     * while a bounded job is stalled. Under park_lock.
+     */
+    struct {
+        pthread_t thread;
+        bool alive; /* started and not retired (joined by the stop) */
+    } overflow[TERN__MAX_OVERFLOW];
+    unsigned overflow_alive;
+
+    /* The watchdog thread (watchdog.c). watch_lock is a leaf. */
+    pthread_t watch_thread;
+    pthread_mutex_t watch_lock;
+    pthread_cond_t watch_cond;
+    bool watch_exit; /* under watch_lock */
 
     /* Name lookups beyond the cap wait here (lookup.c). Leaf lock. */
     pthread_mutex_t lookup_lock;
@@ -391,6 +426,29 @@ void tern__bounded_unreserve(void);
  * for tern__work_run, when the request ended and its loop had to be woken.
  */
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker_index);
+
+/*
+ * tern__bounded_overflow_start: start one overflow worker (worker.c)
+ * unless `max` are alive already or the pool exits; 0, -EAGAIN (at max)
+ * or pthread_create's error. The watchdog's thread only.
+ */
+int tern__bounded_overflow_start(struct tern__pool *p, unsigned max);
+
+/* The watchdog (watchdog.c): started after the bounded class, stopped before it. */
+int tern__watch_start(struct tern__pool *p);
+void tern__watch_stop(struct tern__pool *p);
+
+/*
+ * The watchdog's settings (tern_pool_watch), process-wide, read when
+ * used: set by tern_pool_watch_set (env.c) at any time.
+ */
+struct tern__watch_settings {
+    _Atomic uint64_t stall_ns, overflow_idle_ns;
+    _Atomic unsigned overflow_max;
+};
+extern struct tern__watch_settings tern__pool_watch_now;
+/* Load the environment's settings once (env.c); before any read of the above. */
+void tern__pool_watch_load(void);
 
 /* Take everything still queued (shutdown); each job is passed to fn. */
 void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job));
