@@ -92,6 +92,42 @@ typedef struct tern_pool_config {
 enum { TERN_POOL_DRAIN = 0, TERN_POOL_CANCEL = 1 };
 
 /*
+ * The bounded class's watchdog: a bounded job running longer than
+ * stall_ns is counted as stalled (tern_pool_stats.stalls), and while one
+ * is and jobs wait in the queue, the pool starts an overflow worker (at
+ * most one per stalled worker, and overflow_max alive at once) that takes
+ * jobs from the same queue and retires after overflow_idle_ns without
+ * one. Process-wide, apart from tern_pool_config (which cannot grow:
+ * docs/api.md, "How the ABI grows").
+ */
+typedef struct tern_pool_watch {
+    uint64_t stall_ns;         /* 0 (never stalled) or 1 ms..2^62; default 1 s */
+    unsigned overflow_max;     /* 0..64 (0: count stalls only); default 4 */
+    uint64_t overflow_idle_ns; /* an idle overflow worker retires after this, >0; default 5 s */
+} tern_pool_watch;
+
+/*
+ * tern_pool_watch_init: fill *w with the defaults: the built-in ones,
+ * changed by the environment's TERN_POOL_STALL_MS, TERN_POOL_OVERFLOW_MAX
+ * and TERN_POOL_OVERFLOW_IDLE_MS, which are read and checked as the
+ * tern_pool_config variables are (a bad one makes every pool start fail).
+ * Requires: w != NULL.
+ * Threads: any thread.
+ */
+TERN_EXTERN void tern_pool_watch_init(tern_pool_watch *w);
+
+/*
+ * tern_pool_watch_set: change the watchdog's settings, for the running
+ * pool (from the watchdog's next look, within a quarter of the old stall
+ * bound and at most 250 ms) and every later one. Overflow workers alive
+ * beyond a lowered overflow_max retire when idle.
+ * Requires: w != NULL.
+ * Returns: 0, or -EINVAL for a field out of range (nothing changes).
+ * Threads: any thread.
+ */
+TERN_EXTERN int tern_pool_watch_set(const tern_pool_watch *w);
+
+/*
  * tern_pool_config_init: fill *cfg with the defaults: the built-in ones,
  * changed by the environment's TERN_POOL_THREADS, TERN_POOL_QUEUE_CAPACITY,
  * TERN_POOL_LONG_THREADS_MAX and TERN_POOL_LONG_IDLE_TIMEOUT_MS (read once
@@ -502,6 +538,12 @@ typedef struct tern_pool_stats {
     uint64_t wait_p50_ns, wait_p99_ns, run_p50_ns, run_p99_ns;
     uint64_t refused_owner_cap, refused_shutdown, refused_threads;
     uint64_t timed_out;
+    /* The watchdog (tern_pool_watch): bounded jobs seen running past the
+     * stall bound (each once), overflow workers started and retired, and
+     * alive now; tombstones the bounded queue still holds (they hold no
+     * slot: docs/pool.md). */
+    uint64_t stalls, overflow_started, overflow_retired;
+    unsigned overflow_now, tombstones;
 } tern_pool_stats;
 
 /*

@@ -17,33 +17,27 @@
  * already on its way (`waking`); the woken worker clears `waking` and, if
  * it leaves work behind, wakes the next. A burst of submissions thus costs
  * one signal, not one per job.
+ *
+ * Tombstones. A job stopped while queued stays in the ring until a worker
+ * skips it, but it gives its slot back at once (pool_p.h): owners that
+ * cancel what they queued must not find the queue full of work nobody
+ * wants. The ring is sized for the capacity plus as many tombstones
+ * (tern__queue_room), and admission also keeps live slots plus tombstones
+ * within that room, so while every worker is stuck, cancelled work can
+ * fill the queue only once more before submissions are refused (a full
+ * queue, truly: its cells are taken) until a worker skips the tombstones.
  */
 #include <errno.h>
 
 #include "pool_p.h"
 
 /*
- * What leaving the queue does to the slot count: a job gives its slot
- * back, but a request of several steps keeps it as a reservation for its
- * next step (added with wrap-around, so one add does both halves).
+ * Take a job off the ring. Its slot is settled by whoever claims it
+ * (tern__queue_claim), after its cell is freed: ring.h's full-slot rule.
  */
-static void leave_queue(const struct tern__work *job)
-{
-    uint64_t delta = job->kind == TERN__WORK_STEPS ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
-                                                  : (uint64_t)0 - TERN__SLOT_QUEUED;
-    uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued, delta,
-                                                memory_order_relaxed);
-    /* A checked counter (check.h): the queued half must not borrow. */
-    if (TERN_UNLIKELY(tern__slots_queued(before) == 0))
-        tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
-}
-
 struct tern__work *tern__bounded_take(struct tern__pool *p)
 {
-    struct tern__work *job = tern__ring_pop(&p->queue);
-    if (job != NULL)
-        leave_queue(job); /* after the cell is freed: ring.h's full-slot rule */
-    return job;
+    return tern__ring_pop(&p->queue);
 }
 
 void tern__bounded_wake_one(struct tern__pool *p)
@@ -86,14 +80,23 @@ void tern__bounded_wake_all(struct tern__pool *p)
  */
 static bool take_slots(struct tern__pool *p, unsigned n, uint64_t *after)
 {
-    uint64_t cap = p->cfg.queue_capacity;
-    uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_relaxed);
+    uint64_t cap = p->cfg.queue_capacity, room = tern__queue_room(&p->cfg);
+    /*
+     * Acquire, then the tombstones: a slot a stop gave back (a release)
+     * is seen here only with the tombstone it counted first, so the sum
+     * never understates what the ring holds.
+     */
+    uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
     do {
-        if ((uint64_t)tern__slots_queued(s) + tern__slots_reserved(s) + n > cap)
+        uint64_t used = (uint64_t)tern__slots_queued(s) + tern__slots_reserved(s);
+        if (used + n > cap)
             return false; /* counted by the client (runtime/job.c, refuse) */
+        if (used + n + atomic_load_explicit(&tern__pool_stats.tombstones, memory_order_relaxed) >
+            room)
+            return false; /* tombstones fill the ring: full until a worker skips them */
     } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s,
                                                     s + n * TERN__SLOT_QUEUED,
-                                                    memory_order_relaxed, memory_order_relaxed));
+                                                    memory_order_acquire, memory_order_acquire));
     *after = s + n * TERN__SLOT_QUEUED;
     return true;
 }
@@ -162,6 +165,11 @@ void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)
                                                 memory_order_relaxed);
     TERN_INSIST(tern__slots_reserved(before) > 0);
     note_peak(before + TERN__SLOT_QUEUED - TERN__SLOT_RESERVED);
+    /*
+     * Stoppable from here (steps.c says why release): a stop that
+     * tombstones it now gives back the slot just queued.
+     */
+    atomic_store_explicit(&job->state, TERN__WORK_QUEUED, memory_order_release);
     enqueue(p, job);
 }
 
@@ -175,10 +183,7 @@ void tern__bounded_unreserve(void)
 void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job))
 {
     struct tern__work *job;
-    while ((job = tern__bounded_take(p)) != NULL) {
-        if (job->kind == TERN__WORK_STEPS)
-            tern__bounded_unreserve(); /* no step of it will run again */
-        fn(job);
-    }
+    while ((job = tern__bounded_take(p)) != NULL)
+        fn(job); /* which settles its slot */
 }
 

@@ -4,6 +4,9 @@
  * variables below change the defaults tern_pool_config_init fills in (and
  * so what a NULL configuration means). A field a program sets after
  * tern_pool_config_init wins over its variable.
+ * The watchdog's settings (tern_pool_watch) come from their own variables
+ * the same way, and live here too: they are process-wide, and the one
+ * copy in force is tern__pool_watch_now.
  *
  * The environment is read once, at the first configuration or pool start.
  * A variable that is set but not a decimal number in its field's range is
@@ -26,6 +29,14 @@
     X(TERN_POOL_QUEUE_CAPACITY, queue_capacity, 1)       \
     X(TERN_POOL_LONG_THREADS_MAX, long_threads_max, 1)   \
     X(TERN_POOL_LONG_IDLE_TIMEOUT_MS, long_idle_timeout_ns, NS_PER_MS)
+
+/* The same for tern_pool_watch. */
+#define TERN__POOL_WATCH_ENV(X)                          \
+    X(TERN_POOL_STALL_MS, stall_ns, NS_PER_MS)           \
+    X(TERN_POOL_OVERFLOW_MAX, overflow_max, 1)           \
+    X(TERN_POOL_OVERFLOW_IDLE_MS, overflow_idle_ns, NS_PER_MS)
+
+struct tern__watch_settings tern__pool_watch_now;
 
 void tern_pool_config_init(tern_pool_config *cfg)
 {
@@ -58,6 +69,7 @@ int tern__pool_config_check(const tern_pool_config *c)
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static tern_pool_config from_env;   /* the defaults with every good variable applied */
+static tern_pool_watch watch_env;   /* the same for the watchdog */
 static char bad[160];               /* "" or the first bad variable, described */
 static _Atomic bool bad_reported;
 
@@ -75,28 +87,67 @@ static bool parse(const char *s, uint64_t unit, uint64_t *out)
     return true;
 }
 
+static void watch_defaults(tern_pool_watch *w)
+{
+    *w = (tern_pool_watch){
+        .stall_ns = UINT64_C(1000000000),
+        .overflow_max = 4,
+        .overflow_idle_ns = UINT64_C(5000000000),
+    };
+}
+
+static int watch_check(const tern_pool_watch *w)
+{
+    if (w->stall_ns != 0 && (w->stall_ns < NS_PER_MS || w->stall_ns > (UINT64_C(1) << 62)))
+        return -EINVAL;
+    if (w->overflow_max > TERN__MAX_OVERFLOW)
+        return -EINVAL;
+    if (w->overflow_idle_ns == 0 || w->overflow_idle_ns > (UINT64_C(1) << 62))
+        return -EINVAL;
+    return 0;
+}
+
+static void watch_store(const tern_pool_watch *w)
+{
+    atomic_store_explicit(&tern__pool_watch_now.stall_ns, w->stall_ns, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_watch_now.overflow_max, w->overflow_max,
+                          memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_watch_now.overflow_idle_ns, w->overflow_idle_ns,
+                          memory_order_relaxed);
+}
+
 static void read_env(void)
 {
     tern__pool_config_defaults(&from_env);
+    watch_defaults(&watch_env);
     const char *s;
     uint64_t v;
-#define READ(var, field, unit)                                                               \
+#define READ(var, field, unit, type, dest, defaults, check)                                  \
     if ((s = getenv(#var)) != NULL && bad[0] == '\0') {                                      \
-        tern_pool_config one;                                                                \
-        tern__pool_config_defaults(&one);                                                    \
+        type one;                                                                            \
+        defaults(&one);                                                                      \
         if (parse(s, unit, &v)) {                                                            \
             one.field = (__typeof__(one.field))v;                                            \
-            if (one.field == v && tern__pool_config_check(&one) == 0)                        \
-                from_env.field = one.field;                                                  \
+            if (one.field == v && check(&one) == 0)                                          \
+                dest.field = one.field;                                                      \
             else                                                                             \
-                snprintf(bad, sizeof bad, "%s=\"%.40s\" is out of range for tern_pool_config." \
+                snprintf(bad, sizeof bad, "%s=\"%.40s\" is out of range for " #type "."       \
                          #field, #var, s);                                                   \
         } else {                                                                             \
             snprintf(bad, sizeof bad, "%s=\"%.40s\" is not a decimal number", #var, s);      \
         }                                                                                    \
     }
-    TERN__POOL_ENV(READ)
+#define READ_CONFIG(var, field, unit) \
+    READ(var, field, unit, tern_pool_config, from_env, tern__pool_config_defaults, \
+         tern__pool_config_check)
+#define READ_WATCH(var, field, unit) \
+    READ(var, field, unit, tern_pool_watch, watch_env, watch_defaults, watch_check)
+    TERN__POOL_ENV(READ_CONFIG)
+    TERN__POOL_WATCH_ENV(READ_WATCH)
+#undef READ_WATCH
+#undef READ_CONFIG
 #undef READ
+    watch_store(&watch_env);
 }
 
 void tern__pool_env_apply(tern_pool_config *cfg)
@@ -113,4 +164,26 @@ int tern__pool_env_check(void)
     if (!atomic_exchange_explicit(&bad_reported, true, memory_order_relaxed))
         fprintf(stderr, "tern: %s: the pool does not start (docs/api.md, tern_pool_config)\n", bad);
     return -EINVAL;
+}
+
+void tern__pool_watch_load(void)
+{
+    pthread_once(&once, read_env);
+}
+
+void tern_pool_watch_init(tern_pool_watch *w)
+{
+    TERN_REQUIRE(w != NULL);
+    pthread_once(&once, read_env);
+    *w = watch_env;
+}
+
+int tern_pool_watch_set(const tern_pool_watch *w)
+{
+    TERN_REQUIRE(w != NULL);
+    if (watch_check(w) < 0)
+        return -EINVAL;
+    pthread_once(&once, read_env); /* so the environment never overwrites this later */
+    watch_store(w);
+    return 0;
 }

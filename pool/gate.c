@@ -42,7 +42,9 @@ void tern__pool_hold(void)
     if (p == NULL)
         return; /* no worker runs anything */
     pthread_mutex_lock(&p->park_lock);
-    while (p->held + atomic_load_explicit(&p->sleepers, memory_order_relaxed) < p->nthreads &&
+    /* Overflow workers are bounded workers too, counted under the same lock. */
+    while (p->held + atomic_load_explicit(&p->sleepers, memory_order_relaxed) <
+               p->nthreads + p->overflow_alive &&
            !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
         struct timespec until = tern__cond_deadline(RECOUNT_NS);
         pthread_cond_timedwait(&p->quiet_cond, &p->park_lock, &until);
@@ -72,5 +74,10 @@ bool tern__pool_on_bounded_worker(void)
     for (unsigned i = 0; i < p->nthreads; i++)
         if (pthread_equal(p->threads[i], self))
             return true;
-    return false;
+    pthread_mutex_lock(&p->park_lock);
+    bool found = false;
+    for (unsigned i = 0; i < TERN__MAX_OVERFLOW && !found; i++)
+        found = p->overflow[i].alive && pthread_equal(p->overflow[i].thread, self);
+    pthread_mutex_unlock(&p->park_lock);
+    return found;
 }

@@ -4,7 +4,7 @@
  * every worker from CPU work. A lookup that a worker dequeues beyond the
  * cap is set aside in `lookups_waiting` (still QUEUED, so still
  * cancellable by tombstone, and still holding its queue slot in the
- * admission count); the worker goes back to CPU work. The worker that
+ * admission count until it is claimed or stopped); the worker goes back to CPU work. The worker that
  * finishes a lookup takes the next waiting one, so the cap holds exactly
  * and nothing waits forever. What a lookup does is the runtime's
  * (runtime/resolve.c); here it is any header of kind TERN__WORK_LOOKUP.
@@ -24,8 +24,11 @@
 int tern__lookup_init(struct tern__pool *p)
 {
     p->lookups_cap = (p->cfg.threads + 1) / 2;
-    /* Waiting lookups hold queue slots; workers may hold one each in passing. */
-    p->lookups_cap_alloc = p->cfg.queue_capacity + p->cfg.threads;
+    /*
+     * Waiting lookups are queued or tombstoned, together within the
+     * queue's room (pool_p.h); workers may hold one each in passing.
+     */
+    p->lookups_cap_alloc = (unsigned)tern__queue_room(&p->cfg) + p->cfg.threads;
     p->lookups_waiting = tern__calloc_lazy(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
     if (p->lookups_waiting == NULL)
         return -ENOMEM;
@@ -62,7 +65,6 @@ void tern__lookup_run(struct tern__pool *p, struct tern__work *job, unsigned wor
         TERN_INSIST(p->lookups_len < p->lookups_cap_alloc);
         p->lookups_waiting[(p->lookups_first + p->lookups_len) % p->lookups_cap_alloc] = job;
         p->lookups_len++;
-        atomic_fetch_add_explicit(&tern__pool_stats.queued, 1, memory_order_relaxed);
         pthread_mutex_unlock(&p->lookup_lock);
         return;
     }
@@ -70,13 +72,11 @@ void tern__lookup_run(struct tern__pool *p, struct tern__work *job, unsigned wor
     pthread_mutex_unlock(&p->lookup_lock);
 
     while (job != NULL) {
-        if (tern__work_claim(job))
+        if (tern__queue_claim(job))
             (void)tern__work_run(job, worker); /* the worker counts as busy already */
         pthread_mutex_lock(&p->lookup_lock);
         job = pop_waiting(p);
-        if (job != NULL)
-            tern__slots_unqueue();
-        else
+        if (job == NULL)
             TERN_DECREMENT(p->lookups_active);
         pthread_mutex_unlock(&p->lookup_lock);
     }
@@ -87,8 +87,6 @@ void tern__lookup_drain(struct tern__pool *p, void (*fn)(struct tern__work *job)
     for (;;) {
         pthread_mutex_lock(&p->lookup_lock);
         struct tern__work *job = pop_waiting(p);
-        if (job != NULL)
-            tern__slots_unqueue();
         pthread_mutex_unlock(&p->lookup_lock);
         if (job == NULL)
             return;

@@ -100,6 +100,13 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
         free(p);
         return rc;
     }
+    if ((rc = tern__watch_start(p)) < 0) {
+        tern__bounded_stop(p);
+        tern__long_destroy(p);
+        tern__lookup_destroy(p);
+        free(p);
+        return rc;
+    }
     /* Pairs with the acquire load in pool_get(). */
     atomic_store_explicit(&current, p, memory_order_release);
     *poolp = p;
@@ -261,16 +268,19 @@ bool tern__pool_running(void)
 /* Shutdown                                                            */
 /* ------------------------------------------------------------------ */
 
-/* A queued job that will not run: complete it as cancelled. */
+/* A queued job that will not run: complete it as cancelled, and settle its slot. */
 static void cancel_queued(struct tern__work *job)
 {
     uint8_t expected = TERN__WORK_QUEUED;
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__WORK_FINISHED,
                                                  memory_order_acq_rel, memory_order_acquire)) {
-        (void)tern__work_claim(job); /* a tombstone: drop it (and count it out) */
+        /* A tombstone: drop it (and count it out of the tombstones and the pool). */
+        bool claimed = tern__queue_claim(job);
+        TERN_INSIST(!claimed);
         return;
     }
+    tern__slots_unqueue(); /* a queued job (of several steps or not) gives its slot back */
     job->result = NULL;
     (void)tern__work_complete(job);
 }
@@ -331,6 +341,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     pthread_mutex_lock(&start_lock);
     atomic_store_explicit(&current, NULL, memory_order_release);
     pthread_mutex_unlock(&start_lock);
+    tern__watch_stop(p); /* first: it starts overflow workers, which the bounded stop joins */
     tern__bounded_stop(p);
     tern__long_stop(p);
     tern__long_destroy(p);
@@ -369,6 +380,11 @@ void tern_pool_stats_read(tern_pool_stats *out, size_t size)
         .completed = LOAD(completed),
         .cancelled = LOAD(cancelled),
         .timed_out = LOAD(timed_out),
+        .stalls = LOAD(stalls),
+        .overflow_started = LOAD(overflow_started),
+        .overflow_retired = LOAD(overflow_retired),
+        .overflow_now = LOAD(overflow_now),
+        .tombstones = (unsigned)LOAD(tombstones),
     };
 #define COPY_REFUSED(name, short_name, value) full.refused_##short_name = LOAD(refused[value]);
     TERN_REFUSAL_MAP(COPY_REFUSED)

@@ -226,20 +226,35 @@ struct tern__pool_counters {
      */
     alignas(TERN_CACHELINE) _Atomic uint64_t queued;
     _Atomic unsigned queued_peak;
+    /*
+     * Stopped jobs the queue still holds (bounded.c, "Tombstones"). Not
+     * queued any more, but each holds a ring cell until a worker skips it.
+     * On the slots word's line: admission reads both.
+     */
+    _Atomic uint64_t tombstones;
     alignas(TERN_CACHELINE) _Atomic unsigned threads, busy, long_threads, long_busy;
     /* Workers spinning for a job (as the pool's `spinners`, readable with no pool). */
     _Atomic unsigned spinning;
     alignas(TERN_CACHELINE) _Atomic uint64_t submitted;
     _Atomic uint64_t refused[TERN__REFUSAL_SLOTS]; /* by tern_refusal value */
     alignas(TERN_CACHELINE) _Atomic uint64_t completed, cancelled, timed_out;
+    /*
+     * The watchdog (pool/watchdog.c): stalled jobs seen, overflow workers.
+     * One line for all four: written a few times a second at most.
+     */
+    alignas(TERN_CACHELINE) _Atomic uint64_t stalls;
+    _Atomic uint64_t overflow_started, overflow_retired;
+    _Atomic unsigned overflow_now;
 };
 /*
  * Layout pins. alignas on a declaration of several names aligns each of
  * them, so apart from the slot word's peak and `spinning` every counter
  * here owns a cache line: line 0, the slot word (every submission and
- * every take) and its peak; one line per gauge (workers as they go busy
+ * every take), its peak and the tombstones (which admission reads with
+ * it); one line per gauge (workers as they go busy
  * and idle; `spinning` beside `long_busy`); acceptances and refusals (the
- * submitting loops); one line per outcome (the workers, as jobs end). A
+ * submitting loops); one line per outcome (the workers, as jobs end); one
+ * line for the watchdog's counters. A
  * field added onto a line another thread writes, or a regrouping, fails
  * here. Offsets are in lines (TERN_CACHELINE).
  */
@@ -260,9 +275,13 @@ _Static_assert(offsetof(struct tern__pool_counters, submitted) == TERN__LINE(5) 
 #define TERN__OUTCOMES_ (TERN__LINE(5) + TERN__LINES_FOR(8 * (1 + TERN__REFUSAL_SLOTS)))
 _Static_assert(offsetof(struct tern__pool_counters, completed) == TERN__OUTCOMES_ &&
                    offsetof(struct tern__pool_counters, cancelled) == TERN__OUTCOMES_ + TERN__LINE(1) &&
-                   offsetof(struct tern__pool_counters, timed_out) == TERN__OUTCOMES_ + TERN__LINE(2) &&
-                   sizeof(struct tern__pool_counters) == TERN__OUTCOMES_ + TERN__LINE(3),
-               "outcomes: a line each, after the refusals, and nothing after them");
+                   offsetof(struct tern__pool_counters, timed_out) == TERN__OUTCOMES_ + TERN__LINE(2),
+               "outcomes: a line each, after the refusals");
+_Static_assert(offsetof(struct tern__pool_counters, tombstones) == 16,
+               "line 0: the tombstones beside the slot word, which admission reads with them");
+_Static_assert(offsetof(struct tern__pool_counters, stalls) == TERN__OUTCOMES_ + TERN__LINE(3) &&
+                   sizeof(struct tern__pool_counters) == TERN__OUTCOMES_ + TERN__LINE(4),
+               "the watchdog's line after the outcomes, and nothing after it");
 #undef TERN__OUTCOMES_
 
 extern struct tern__pool_counters tern__pool_stats;

@@ -17,6 +17,7 @@
  *   gate.c       exclusive mode's hold on the bounded workers (the holder)
  *   pool.c       the process-wide pool: start, accept, kick, shutdown,
  *                statistics, fork
+ *   watchdog.c   the watchdog for stalled bounded work
  *   env.c        the configuration: defaults, bounds, the environment
  *   long.c       the long class's threads
  *   worker.c     the bounded workers: take, run, spin, park, hold
@@ -117,6 +118,24 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
 /* ------------------------------------------------------------------ */
 
 #define TERN__MAX_THREADS 1024
+#define TERN__MAX_OVERFLOW 64 /* overflow workers alive at once, at most */
+
+/*
+ * One bounded worker's figures, written by that worker alone with plain
+ * relaxed stores (no locked instruction) and read by anyone. Indexed by
+ * worker: bounded workers 0..threads-1, overflow workers from
+ * TERN__MAX_THREADS. Outside the pool, as the counters are, so a reader
+ * never races a free.
+ *
+ * seq: odd while the worker runs what it took from the queue, one more
+ * at each start and each end; the watchdog (watchdog.c) sees a stall as
+ * an odd seq that has not moved for the stall bound.
+ */
+struct tern__worker_figures {
+    alignas(TERN_CACHELINE) _Atomic uint64_t seq;
+};
+#define TERN__WORKER_SLOTS (TERN__MAX_THREADS + TERN__MAX_OVERFLOW)
+extern struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
 
 struct tern__long_worker {
     pthread_t thread;
@@ -164,6 +183,22 @@ struct tern__pool {
     struct cds_list_head long_parked, long_all; /* cds_lists of tern__long_worker */
     unsigned long_count; /* threads alive, under long_lock */
 
+    /*
+     * Overflow workers (bounded.c), started by the watchdog (watchdog.c)
+     * while a bounded job is stalled. Under park_lock.
+     */
+    struct {
+        pthread_t thread;
+        bool alive; /* started and not retired (joined by the stop) */
+    } overflow[TERN__MAX_OVERFLOW];
+    unsigned overflow_alive;
+
+    /* The watchdog thread (watchdog.c). watch_lock is a leaf. */
+    pthread_t watch_thread;
+    pthread_mutex_t watch_lock;
+    pthread_cond_t watch_cond;
+    bool watch_exit; /* under watch_lock */
+
     /* Name lookups beyond the cap wait here (lookup.c). Leaf lock. */
     pthread_mutex_t lookup_lock;
     unsigned lookups_active, lookups_cap;
@@ -199,13 +234,68 @@ static inline unsigned tern__slots_reserved(uint64_t slots)
 {
     return (unsigned)(slots >> 32);
 }
-/* Give one queued slot back: a checked counter (check.h) on the low half. */
-static inline void tern__slots_unqueue(void)
+/*
+ * Give one queued slot back, or turn it into a reservation (delta), with
+ * a checked counter (check.h) on the low half. Release: a stop's
+ * tombstone count, made before, is seen by an admission that sees this.
+ */
+static inline void tern__slots_leave(uint64_t delta)
 {
-    uint64_t before = atomic_fetch_sub_explicit(&tern__pool_stats.queued, TERN__SLOT_QUEUED,
-                                                memory_order_relaxed);
+    uint64_t before =
+        atomic_fetch_add_explicit(&tern__pool_stats.queued, delta, memory_order_release);
     if (TERN_UNLIKELY(tern__slots_queued(before) == 0))
         tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
+}
+static inline void tern__slots_unqueue(void)
+{
+    tern__slots_leave((uint64_t)0 - TERN__SLOT_QUEUED);
+}
+
+/*
+ * Tombstones (bounded.c's top comment). A stop that tombstones a queued
+ * bounded job gives its slot back at once and counts a tombstone instead;
+ * the worker or shutdown that meets the tombstone counts it out. The
+ * ring has room for queue_capacity slots and as many tombstones again (at
+ * most TERN__TOMB_ROOM_MAX), and admission keeps queued + reserved +
+ * tombstones within that room, so the ring is never full.
+ */
+#define TERN__TOMB_ROOM_MAX (UINT64_C(1) << 30)
+static inline uint64_t tern__queue_room(const tern_pool_config *cfg)
+{
+    uint64_t cap = cfg->queue_capacity;
+    return cap + (cap < TERN__TOMB_ROOM_MAX ? cap : TERN__TOMB_ROOM_MAX);
+}
+static inline void tern__tombstones_add(void)
+{
+    atomic_fetch_add_explicit(&tern__pool_stats.tombstones, 1, memory_order_relaxed);
+}
+static inline void tern__tombstones_sub(void)
+{
+    uint64_t before =
+        atomic_fetch_sub_explicit(&tern__pool_stats.tombstones, 1, memory_order_relaxed);
+    if (TERN_UNLIKELY(before == 0))
+        tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "tombstones went below zero");
+}
+
+/*
+ * A worker or a shutdown has taken a bounded header off the queue (the
+ * ring, or the lookups waiting for their cap): claim it and settle its
+ * slot. Claimed, it leaves the queued count, and a request of several
+ * steps keeps its slot as the reservation for its next step, in the same
+ * add (steps.c). Not claimed, it was a tombstone, whose slot its stop gave
+ * back: only the tombstone is counted out. The kind is read before the
+ * claim, which may free a tombstone's record.
+ */
+static inline bool tern__queue_claim(struct tern__work *w)
+{
+    bool steps = w->kind == TERN__WORK_STEPS;
+    if (!tern__work_claim(w)) {
+        tern__tombstones_sub();
+        return false;
+    }
+    tern__slots_leave(steps ? TERN__SLOT_RESERVED - TERN__SLOT_QUEUED
+                            : (uint64_t)0 - TERN__SLOT_QUEUED);
+    return true;
 }
 /* Per worker histograms; index TERN__MAX_THREADS is shared by long workers. */
 extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
@@ -296,7 +386,7 @@ static inline bool tern__bounded_ready(struct tern__pool *p)
 {
     return tern__ring_ready(&p->queue);
 }
-/* Take the next job off the queue, or NULL; its slot is given back (bounded.c). */
+/* Take the next job off the queue, or NULL; tern__queue_claim settles its slot (bounded.c). */
 struct tern__work *tern__bounded_take(struct tern__pool *p);
 /* Signal one parked worker, unless one is spinning or already being woken. */
 void tern__bounded_wake_one(struct tern__pool *p);
@@ -324,7 +414,8 @@ void tern__bounded_kick(struct tern__pool *p);
  * either queues the next step into it or gives it back.
  *
  * tern__bounded_submit_reserved: queue a job into a reservation the caller
- * holds. Never fails. Any thread.
+ * holds, setting its state QUEUED once the slot is queued again (so a stop
+ * that tombstones it finds a slot to give back). Never fails. Any thread.
  * tern__bounded_unreserve: give a held reservation back. Any thread.
  */
 void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job);
@@ -335,6 +426,29 @@ void tern__bounded_unreserve(void);
  * for tern__work_run, when the request ended and its loop had to be woken.
  */
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker_index);
+
+/*
+ * tern__bounded_overflow_start: start one overflow worker (worker.c)
+ * unless `max` are alive already or the pool exits; 0, -EAGAIN (at max)
+ * or pthread_create's error. The watchdog's thread only.
+ */
+int tern__bounded_overflow_start(struct tern__pool *p, unsigned max);
+
+/* The watchdog (watchdog.c): started after the bounded class, stopped before it. */
+int tern__watch_start(struct tern__pool *p);
+void tern__watch_stop(struct tern__pool *p);
+
+/*
+ * The watchdog's settings (tern_pool_watch), process-wide, read when
+ * used: set by tern_pool_watch_set (env.c) at any time.
+ */
+struct tern__watch_settings {
+    _Atomic uint64_t stall_ns, overflow_idle_ns;
+    _Atomic unsigned overflow_max;
+};
+extern struct tern__watch_settings tern__pool_watch_now;
+/* Load the environment's settings once (env.c); before any read of the above. */
+void tern__pool_watch_load(void);
 
 /* Take everything still queued (shutdown); each job is passed to fn. */
 void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job));

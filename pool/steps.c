@@ -14,8 +14,8 @@
  * Cancellation. Between passes the job is QUEUED again, so tern_cancel
  * tombstones it exactly as it does an ordinary queued job: the loop
  * delivers done at once with a NULL result (the request's done function
- * then closes what the finished steps opened), and the worker that later
- * meets the tombstone gives the reservation back. A cancel that lands
+ * then closes what the finished steps opened), and the stop gives the
+ * queued slot back at once (pool_p.h, tombstones). A cancel that lands
  * while a step runs is seen by the work function at the start of its next
  * pass.
  */
@@ -24,12 +24,9 @@
 
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker)
 {
-    if (!tern__work_claim(job)) {
-        /* A tombstone (maybe freed, and counted out of tern__pool_inflight,
-         * by the claim): only its slot is left. */
-        tern__bounded_unreserve();
-        return false;
-    }
+    /* Claimed, its queued slot is now its reservation (pool_p.h). */
+    if (!tern__queue_claim(job))
+        return false; /* a tombstone: its stop gave the slot back */
     uint64_t start = tern__ticks();
     if (job->t_submit != 0)
         tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, false);
@@ -45,15 +42,16 @@ bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned work
     tern__hist_record(&tern__pool_run_hist[worker], end - start, false);
     if (result == NULL) {
         /*
-         * Another step follows. Once the state says QUEUED the loop may
-         * tombstone the job and free the request behind job->arg, so
-         * nothing here reads the request after this store; the job record
-         * itself stays ours until a worker claims it from the queue.
-         * The release pairs with the acquire of job_cancel()'s CAS (which
-         * reads what this step wrote into the request) and of the claim.
+         * Another step follows. Once the state says QUEUED (stored by
+         * tern__bounded_submit_reserved, after the slot is queued again)
+         * the loop may tombstone the job and free the request behind
+         * job->arg, so nothing here reads the request after this call; the
+         * job record itself stays ours until a worker claims it from the
+         * queue. The store's release pairs with the acquire of
+         * job_cancel()'s CAS (which reads what this step wrote into the
+         * request) and of the claim.
          */
         job->t_submit = end;
-        atomic_store_explicit(&job->state, TERN__WORK_QUEUED, memory_order_release);
         tern__bounded_submit_reserved(p, job);
         return false; /* nothing handed back: the loop was not woken */
     }

@@ -46,12 +46,25 @@ enum tern__stop tern__work_stop(struct tern__work *w)
         return TERN__STOP_FINISHED;
     /* Set before the swap: a worker finishing right now still reports it. */
     atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+    /*
+     * A bounded tombstone gives its queue slot back now and is counted as
+     * a tombstone until the queue lets go of it (pool_p.h). Counted before
+     * the swap, so the worker that meets it never counts it out first, and
+     * an admission that sees the slot given back sees the tombstone too.
+     */
+    bool bounded = w->occupancy == TERN_BOUNDED;
+    if (bounded)
+        tern__tombstones_add();
     uint8_t expected = TERN__WORK_QUEUED;
     if (atomic_compare_exchange_strong_explicit(&w->state, &expected, TERN__WORK_TOMBSTONED,
                                                 memory_order_acq_rel, memory_order_acquire)) {
         w->result = NULL;
+        if (bounded)
+            tern__slots_unqueue();
         return TERN__STOP_STOPPED_NOW;
     }
+    if (bounded)
+        tern__tombstones_sub(); /* no tombstone after all: for a moment it was overstated */
     return TERN__STOP_TOLD_NOW; /* claimed meanwhile (it sees the flag) or just finished */
 }
 

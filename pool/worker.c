@@ -38,8 +38,12 @@ _Atomic unsigned tern__pool_holds;
 
 struct worker_arg {
     struct tern__pool *pool;
-    unsigned index;
+    unsigned index;   /* histograms: its own, or TERN__MAX_THREADS (shared) */
+    unsigned figures; /* its slot of tern__pool_workers */
+    int overflow;     /* an overflow worker's slot in the pool, or -1 */
 };
+
+struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
 
 struct worker {
     struct tern__pool *pool;
@@ -84,16 +88,25 @@ static void hold(struct tern__pool *p, bool *busy)
         urcu_qsbr_thread_online();
 }
 
-static void park(struct tern__pool *p)
+/* Park until signalled, or for at most timeout_ns (0: no limit); true if the time ran out. */
+static bool park(struct tern__pool *p, uint64_t timeout_ns)
 {
+    int rc = 0;
     pthread_mutex_lock(&p->park_lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
-    if (!tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed))
-        pthread_cond_wait(&p->park_cond, &p->park_lock);
+    if (!tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
+        if (timeout_ns == 0) {
+            pthread_cond_wait(&p->park_cond, &p->park_lock);
+        } else {
+            struct timespec until = tern__cond_deadline(timeout_ns);
+            rc = pthread_cond_timedwait(&p->park_cond, &p->park_lock, &until);
+        }
+    }
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
     pthread_mutex_unlock(&p->park_lock);
     /* `tern__pool_waking` is cleared by the caller, once it counts as busy. */
+    return rc == ETIMEDOUT;
 }
 
 /*
@@ -174,15 +187,58 @@ static bool spin(struct worker *w, bool *busy)
     return found;
 }
 
+/* Run what a worker took from the queue: a job, a lookup, or one step of a request. */
+static void run_taken(struct tern__pool *p, struct worker *w, struct tern__work *job,
+                      unsigned index)
+{
+    if (job->kind == TERN__WORK_LOOKUP) {
+        tern__lookup_run(p, job, index); /* claims it under the cap */
+        return;
+    }
+    if (job->kind == TERN__WORK_STEPS) {
+        /* One step, then requeued or done. */
+        w->loop_slept = tern__steps_run(p, job, index);
+        return;
+    }
+    if (tern__queue_claim(job))
+        w->loop_slept = tern__work_run(job, index);
+}
+
+/*
+ * An overflow worker idle for its whole timed park retires, unless work
+ * came or the pool exits (the stop joins it then). Under park_lock, so
+ * the stop and the exclusive-mode gate count it exactly; detached, since
+ * nobody will join it. It touches nothing of the pool after the unlock.
+ */
+static bool overflow_retire(struct tern__pool *p, int slot)
+{
+    pthread_mutex_lock(&p->park_lock);
+    bool go =
+        !tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed);
+    if (go) {
+        p->overflow[slot].alive = false;
+        TERN_DECREMENT(p->overflow_alive);
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.overflow_now, memory_order_relaxed);
+        atomic_fetch_add_explicit(&tern__pool_stats.overflow_retired, 1, memory_order_relaxed);
+        pthread_detach(pthread_self());
+    }
+    pthread_mutex_unlock(&p->park_lock);
+    return go;
+}
+
 static void *worker_main(void *argp)
 {
-    tern__thread_name("tern-pool");
     struct worker_arg a = *(struct worker_arg *)argp;
     free(argp);
+    tern__thread_name(a.overflow < 0 ? "tern-pool" : "tern-overflow");
     struct tern__pool *p = a.pool;
     struct worker w = {.pool = p};
+    struct tern__worker_figures *fig = &tern__pool_workers[a.figures];
+    uint64_t seq = atomic_load_explicit(&fig->seq, memory_order_relaxed);
     tern__spin_init(&w.spin);
-    atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
+    /* `threads` counts the fixed set; overflow workers have their own gauge. */
+    if (a.overflow < 0)
+        atomic_fetch_add_explicit(&tern__pool_stats.threads, 1, memory_order_relaxed);
     /*
      * `busy` counts workers between finding work and running dry, so a
      * worker that goes from job to job touches the shared counter twice
@@ -203,18 +259,10 @@ static void *worker_main(void *argp)
             woken(&parked); /* before the pass-on: a wake skips while it is set */
             if (tern__bounded_ready(p))
                 tern__bounded_wake_one(p); /* pass the wake on: more work than this worker */
-            if (job->kind == TERN__WORK_LOOKUP) {
-                tern__lookup_run(p, job, a.index); /* claims it under the cap */
-                continue;
-            }
-            if (job->kind == TERN__WORK_STEPS) {
-                /* One step, then requeued or done. */
-                w.loop_slept = tern__steps_run(p, job, a.index);
-                continue;
-            }
-            if (!tern__work_claim(job))
-                continue;
-            w.loop_slept = tern__work_run(job, a.index);
+            /* Odd while it runs (the watchdog's view); this worker's line alone. */
+            atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
+            run_taken(p, &w, job, a.index);
+            atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
             continue;
         }
         woken(&parked);
@@ -223,17 +271,27 @@ static void *worker_main(void *argp)
             break;
         }
         if (!spin(&w, &busy)) {
-            park(p);
+            uint64_t idle_ns = a.overflow < 0 ? 0
+                                              : atomic_load_explicit(
+                                                    &tern__pool_watch_now.overflow_idle_ns,
+                                                    memory_order_relaxed);
+            bool idled = park(p, idle_ns);
             parked = true;
+            if (idled) {
+                woken(&parked); /* a signal that raced the timeout: the retire looks at the queue */
+                if (overflow_retire(p, a.overflow))
+                    return NULL;
+            }
         }
     }
-    TERN_ATOMIC_DECREMENT(tern__pool_stats.threads, memory_order_relaxed);
+    if (a.overflow < 0)
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.threads, memory_order_relaxed);
     return NULL;
 }
 
 int tern__bounded_start(struct tern__pool *p)
 {
-    if (tern__ring_init(&p->queue, p->cfg.queue_capacity) < 0)
+    if (tern__ring_init(&p->queue, tern__queue_room(&p->cfg)) < 0)
         return -ENOMEM;
     p->threads = tern__calloc(p->cfg.threads, sizeof(*p->threads));
     if (p->threads == NULL) {
@@ -244,7 +302,7 @@ int tern__bounded_start(struct tern__pool *p)
     p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     pthread_mutex_init(&p->park_lock, NULL);
-    pthread_cond_init(&p->park_cond, NULL);
+    (void)tern__cond_init(&p->park_cond); /* monotonic: overflow workers park for a time */
     (void)tern__cond_init(&p->quiet_cond);
 
     int rc = 0;
@@ -254,7 +312,7 @@ int tern__bounded_start(struct tern__pool *p)
             rc = -ENOMEM;
             break;
         }
-        *a = (struct worker_arg){p, p->nthreads};
+        *a = (struct worker_arg){p, p->nthreads, p->nthreads, -1};
         if ((rc = tern__thread_create(&p->threads[p->nthreads], worker_main, a)) < 0) {
             free(a);
             break;
@@ -265,12 +323,61 @@ int tern__bounded_start(struct tern__pool *p)
     return rc;
 }
 
+int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
+{
+    pthread_mutex_lock(&p->park_lock);
+    int slot = -1;
+    if (p->overflow_alive < max && !atomic_load_explicit(&p->exiting, memory_order_relaxed))
+        for (int i = 0; i < TERN__MAX_OVERFLOW && slot < 0; i++)
+            if (!p->overflow[i].alive)
+                slot = i;
+    int rc = -EAGAIN;
+    struct worker_arg *a = slot < 0 ? NULL : tern__malloc(sizeof(*a));
+    if (a != NULL) {
+        *a = (struct worker_arg){p, TERN__MAX_THREADS, TERN__MAX_THREADS + (unsigned)slot, slot};
+        /* Under the lock, as long.c does: the stop finds it before it runs. */
+        rc = tern__thread_create(&p->overflow[slot].thread, worker_main, a);
+        if (rc == 0) {
+            p->overflow[slot].alive = true;
+            p->overflow_alive++;
+            atomic_fetch_add_explicit(&tern__pool_stats.overflow_now, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&tern__pool_stats.overflow_started, 1,
+                                      memory_order_relaxed);
+        } else {
+            free(a);
+        }
+    } else if (slot >= 0) {
+        rc = -ENOMEM;
+    }
+    pthread_mutex_unlock(&p->park_lock);
+    return rc;
+}
+
+/* Join the overflow workers still alive (the pool exits: none retires now). */
+static void overflow_join(struct tern__pool *p)
+{
+    for (int i = 0; i < TERN__MAX_OVERFLOW; i++) {
+        pthread_mutex_lock(&p->park_lock);
+        bool alive = p->overflow[i].alive;
+        pthread_mutex_unlock(&p->park_lock);
+        if (!alive)
+            continue;
+        pthread_join(p->overflow[i].thread, NULL);
+        pthread_mutex_lock(&p->park_lock);
+        p->overflow[i].alive = false;
+        TERN_DECREMENT(p->overflow_alive);
+        TERN_ATOMIC_DECREMENT(tern__pool_stats.overflow_now, memory_order_relaxed);
+        pthread_mutex_unlock(&p->park_lock);
+    }
+}
+
 void tern__bounded_stop(struct tern__pool *p)
 {
     atomic_store_explicit(&p->exiting, true, memory_order_release);
     tern__bounded_wake_all(p);
     for (unsigned i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
+    overflow_join(p);
     p->nthreads = 0;
     pthread_cond_destroy(&p->park_cond);
     pthread_cond_destroy(&p->quiet_cond);

@@ -1,0 +1,177 @@
+/*
+ * The watchdog for stalled bounded work (tern_pool_watch, docs/pool.md,
+ * "Stalled work"): a bounded job blocked past the stall bound is counted
+ * once, an overflow worker keeps the rest of the queue moving, overflow
+ * workers stay within the ceiling and retire after idling, and a bad
+ * setting is refused.
+ *
+ * Jobs block on a pipe the test holds: they end when the test writes one
+ * byte per job (or closes it), never on a sleep.
+ */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+
+#include "pool_helpers.h"
+
+static int fds[2];
+static atomic_uint blocked_started;
+
+static void *block_work(tern_job *job, void *arg)
+{
+    (void)job, (void)arg;
+    atomic_fetch_add(&blocked_started, 1);
+    char c;
+    while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    return NULL;
+}
+
+static void count_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id, (void)result;
+    cr_assert_eq(status, 0);
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static tern_loop *setup(unsigned threads, unsigned overflow_max)
+{
+    cr_assert_eq(pipe(fds), 0);
+    atomic_init(&blocked_started, 0);
+    tern_pool_watch w;
+    tern_pool_watch_init(&w);
+    w.stall_ns = 20 * PH_MS;
+    w.overflow_max = overflow_max;
+    w.overflow_idle_ns = 50 * PH_MS;
+    cr_assert_eq(tern_pool_watch_set(&w), 0);
+    tern_pool_config cfg = ph_config(threads, 64, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+static void teardown(tern_loop *loop)
+{
+    tern_loop_free(loop);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+static void unblock(unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        cr_assert_eq(write(fds[1], "x", 1), 1);
+}
+
+Test(watchdog, stalled_job_starts_an_overflow_worker_and_the_queue_moves)
+{
+    tern_loop *loop = setup(1, 2);
+    atomic_int blocked_done = 0;
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
+    bool ok;
+    PH_WAIT_UNTIL(ok, atomic_load(&blocked_started) == 1);
+    cr_assert(ok);
+    /* The only worker is blocked: these run only if an overflow worker does. */
+    ph_job quick[10];
+    for (int i = 0; i < 10; i++) {
+        ph_job_init(&quick[i], NULL);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &quick[i]), 0);
+    }
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(quick, 10) == 10);
+    cr_assert(ok, "the queue behind a stalled job did not move");
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.stalls, 1, "one stalled job counted once, not %" PRIu64, s.stalls);
+    cr_assert_eq(s.overflow_started, 1);
+    cr_assert_leq(s.overflow_now, 1); /* it may have idled out already */
+    cr_assert_eq(s.threads, 1, "overflow workers are not in threads");
+    cr_assert_eq(atomic_load(&blocked_done), 0);
+
+    unblock(1);
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&blocked_done) == 1);
+    cr_assert(ok);
+    /* With nothing to do, the overflow worker retires. */
+    PH_WAIT_UNTIL(ok, ph_stats().overflow_now == 0);
+    cr_assert(ok, "the overflow worker did not retire");
+    s = ph_stats();
+    cr_assert_eq(s.overflow_retired, 1);
+    cr_assert_eq(s.overflow_started, 1);
+    teardown(loop);
+}
+
+/*
+ * Four jobs block, one worker, a ceiling of two: the worker and two
+ * overflow workers end up blocked, and no third overflow worker starts
+ * however long they stay so.
+ */
+Test(watchdog, overflow_workers_stay_within_the_ceiling)
+{
+    tern_loop *loop = setup(1, 2);
+    atomic_int blocked_done = 0;
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(
+            tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().stalls >= 3);
+    cr_assert(ok, "the worker and two overflow workers were not all seen stalled");
+    /* A hundred stall bounds more: many looks, and still no third. */
+    uint64_t until = ph_now() + 100 * 20 * PH_MS;
+    while (ph_now() < until) {
+        tern_pool_stats s = ph_stats();
+        cr_assert_leq(s.overflow_started, 2, "the ceiling was passed");
+        cr_assert_leq(s.overflow_now, 2);
+        ph_sleep_ns(PH_MS);
+    }
+    cr_assert_eq(atomic_load(&blocked_started), 3, "a fourth job ran beyond the ceiling");
+    cr_assert_eq(ph_stats().overflow_now, 2);
+
+    unblock(4);
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&blocked_done) == 4);
+    cr_assert(ok);
+    PH_WAIT_UNTIL(ok, ph_stats().overflow_now == 0);
+    cr_assert(ok, "the overflow workers did not retire");
+    cr_assert_eq(ph_stats().overflow_retired, 2);
+    teardown(loop);
+}
+
+/* A ceiling of 0 counts stalls and starts nothing. */
+Test(watchdog, a_zero_ceiling_only_counts)
+{
+    tern_loop *loop = setup(1, 0);
+    atomic_int blocked_done = 0;
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
+    bool ok;
+    PH_WAIT_UNTIL(ok, ph_stats().stalls == 1);
+    cr_assert(ok);
+    ph_job quick;
+    ph_job_init(&quick, NULL);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &quick), 0);
+    cr_assert_eq(ph_stats().overflow_started, 0);
+    unblock(1);
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&quick.done_calls) == 1);
+    cr_assert(ok);
+    cr_assert_eq(ph_stats().overflow_started, 0);
+    teardown(loop);
+}
+
+Test(watchdog, bad_settings_are_refused)
+{
+    tern_pool_watch w, before;
+    tern_pool_watch_init(&before);
+    w = before;
+    w.stall_ns = 1000; /* under 1 ms */
+    cr_assert_eq(tern_pool_watch_set(&w), -EINVAL);
+    w = before;
+    w.overflow_max = 65;
+    cr_assert_eq(tern_pool_watch_set(&w), -EINVAL);
+    w = before;
+    w.overflow_idle_ns = 0;
+    cr_assert_eq(tern_pool_watch_set(&w), -EINVAL);
+    w = before;
+    w.stall_ns = 0; /* never stalled: allowed */
+    cr_assert_eq(tern_pool_watch_set(&w), 0);
+    tern_pool_watch_init(&w);
+    cr_assert_eq(w.stall_ns, 1000000000u, "init gives the defaults, not the last set");
+    cr_assert_eq(w.overflow_max, 4);
+}
