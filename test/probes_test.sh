@@ -18,7 +18,9 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:?usage: probes_test.sh BUILD_DIR}
-lib=$(readlink -f "$build/libtern.so")
+# The SONAME link is the one every build has (the bare .so link is for
+# linking and may be missing from a build directory reused across options).
+lib=$(readlink -f "$build/libtern.so.0")
 example=$build/test/probe_run
 
 if ! command -v readelf >/dev/null; then
