@@ -4,7 +4,10 @@
  * (ASan and valgrind check the memory, this file checks descriptors and
  * callbacks): pending posts run during teardown, timers and watchers are
  * never called, new work is refused with -ESHUTDOWN, and afterwards no
- * callback of the loop ever runs.
+ * callback of the loop ever runs. Pipe streams closed or freed with writes
+ * queued and a read pending complete each write once (-ECANCELED) before
+ * their one close callback, and close the pipe ends they own (UDP's and
+ * Unix sockets' own cases are in udp_test.c and unix_test.c).
  */
 #include "loop_helpers.h"
 
@@ -248,4 +251,117 @@ Test(teardown, free_on_another_thread_after_run, .timeout = TEST_TIMEOUT)
     pthread_join(t, NULL);
     cr_assert_eq(atomic_load(&n), 1);
     loop_free_clean(loop);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pipes: closing and freeing with writes queued and a read pending    */
+/* ------------------------------------------------------------------ */
+
+#define PIPE_WRITES 8
+
+struct pipe_log {
+    atomic_uint done, closed, reads;
+    unsigned pending_at_close; /* writes not yet completed when a close callback ran */
+    int status[PIPE_WRITES];
+};
+
+static unsigned pipe_pending(const struct pipe_log *l)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < PIPE_WRITES; i++)
+        n += l->status[i] == 1;
+    return n;
+}
+
+static void pipe_written(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    int *slot = arg;
+    cr_assert_eq(*slot, 1, "a write completed twice");
+    *slot = status;
+}
+
+static void pipe_closed(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id;
+    struct pipe_log *l = arg;
+    l->pending_at_close += pipe_pending(l);
+    atomic_fetch_add(&l->closed, 1);
+}
+
+static void pipe_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                      void *arg)
+{
+    (void)loop, (void)id, (void)status, (void)data, (void)len;
+    atomic_fetch_add(&((struct pipe_log *)arg)->reads, 1);
+}
+
+/* Fill a pipe's writer until writes queue: nobody reads the other end. */
+static void queue_pipe_writes(tern_loop *loop, tern_id wr, struct pipe_log *l)
+{
+    static char data[256 * 1024];
+    tern_buf b = {data, sizeof data};
+    for (unsigned i = 0; i < PIPE_WRITES; i++) {
+        l->status[i] = 1; /* pending */
+        cr_assert_geq(tern_stream_write(loop, wr, &b, 1, pipe_written, &l->status[i]), 0);
+    }
+    size_t q = 0;
+    cr_assert_eq(tern_stream_write_queue_size(loop, wr, &q), 0);
+    cr_assert_gt(q, 0, "the pipe took every write: nothing is queued");
+}
+
+BACKEND_TEST(teardown, pipe_close_with_writes_queued_cancels_each_once)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int p[2];
+    make_pipe(p);
+    tern_id wr;
+    cr_assert_eq(tern_stream_open(loop, p[1], &wr), 0);
+    struct pipe_log l = {0};
+    cr_assert_eq(tern_stream_on_close(loop, wr, pipe_closed, &l), 0);
+    queue_pipe_writes(loop, wr, &l);
+    tern_loop_run_once(loop, 0);
+    cr_assert_gt(pipe_pending(&l), 0);
+    cr_assert_eq(tern_stream_close(loop, wr), 0);
+    cr_assert(run_until_count(loop, &l.closed, 1, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(pipe_pending(&l), 0, "a queued write never completed");
+    for (unsigned i = 0; i < PIPE_WRITES; i++)
+        cr_assert(l.status[i] == 0 || l.status[i] == -ECANCELED, "write %u: %s", i,
+                  tern_err_name(l.status[i]));
+    cr_assert_eq(l.status[PIPE_WRITES - 1], -ECANCELED, "the last write went out unread");
+    for (int t = 0; t < 3; t++)
+        tern_loop_run_once(loop, 0);
+    cr_assert_eq(atomic_load(&l.closed), 1);
+    cr_assert_eq(l.pending_at_close, 0, "the close callback came before the cancelled writes");
+    close(p[0]);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(teardown, free_with_pipe_writes_queued_and_a_read_pending)
+{
+    backend_warm_up(backend);
+    int fds = count_open_fds_settled();
+    tern_loop *loop = loop_new_backend(backend);
+    int w[2], r[2];
+    make_pipe(w);
+    make_pipe(r);
+    tern_id wr, rd;
+    cr_assert_eq(tern_stream_open(loop, w[1], &wr), 0);
+    cr_assert_eq(tern_stream_open(loop, r[0], &rd), 0);
+    struct pipe_log l = {0}, lr = {0};
+    cr_assert_eq(tern_stream_on_close(loop, wr, pipe_closed, &l), 0);
+    cr_assert_eq(tern_stream_on_close(loop, rd, pipe_closed, &lr), 0);
+    cr_assert_eq(tern_stream_read_start(loop, rd, pipe_read, &lr), 0);
+    queue_pipe_writes(loop, wr, &l);
+    tern_loop_run_once(loop, 0);
+    tern_loop_free(loop);
+    cr_assert_eq(pipe_pending(&l), 0, "a queued write was not completed by the free");
+    cr_assert_eq(l.status[PIPE_WRITES - 1], -ECANCELED);
+    cr_assert_eq(atomic_load(&l.closed), 1, "the writer's close callback, once");
+    cr_assert_eq(atomic_load(&lr.closed), 1, "the reader's close callback, once");
+    cr_assert_eq(l.pending_at_close, 0, "the close callback came before the cancelled writes");
+    cr_assert_eq(atomic_load(&lr.reads), 0, "a read callback ran with nothing written");
+    close(w[0]);
+    close(r[1]);
+    cr_assert_eq(count_open_fds_settled(), fds, "a pipe end the streams owned stayed open");
 }
