@@ -1,7 +1,8 @@
 /*
- * Jobs, an operation kind of the loop (job_p.h): submission with admission,
- * owners, cancellation by tombstone, the hand-back through the result
- * ring, and delivery of done in step 2. The pool (pool/pool.h) runs the
+ * Jobs, an operation kind of the loop (job_p.h): submission with admission
+ * (owners are in owner.c, refusal causes in refusal.c), cancellation by
+ * tombstone, the hand-back through the result ring, and delivery of done
+ * in step 2. The pool (pool/pool.h) runs the
  * work and calls job_handback, below, once per job.
  */
 #include <errno.h>
@@ -95,148 +96,6 @@ static void job_release(tern_loop *loop, tern_job *job)
 }
 
 /* ------------------------------------------------------------------ */
-/* Owners                                                              */
-/* ------------------------------------------------------------------ */
-
-/*
- * An owner is an operation of the loop (an id, one unit of
- * max_operations, never keeping tern_loop_run going) with a cap and the
- * list of its jobs in flight. Closing it retires the id at once; the
- * record lives on until its last job's done has started, since those jobs
- * still point at it.
- */
-struct tern__owner {
-    struct tern__op op;
-    unsigned cap, in_flight;
-    uint64_t accepted, refused;
-    bool closed;
-    tern_job *jobs; /* in flight, doubly linked through owner_prev/owner_next */
-    struct tern__owned *others; /* other kinds' ops in flight (external waits) */
-};
-
-static int job_cancel(tern_loop *loop, struct tern__op *op);
-static const struct tern__op_class owner_class;
-
-static void owner_link(struct tern__owner *o, tern_job *job)
-{
-    job->owner = o;
-    job->owner_prev = NULL;
-    job->owner_next = o->jobs;
-    if (o->jobs != NULL)
-        o->jobs->owner_prev = job;
-    o->jobs = job;
-    o->in_flight++;
-    o->accepted++;
-}
-
-/* The job's done is about to start: it no longer counts against its owner. */
-static void owner_unlink(tern_job *job)
-{
-    struct tern__owner *o = job->owner;
-    if (o == NULL)
-        return;
-    if (job->owner_prev != NULL)
-        job->owner_prev->owner_next = job->owner_next;
-    else
-        o->jobs = job->owner_next;
-    if (job->owner_next != NULL)
-        job->owner_next->owner_prev = job->owner_prev;
-    job->owner = NULL;
-    TERN_DECREMENT(o->in_flight);
-    if (o->closed && o->in_flight == 0)
-        free(o);
-}
-
-/* Cancel every job in flight, then retire the id (the record may outlive it). */
-static int owner_cancel(tern_loop *loop, struct tern__op *op)
-{
-    struct tern__owner *o = (struct tern__owner *)op;
-    for (tern_job *job = o->jobs; job != NULL; job = job->owner_next)
-        (void)job_cancel(loop, &job->op);
-    for (struct tern__owned *l = o->others; l != NULL; l = l->next)
-        (void)l->op->cls->cancel(loop, l->op);
-    tern__op_finish(loop, op);
-    return TERN_CANCEL_STOPPED;
-}
-
-static void owner_free(tern_loop *loop, struct tern__op *op)
-{
-    (void)loop;
-    struct tern__owner *o = (struct tern__owner *)op;
-    o->closed = true;
-    if (o->in_flight == 0)
-        free(o);
-}
-
-static const struct tern__op_class owner_class = {
-    .name = "owner",
-    .cancel = owner_cancel,
-    .free = owner_free,
-    .refable = false,
-};
-
-static struct tern__owner *owner_find(tern_loop *loop, tern_id id)
-{
-    struct tern__op *op = tern__op_find(loop, id);
-    return op != NULL && op->cls == &owner_class ? (struct tern__owner *)op : NULL;
-}
-
-int tern_owner_open(tern_loop *loop, unsigned cap, tern_id *ownerp)
-{
-    TERN__REQUIRE_LOOP(loop);
-    TERN_REQUIRE(ownerp != NULL);
-    TERN__LOOP_ONLY(loop);
-    if (cap == 0 || cap > (1u << 31))
-        return -EINVAL;
-    int rc = tern__op_admit(loop);
-    if (rc < 0)
-        return rc;
-    struct tern__owner *o = tern__calloc(1, sizeof(*o));
-    if (o == NULL) {
-        tern__op_unadmit(loop);
-        return -ENOMEM;
-    }
-    o->cap = cap;
-    if ((rc = tern__op_add(loop, &o->op, &owner_class)) < 0) {
-        free(o);
-        tern__op_unadmit(loop);
-        return rc;
-    }
-    tern__op_set_ref(loop, &o->op, false); /* an owner alone keeps nothing running */
-    *ownerp = o->op.id;
-    return 0;
-}
-
-int tern_owner_close(tern_loop *loop, tern_id owner)
-{
-    TERN__REQUIRE_LOOP(loop);
-    TERN__LOOP_ONLY(loop);
-    if (owner == 0)
-        return -EINVAL;
-    struct tern__owner *o = owner_find(loop, owner);
-    if (o == NULL)
-        return -ENOENT;
-    (void)owner_cancel(loop, &o->op);
-    return 0;
-}
-
-int tern_owner_stats_read(tern_loop *loop, tern_id owner, tern_owner_stats *out, size_t size)
-{
-    TERN__REQUIRE_LOOP(loop);
-    TERN_REQUIRE(out != NULL && size > 0);
-    TERN__LOOP_ONLY(loop);
-    if (owner == 0)
-        return -EINVAL;
-    struct tern__owner *o = owner_find(loop, owner);
-    if (o == NULL)
-        return -ENOENT;
-    tern_owner_stats full = {.cap = o->cap, .in_flight = o->in_flight,
-                             .accepted = o->accepted, .refused = o->refused};
-    tern__copy_sized(out, size, &full, sizeof full);
-    return 0;
-}
-
-/* ------------------------------------------------------------------ */
 /* Delivery, cancellation and deadlines                                */
 /* ------------------------------------------------------------------ */
 
@@ -248,7 +107,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     tern__op_finish(loop, op); /* the id is stale once done starts (disarms any deadline) */
     if (job->has_deadline)
         tern__deadline_unclaim(loop);
-    owner_unlink(job);
+    tern__owner_unlink(job);
     TERN_DECREMENT(loop->jobs_live);
     /* submitted == completed + cancelled + timed_out + jobs whose done is still owed */
     atomic_fetch_add_explicit(status == 0              ? &tern__pool_stats.completed
@@ -405,28 +264,6 @@ static int ensure_ring(tern_loop *loop)
     return 0;
 }
 
-/*
- * A resource refusal: -EAGAIN, its cause kept for tern_loop_last_refusal
- * and counted in the pool's statistics, every cause of TERN_REFUSAL_MAP
- * (an owner's cap is also counted on the owner). The queue, the long
- * ceiling, a shutdown and a refused thread are decided inside
- * tern__pool_accept, at the one instant a slot or a thread is taken;
- * every cause is counted here.
- */
-static int refuse_n(tern_loop *loop, tern_refusal cause, unsigned n)
-{
-    TERN_INSIST(cause > TERN_REFUSED_NONE && (unsigned)cause < TERN__REFUSAL_SLOTS);
-    atomic_fetch_add_explicit(&tern__pool_stats.refused[cause], n, memory_order_relaxed);
-    loop->last_refusal = cause;
-    TERN_PROBE(job_refused, loop, (int)cause, tern_refusal_name(cause), n);
-    return -EAGAIN;
-}
-
-static int refuse(tern_loop *loop, tern_refusal cause)
-{
-    return refuse_n(loop, cause, 1);
-}
-
 #define TIMEOUT_MAX ((uint64_t)1 << 62)
 
 /*
@@ -441,24 +278,20 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     loop->last_refusal = TERN_REFUSED_NONE;
     struct tern__owner *owner = NULL;
     uint64_t timeout = 0;
+    int rc;
     if (opts != NULL) {
         if (opts->timeout_ns > TIMEOUT_MAX)
             return -EINVAL;
         timeout = opts->timeout_ns;
-        if (opts->owner != 0 && (owner = owner_find(loop, opts->owner)) == NULL)
-            return -EINVAL; /* unknown or closed */
-        if (owner != NULL && owner->in_flight >= owner->cap) {
-            owner->refused++;
-            return refuse(loop, TERN_REFUSED_OWNER_CAP);
-        }
+        if ((rc = tern__owner_check(loop, opts->owner, &owner)) < 0)
+            return rc;
     }
-    int rc;
     if ((rc = ensure_ring(loop)) < 0)
         return rc;
     if (loop->undelivered >= loop->max_undelivered)
-        return refuse(loop, TERN_REFUSED_UNDELIVERED);
+        return tern__refuse(loop, TERN_REFUSED_UNDELIVERED);
     if ((rc = tern__op_admit(loop)) < 0)
-        return rc == -EAGAIN ? refuse(loop, TERN_REFUSED_OPERATIONS) : rc;
+        return rc == -EAGAIN ? tern__refuse(loop, TERN_REFUSED_OPERATIONS) : rc;
     if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0) {
         tern__op_unadmit(loop);
         return rc;
@@ -508,13 +341,13 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         job_release(loop, job);
         if (timeout != 0)
             tern__deadline_unclaim(loop);
-        return rc == -EAGAIN ? refuse(loop, cause) : rc;
+        return rc == -EAGAIN ? tern__refuse(loop, cause) : rc;
     }
     loop->jobs_live++;
     loop->kick_owed |= defer;
     loop->long_undelivered += occ == TERN_LONG;
     if (owner != NULL)
-        owner_link(owner, job);
+        tern__owner_link(owner, job);
     if (timeout != 0)
         tern__deadline_arm(loop, &job->op, loop->now + timeout);
     atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
@@ -570,24 +403,6 @@ void tern_job_options_init(tern_job_options *opts)
     *opts = (tern_job_options){0};
 }
 
-tern_refusal tern_loop_last_refusal(const tern_loop *loop)
-{
-    TERN__REQUIRE_LOOP(loop);
-    TERN__LOOP_ONLY(loop);
-    return (tern_refusal)loop->last_refusal;
-}
-
-const char *tern_refusal_name(tern_refusal refusal)
-{
-    switch (refusal) {
-    case TERN_REFUSED_NONE: return "none";
-#define NAME(name, short_name, value) \
-    case name: return #short_name;
-        TERN_REFUSAL_MAP(NAME)
-#undef NAME
-    }
-    return "?";
-}
 
 int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, tern_done_fn done,
                 void *arg, tern_id *idp)
@@ -601,64 +416,16 @@ int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, te
 }
 
 /* ------------------------------------------------------------------ */
-/* Credits and owners for other kinds (job_p.h)                        */
+/* Credits for other kinds (job_p.h)                                  */
 /* ------------------------------------------------------------------ */
-
-int tern__owner_check(tern_loop *loop, tern_id id, struct tern__owner **ownerp)
-{
-    *ownerp = NULL;
-    if (id == 0)
-        return 0;
-    struct tern__owner *o = owner_find(loop, id);
-    if (o == NULL)
-        return -EINVAL; /* unknown or closed */
-    if (o->in_flight >= o->cap) {
-        o->refused++;
-        return refuse(loop, TERN_REFUSED_OWNER_CAP);
-    }
-    *ownerp = o;
-    return 0;
-}
-
-void tern__owner_hold(struct tern__owner *o, struct tern__owned *link, struct tern__op *op)
-{
-    *link = (struct tern__owned){.op = op, .owner = o, .next = o->others};
-    if (o->others != NULL)
-        o->others->prev = link;
-    o->others = link;
-    o->in_flight++;
-    o->accepted++;
-}
-
-void tern__owner_drop(struct tern__owned *link)
-{
-    struct tern__owner *o = link->owner;
-    if (o == NULL)
-        return;
-    if (link->prev != NULL)
-        link->prev->next = link->next;
-    else
-        o->others = link->next;
-    if (link->next != NULL)
-        link->next->prev = link->prev;
-    link->owner = NULL;
-    TERN_DECREMENT(o->in_flight);
-    if (o->closed && o->in_flight == 0)
-        free(o);
-}
 
 int tern__credit_check(tern_loop *loop)
 {
     int rc = ensure_ring(loop);
     if (rc < 0)
         return rc;
-    return loop->undelivered >= loop->max_undelivered ? refuse(loop, TERN_REFUSED_UNDELIVERED)
+    return loop->undelivered >= loop->max_undelivered ? tern__refuse(loop, TERN_REFUSED_UNDELIVERED)
                                                        : 0;
-}
-
-int tern__refuse_operations(tern_loop *loop)
-{
-    return refuse(loop, TERN_REFUSED_OPERATIONS);
 }
 
 void tern__credit_take(tern_loop *loop)
@@ -717,25 +484,21 @@ static int batch_admit(tern_loop *loop, unsigned n, const tern_job_options *opts
     if (opts != NULL) {
         if (opts->timeout_ns > TIMEOUT_MAX)
             return -EINVAL;
-        if (opts->owner != 0 && (*ownerp = owner_find(loop, opts->owner)) == NULL)
-            return -EINVAL; /* unknown or closed */
-        struct tern__owner *o = *ownerp;
-        if (o != NULL && o->cap - o->in_flight < n) {
-            o->refused += n;
-            return refuse_n(loop, TERN_REFUSED_OWNER_CAP, n);
-        }
+        int rc = tern__owner_check_n(loop, opts->owner, n, ownerp);
+        if (rc < 0)
+            return rc;
     }
     int rc = ensure_ring(loop);
     if (rc < 0)
         return rc;
     if (loop->max_undelivered - loop->undelivered < n)
-        return refuse_n(loop, TERN_REFUSED_UNDELIVERED, n);
+        return tern__refuse_n(loop, TERN_REFUSED_UNDELIVERED, n);
     if (tern__loop_closing(loop))
         return -ESHUTDOWN;
     /* tern__op_admit for n units at once: the room is checked for all of them. */
     uint64_t room = loop->ops_local + tern__posts_pending(loop);
     if (room >= loop->max_operations || loop->max_operations - room < n)
-        return refuse_n(loop, TERN_REFUSED_OPERATIONS, n);
+        return tern__refuse_n(loop, TERN_REFUSED_OPERATIONS, n);
     tern__ops_set(loop, loop->ops_local + n);
     if (opts != NULL && opts->timeout_ns != 0) {
         for (unsigned claimed = 0; claimed < n; claimed++) {
@@ -800,7 +563,7 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
         batch_undo(loop, works, n, n, claimed);
         if (works != on_stack)
             free(works);
-        return rc == -EAGAIN ? refuse_n(loop, cause, n) : rc;
+        return rc == -EAGAIN ? tern__refuse_n(loop, cause, n) : rc;
     }
     loop->undelivered += n;
     loop->jobs_live += n;
@@ -808,7 +571,7 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
     for (unsigned i = 0; i < n; i++) {
         tern_job *job = (tern_job *)works[i];
         if (owner != NULL)
-            owner_link(owner, job);
+            tern__owner_link(owner, job);
         if (timeout != 0)
             tern__deadline_arm(loop, &job->op, loop->now + timeout);
         if (ids != NULL)

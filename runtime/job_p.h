@@ -1,8 +1,9 @@
 /*
  * Jobs, an operation kind of the loop beside timers and defers
  * (runtime/job.c): submission and admission (every limit in one place),
- * credits, owners, cancellation and its outcomes, the result ring,
- * dispatch of done, and the books audit. The pool (pool/pool.h) runs the
+ * credits, cancellation and its outcomes, the result ring, dispatch of
+ * done, and the books audit; owners (owner.c) and refusal causes
+ * (refusal.c) below them. The pool (pool/pool.h) runs the
  * work; a job touches it at accept, at a worker's claim and run, and at
  * the hand-back, which pushes the job onto its loop's result ring.
  */
@@ -90,6 +91,7 @@ void tern__jobs_kick(tern_loop *loop);
  *     credit_take / credit_give hold one max_undelivered credit (and count
  *     the op among the accepted-not-done the books compare it with).
  *   refuse_operations: -EAGAIN with TERN_REFUSED_OPERATIONS (counted).
+ * (Owners are owner.c's, refusals refusal.c's, credits job.c's.)
  */
 struct tern__owned {
     struct tern__op *op;
@@ -103,6 +105,23 @@ int tern__credit_check(tern_loop *loop);
 void tern__credit_take(tern_loop *loop);
 void tern__credit_give(tern_loop *loop);
 int tern__refuse_operations(tern_loop *loop);
+
+/*
+ * A job's link to its owner (owner.c), for job.c: link counts the job
+ * against o at acceptance; unlink, when its done is about to start, stops
+ * counting it (and frees a closed owner whose last job this was).
+ */
+void tern__owner_link(struct tern__owner *o, tern_job *job);
+void tern__owner_unlink(tern_job *job);
+/*
+ * A resource refusal (refusal.c): -EAGAIN, with cause kept for
+ * tern_loop_last_refusal and counted in the pool's statistics.
+ */
+int tern__refuse(tern_loop *loop, tern_refusal cause);
+/* The same for n jobs refused at once (a batch), and an owner's check for
+ * n (tern__owner_check is n = 1). */
+int tern__refuse_n(tern_loop *loop, tern_refusal cause, unsigned n);
+int tern__owner_check_n(tern_loop *loop, tern_id id, unsigned n, struct tern__owner **ownerp);
 
 /*
  * The result ring is backends/ring.h's ring with one consumer, the loop: a
