@@ -1,6 +1,6 @@
 /*
  * The inbound queue and the wake protocol: the only ways another thread
- * reaches a loop.
+ * reaches a loop. Post records come from inbound_block.c.
  *
  * Inbound. Producers enqueue on a liburcu wait-free queue (cds_wfcq);
  * step 1 takes the whole queue with one splice, so a turn pays one
@@ -52,135 +52,6 @@ void __tsan_release(void *addr);
 #define TSAN_RELEASE(p) ((void)0)
 #define TSAN_ACQUIRE(p) ((void)0)
 #endif
-
-/* ------------------------------------------------------------------ */
-/* Inbound nodes: carved from per-producer blocks                      */
-/* ------------------------------------------------------------------ */
-
-/*
- * A post is allocated by its producer and freed by the loop. Through
- * malloc that is a cross-thread free per post, which in glibc ends in the
- * producer's arena lock. Instead each producer thread carves nodes from a
- * 4 KiB block of its own; the loop releases a node by one decrement of the
- * block's count, and whoever drops the count to zero frees the block. The
- * producer holds one extra count while it still carves from the block.
- */
-#define BLOCK_SIZE 4096u
-#define BLOCK_NODES ((BLOCK_SIZE - TERN_CACHELINE) / sizeof(struct tern__inbound))
-
-struct node_block {
-    alignas(TERN_CACHELINE) _Atomic unsigned refs;
-    alignas(TERN_CACHELINE) struct tern__inbound nodes[BLOCK_NODES];
-};
-_Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its alignment");
-
-static _Thread_local struct node_block *carving __attribute__((tls_model("initial-exec")));
-static _Thread_local unsigned carved __attribute__((tls_model("initial-exec")));
-static pthread_key_t carving_key;
-static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
-
-/*
- * Spent blocks wait on a small process-wide stack for the next producer
- * that needs one, instead of going back to malloc: freed by the loop into
- * the producer's arena, they cost an arena lock each way and, once glibc
- * trimmed them, fresh page faults. One lock per block, not per post.
- */
-#define SPARE_MAX 64
-static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct node_block *spare[SPARE_MAX];
-static unsigned spare_len;
-
-static void block_release(struct node_block *b, unsigned n)
-{
-    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
-        return;
-    pthread_mutex_lock(&spare_lock);
-    if (spare_len < SPARE_MAX) {
-        spare[spare_len++] = b;
-        b = NULL;
-    }
-    pthread_mutex_unlock(&spare_lock);
-    free(b);
-}
-
-static struct node_block *block_get(void)
-{
-    struct node_block *b = NULL;
-    pthread_mutex_lock(&spare_lock);
-    if (spare_len > 0)
-        b = spare[--spare_len];
-    pthread_mutex_unlock(&spare_lock);
-    return b != NULL ? b : aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
-}
-
-/* fork(): never let the child inherit the spare lock held by a vanished thread. */
-static void spare_before_fork(void)
-{
-    pthread_mutex_lock(&spare_lock);
-}
-
-static void spare_after_fork(void)
-{
-    pthread_mutex_unlock(&spare_lock);
-}
-
-__attribute__((constructor)) static void spare_fork_handlers(void)
-{
-    pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork);
-}
-
-/* Give the spares back to malloc at exit, so the process ends valgrind-clean. */
-__attribute__((destructor)) static void spare_free(void)
-{
-    pthread_mutex_lock(&spare_lock);
-    while (spare_len > 0)
-        free(spare[--spare_len]);
-    pthread_mutex_unlock(&spare_lock);
-}
-
-/* Thread exit: give back the producer's hold and the nodes never carved. */
-static void carving_exit(void *arg)
-{
-    (void)arg;
-    if (carving != NULL)
-        block_release(carving, 1 + (unsigned)(BLOCK_NODES - carved));
-    carving = NULL;
-}
-
-static void carving_init(void)
-{
-    pthread_key_create(&carving_key, carving_exit);
-}
-
-static struct tern__inbound *node_alloc(void)
-{
-    if (TERN_UNLIKELY(carving == NULL || carved == BLOCK_NODES)) {
-        if (tern__fault_hit(TERN__FAULT_ALLOC))
-            return NULL;
-        struct node_block *b = block_get();
-        if (b == NULL)
-            return NULL;
-        atomic_init(&b->refs, (unsigned)BLOCK_NODES + 1);
-        pthread_once(&carving_once, carving_init);
-        if (carving != NULL)
-            block_release(carving, 1);
-        else
-            pthread_setspecific(carving_key, b); /* any non-NULL value arms the destructor */
-        carving = b;
-        carved = 0;
-    }
-    return &carving->nodes[carved++];
-}
-
-void tern__inbound_drop_block(void)
-{
-    carving_exit(NULL);
-}
-
-static void node_free(struct tern__inbound *in)
-{
-    block_release((struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1)), 1);
-}
 
 /* ------------------------------------------------------------------ */
 /* Cancel records: reserved with the loop                              */
@@ -321,7 +192,7 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     else if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
                            loop->max_operations))
         rc = -EAGAIN;
-    else if ((in = node_alloc()) == NULL)
+    else if ((in = tern__inbound_node_alloc()) == NULL)
         rc = -ENOMEM;
     if (TERN_UNLIKELY(rc < 0)) {
         /* Pairs with the acquire load in tern__inbound_quiet(). */
@@ -448,7 +319,7 @@ void tern__inbound_drain(tern_loop *loop)
         }
         tern_fn fn = in->u.post.fn;
         void *arg = in->u.post.arg;
-        node_free(in);
+        tern__inbound_node_free(in);
         ran++;
         fn(loop, arg);
     }

@@ -68,6 +68,14 @@ void tern__inbound_drain(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */
 bool tern__inbound_quiet(tern_loop *loop);
 
+/*
+ * Post records (inbound_block.c), carved from a block of the producing
+ * thread's own: node_alloc is any thread's, NULL when out of memory (or
+ * an injected allocation fault); node_free is the loop's, once the post
+ * has been taken off the queue.
+ */
+struct tern__inbound *tern__inbound_node_alloc(void);
+void tern__inbound_node_free(struct tern__inbound *in);
 /* Give back the calling thread's block of post records, as its exit does:
  * its next post allocates a fresh one (runtime/seams.c). */
 void tern__inbound_drop_block(void);
