@@ -248,23 +248,20 @@ void tern__deadline_remove_timer(tern_loop *loop, uint32_t slot)
     (void)remove_at(loop, tern__timer_at(&loop->timers, slot)->heap);
 }
 
-void tern__deadline_fire(tern_loop *loop)
+bool tern__deadline_pop_due(tern_loop *loop, struct tern__op **opp, uint32_t *slotp)
 {
-    const struct tern__heap_entry *top;
-    while ((top = tern__heap_top(&loop->heap)) != NULL && top->deadline <= loop->now) {
-        tern__lag_record(loop, top->deadline);
-        uint32_t ref = top->ref;
-        if (!(ref & TERN__HEAP_OP)) {
-            (void)remove_at(loop, 0);
-            tern__timer_expired(loop, ref);
-            continue;
-        }
-        struct tern__op *op = op_of(&loop->heap, ref);
-        release_op_index(&loop->heap, remove_at(loop, 0));
-        if (op->cls->expired != NULL)
-            op->cls->expired(loop, op);
-        else
-            tern__op_ready(loop, op);
+    const struct tern__heap_entry *top = tern__heap_top(&loop->heap);
+    if (top == NULL || top->deadline > loop->now)
+        return false;
+    tern__lag_record(loop, top->deadline);
+    uint32_t ref = top->ref;
+    if (!(ref & TERN__HEAP_OP)) {
+        (void)remove_at(loop, 0);
+        *opp = NULL;
+        *slotp = ref;
+        return true;
     }
+    *opp = op_of(&loop->heap, ref);
+    release_op_index(&loop->heap, remove_at(loop, 0));
+    return true;
 }
-

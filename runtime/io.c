@@ -182,10 +182,6 @@ void tern__io_stop(tern_loop *loop, struct tern__io *io)
 
 void tern__io_fired(tern_loop *loop, int fd, unsigned events)
 {
-    if (fd < 0) {
-        tern__signal_fired(loop, TERN__FIRED_SIGNO(fd), events);
-        return;
-    }
     if ((unsigned)fd >= loop->fds_len || loop->fds[fd] == NULL)
         return; /* stopped after the kernel reported it */
     struct tern__io *io = loop->fds[fd];

@@ -153,7 +153,7 @@ static void job_expired(tern_loop *loop, struct tern__op *op)
     tern_job *job = job_of(op);
     if (stop_job(loop, job, true) == TERN_CANCEL_RUNNING && job->work.kind == TERN__WORK_LOOKUP &&
         job->timed_out)
-        tern__lookup_expired(loop, job); /* getaddrinfo cannot be interrupted */
+        loop->lookup_expired(loop, job); /* getaddrinfo cannot be interrupted */
 }
 
 static void job_free(tern_loop *loop, struct tern__op *op)

@@ -61,7 +61,8 @@ int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
                        tern_job **jobp);
 void tern__lookup_cancel(tern_loop *loop, tern_job *job);
 
-/* A lookup's deadline passed while it runs: answer its caller now (resolve.c). Loop thread. */
+/* A lookup's deadline passed while it runs: answer its caller now (resolve.c;
+ * job.c calls it through loop->lookup_expired). Loop thread. */
 void tern__lookup_expired(tern_loop *loop, tern_job *job);
 
 /*

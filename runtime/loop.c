@@ -100,6 +100,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
         goto fail;
     if ((rc = tern__jobs_init(loop)) < 0)
         goto fail;
+    loop->lookup_expired = tern__lookup_expired;
     atomic_init(&loop->wake_state, TERN__WAKE_PARKING); /* unclaimed: asleep */
     loop->magic = TERN__LOOP_MAGIC;
     *loopp = loop;

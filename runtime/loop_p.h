@@ -113,6 +113,12 @@ struct tern_loop {
     uint64_t pool_checked; /* the pool start (generation) this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
+    /*
+     * A running lookup's deadline passed: answer its caller now
+     * (resolve.c's tern__lookup_expired). job.c sits below resolve.c and
+     * reaches it only through this, set by tern_loop_new.
+     */
+    void (*lookup_expired)(tern_loop *loop, tern_job *job);
 
     /* prepare, check and idle hooks by kind (hooks.c) */
     struct tern__hook *hook_head[3], *hook_tail[3];
@@ -305,7 +311,7 @@ int tern__io_modify(tern_loop *loop, struct tern__io *io, unsigned events);
 /* Stop watching (before the fd is closed). A report not yet delivered by
  * `fired` is dropped; one `fired` already recorded is the owner's to drop. */
 void tern__io_stop(tern_loop *loop, struct tern__io *io);
-/* Step 4: readiness from the backend, handed to the fd's watcher. */
+/* Step 4: readiness of fd (not a signal entry) from the backend, handed to its watcher. */
 void tern__io_fired(tern_loop *loop, int fd, unsigned events);
 /* Signals (net/signal.c): the backend itself reported count deliveries of
  * signo (a TERN__FIRED_SIGNAL entry). */

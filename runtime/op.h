@@ -147,8 +147,12 @@ static inline const struct tern__heap_entry *tern__heap_top(const struct tern__h
 {
     return h->len ? &h->v[0] : NULL;
 }
-/* Step 5: every entry due at loop->now leaves the heap, soonest first. */
-void tern__deadline_fire(tern_loop *loop);
+/*
+ * Step 5's pop (turn.c fires what it returns): whether the soonest entry
+ * is due at loop->now; if so it leaves the heap, its lateness is recorded,
+ * and *opp is the op armed there, or NULL with *slotp the timer's slot.
+ */
+bool tern__deadline_pop_due(tern_loop *loop, struct tern__op **opp, uint32_t *slotp);
 
 /* ------------------------------------------------------------------ */
 /* Timers (timer.c, timer_table.c): compact records, not ops.          */

@@ -145,6 +145,26 @@ static bool spin_for_work(tern_loop *loop)
     return found;
 }
 
+/*
+ * Step 5: every deadline due at loop->now leaves the heap, soonest first
+ * (arming order on a tie), and moves into the ready queue: a timer through
+ * its table (timer.c), an op through its class's `expired` hook, or queued
+ * as it is.
+ */
+static void fire_deadlines(tern_loop *loop)
+{
+    struct tern__op *op;
+    uint32_t slot;
+    while (tern__deadline_pop_due(loop, &op, &slot)) {
+        if (op == NULL)
+            tern__timer_expired(loop, slot);
+        else if (op->cls->expired != NULL)
+            op->cls->expired(loop, op);
+        else
+            tern__op_ready(loop, op);
+    }
+}
+
 /* Announce the park, then re-check: see inbound.c for the protocol. */
 static bool park(tern_loop *loop)
 {
@@ -192,9 +212,15 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
     if (n < 0)
         TERN_FATAL("tern_loop_run", "the backend wait failed");
     /* The wake fd is consumed by tern__loop_awake(), not here. */
-    for (int i = 0; i < n; i++)
-        if (loop->fired[i].fd != loop->wake.fd)
-            tern__io_fired(loop, loop->fired[i].fd, loop->fired[i].events);
+    for (int i = 0; i < n; i++) {
+        int fd = loop->fired[i].fd;
+        if (fd == loop->wake.fd)
+            continue;
+        if (fd < 0) /* the backend itself read a signal's deliveries (net/signal.c) */
+            tern__signal_fired(loop, TERN__FIRED_SIGNO(fd), loop->fired[i].events);
+        else
+            tern__io_fired(loop, fd, loop->fired[i].events);
+    }
     return began;
 }
 
@@ -238,7 +264,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
                                   (loop->now - loop->busy_from - idle),
                               memory_order_relaxed);
     loop->busy_from = loop->now;
-    tern__deadline_fire(loop);
+    fire_deadlines(loop);
 
     loop->step = 0;
     if (TERN_UNLIKELY(loop->check_books))
