@@ -5,12 +5,17 @@
 # graph from the objects of $1/libtern.a and fails naming any circle.
 #
 # CHECKED_LAYERS lists the layers held to this: a layer joins the list
-# once its circles are gone (runtime/, with runtime/net/, is the one left).
+# once its circles are gone. KNOWN lists the directories whose own circles
+# are reported but not yet failed: runtime/net/ (a stream and its kinds
+# and write queue call each other, as do a UDP socket and its send
+# queue). A circle that reaches any other runtime/ file fails; drop the
+# directory from KNOWN once its circles are gone.
 #
 # First the check itself must fail: two objects built here that call each
 # other (a planted circle) must be reported as a circle, by name.
 # Closes with "N passed, N failed".
-CHECKED_LAYERS="backends pool"
+CHECKED_LAYERS="backends pool runtime"
+KNOWN="runtime/net/"
 
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +49,9 @@ fi
 args=()
 for layer in $CHECKED_LAYERS; do
     args+=(--layer "$layer")
+done
+for dir in $KNOWN; do
+    args+=(--known "$dir")
 done
 if python3 "$here/calls_check.py" "${args[@]}" "$build/libtern.a"; then
     passed=$((passed + 1))
