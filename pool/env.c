@@ -62,7 +62,7 @@ int tern__pool_config_check(const tern_pool_config *c)
         return -EINVAL;
     if (c->long_threads_max > 65536)
         return -EINVAL;
-    if (c->long_idle_timeout_ns == 0 || c->long_idle_timeout_ns > (UINT64_C(1) << 62))
+    if (c->long_idle_timeout_ns == 0 || c->long_idle_timeout_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     return 0;
 }
@@ -98,11 +98,11 @@ static void watch_defaults(tern_pool_watch *w)
 
 static int watch_check(const tern_pool_watch *w)
 {
-    if (w->stall_ns != 0 && (w->stall_ns < NS_PER_MS || w->stall_ns > (UINT64_C(1) << 62)))
+    if (w->stall_ns != 0 && (w->stall_ns < NS_PER_MS || w->stall_ns > TERN__DURATION_MAX_NS))
         return -EINVAL;
     if (w->overflow_max > TERN__MAX_OVERFLOW)
         return -EINVAL;
-    if (w->overflow_idle_ns == 0 || w->overflow_idle_ns > (UINT64_C(1) << 62))
+    if (w->overflow_idle_ns == 0 || w->overflow_idle_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     return 0;
 }

@@ -21,6 +21,17 @@
 
 #define MIN_CAPACITY 64u
 
+/*
+ * The most a map of cap slots may hold: 5/8 of it. Linear probing's runs
+ * grow sharply past about two thirds full; 5/8 keeps a miss (a stale id's
+ * lookup, which probes to the run's end) short, and as a ratio of eighths
+ * it costs a shift and an add, no division.
+ */
+static bool fits(size_t entries, size_t cap)
+{
+    return entries * 8 <= cap * 5;
+}
+
 static size_t hash(tern_id id, size_t mask)
 {
     return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 24) & mask;
@@ -54,10 +65,10 @@ int tern__idmap_reserve(struct tern__idmap *m, size_t extra)
 {
     size_t need = m->count + extra;
     size_t cap = m->mask + 1;
-    if (need * 8 <= cap * 5)
+    if (fits(need, cap))
         return 0;
     size_t ncap = cap;
-    while (need * 8 > ncap * 5)
+    while (!fits(need, ncap))
         ncap *= 2;
     struct tern__idmap_slot *ns = tern__calloc(ncap, sizeof(*ns));
     if (ns == NULL)
@@ -73,7 +84,7 @@ int tern__idmap_reserve(struct tern__idmap *m, size_t extra)
 
 int tern__idmap_insert(struct tern__idmap *m, struct tern__op *op)
 {
-    if (TERN_UNLIKELY((m->count + 1) * 8 > (m->mask + 1) * 5)) {
+    if (TERN_UNLIKELY(!fits(m->count + 1, m->mask + 1))) {
         int rc = tern__idmap_reserve(m, 1);
         if (rc < 0)
             return rc;

@@ -134,6 +134,16 @@ static bool wake_checked(tern_loop *loop)
     return true;
 }
 
+/*
+ * Tries at taking a notifying producer's wake-up before the loop yields
+ * between tries. The producer is one write() past its CAS; each try is a
+ * non-blocking read of the wake descriptor (a system call, several times
+ * the producer's remaining work), so a running producer is met within a
+ * few, and one still missing after this many was preempted between its
+ * CAS and its write and needs the CPU, not more tries.
+ */
+#define WAKE_TAKE_TRIES 16
+
 void tern__loop_awake(tern_loop *loop)
 {
     unsigned old = atomic_exchange_explicit(&loop->wake_state, TERN__WAKE_RUNNING,
@@ -148,7 +158,7 @@ void tern__loop_awake(tern_loop *loop)
                                    ? loop->backend.ops->wake_take(&loop->backend)
                                    : tern__wake_take(&loop->wake));
          spins++)
-        if (spins > 16)
+        if (spins > WAKE_TAKE_TRIES)
             sched_yield();
 }
 

@@ -264,7 +264,6 @@ static int ensure_ring(tern_loop *loop)
     return 0;
 }
 
-#define TIMEOUT_MAX ((uint64_t)1 << 62)
 
 /*
  * Accept or refuse a job. Every refusal happens before the work exists
@@ -280,7 +279,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     uint64_t timeout = 0;
     int rc;
     if (opts != NULL) {
-        if (opts->timeout_ns > TIMEOUT_MAX)
+        if (opts->timeout_ns > TERN__DURATION_MAX_NS)
             return -EINVAL;
         timeout = opts->timeout_ns;
         if ((rc = tern__owner_check(loop, opts->owner, &owner)) < 0)
@@ -327,7 +326,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
      * wake check, not one each. Outside a turn the caller may block next,
      * so the job wakes a worker at once.
      */
-    bool defer = loop->step == 1 || loop->step == 2;
+    bool defer = loop->step == TERN__STEP_TAKE || loop->step == TERN__STEP_DISPATCH;
     rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
                            &job->work, defer, &cause);
     if (rc < 0) {
@@ -482,7 +481,7 @@ static int batch_admit(tern_loop *loop, unsigned n, const tern_job_options *opts
 {
     *ownerp = NULL;
     if (opts != NULL) {
-        if (opts->timeout_ns > TIMEOUT_MAX)
+        if (opts->timeout_ns > TERN__DURATION_MAX_NS)
             return -EINVAL;
         int rc = tern__owner_check_n(loop, opts->owner, n, ownerp);
         if (rc < 0)

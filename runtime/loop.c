@@ -33,9 +33,9 @@ static int check_options(const tern_loop_options *o)
 {
     if (o->dispatch_batch < 1 || o->dispatch_batch > (1u << 20))
         return -EINVAL;
-    if (o->max_operations < 1 || o->max_operations > (1u << 31))
+    if (o->max_operations < 1 || o->max_operations > TERN__COUNT_MAX)
         return -EINVAL;
-    if (o->max_undelivered < 1 || o->max_undelivered > (1u << 31))
+    if (o->max_undelivered < 1 || o->max_undelivered > TERN__COUNT_MAX)
         return -EINVAL;
     if (o->flags & ~(unsigned)(TERN_LOOP_RCU | TERN_LOOP_KEEPALIVE))
         return -EINVAL;

@@ -39,6 +39,21 @@
 struct tern__ring; /* backends/ring.h: the result ring (runtime/job.c) */
 struct tern__children; /* the loop's share of the SIGCHLD fallback (process_exit.c) */
 
+/*
+ * The turn's five steps, in order (turn.c; docs/design.md, "The turn"),
+ * numbered as the docs number them, and 0 between turns. What a call may
+ * do depends on the step: a submission inside steps 1 and 2 defers its
+ * pool wake to the end of step 2 (job.c).
+ */
+enum tern__step {
+    TERN__STEP_NONE = 0,     /* outside a turn */
+    TERN__STEP_TAKE = 1,     /* posts, foreign cancels, pool completions */
+    TERN__STEP_DISPATCH = 2, /* ready callbacks, framed by the hooks */
+    TERN__STEP_DECIDE = 3,   /* read the clock, compute the wait */
+    TERN__STEP_WAIT = 4,     /* spin, park, backend wait */
+    TERN__STEP_FIRE = 5,     /* read the clock, fire due deadlines */
+};
+
 #define TERN__LOOP_MAGIC 0x7465726eu /* "tern" */
 #define TERN__FIRED_MAX 256
 #define TERN__LAG_BUCKETS 64 /* lag histogram: bucket i holds lateness in [2^i, 2^(i+1)) ns */
@@ -72,7 +87,7 @@ struct tern_loop {
 
     /* ---- loop thread only ---- */
     alignas(TERN_CACHELINE) uint64_t now;
-    int step; /* 1..5 inside a turn, 0 outside */
+    enum tern__step step;
     unsigned dispatch_batch;
     unsigned max_operations;
     unsigned max_undelivered;

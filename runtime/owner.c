@@ -96,7 +96,7 @@ int tern_owner_open(tern_loop *loop, unsigned cap, tern_id *ownerp)
     TERN__REQUIRE_LOOP(loop);
     TERN_REQUIRE(ownerp != NULL);
     TERN__LOOP_ONLY(loop);
-    if (cap == 0 || cap > (1u << 31))
+    if (cap == 0 || cap > TERN__COUNT_MAX)
         return -EINVAL;
     int rc = tern__op_admit(loop);
     if (rc < 0)

@@ -27,7 +27,6 @@
 
 #include "loop_p.h"
 
-#define MAX_DELAY (UINT64_C(1) << 62)
 #define REPEAT_SHIFT 4
 
 static uint64_t period_of(const struct tern__timer_table *t, const struct tern__timer *r)
@@ -211,7 +210,7 @@ int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns, ter
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    if (cb == NULL || delay_ns > MAX_DELAY || repeat_ns > MAX_DELAY)
+    if (cb == NULL || delay_ns > TERN__DURATION_MAX_NS || repeat_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     int rc = tern__op_admit(loop);
     if (rc < 0)

@@ -116,7 +116,6 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
  *    holding a core the worker needs.
  */
 #define SPIN_MAX_INFLIGHT 4
-#define CLOCK_EVERY 16
 
 static bool spin_for_work(tern_loop *loop)
 {
@@ -133,7 +132,7 @@ static bool spin_for_work(tern_loop *loop)
         if (found)
             break;
         caa_cpu_relax();
-        if (i % CLOCK_EVERY == 0 && (tern__clock_now() >= deadline || !tern__pool_active())) {
+        if (i % TERN__SPIN_CLOCK_EVERY == 0 && (tern__clock_now() >= deadline || !tern__pool_active())) {
             /* The last worker may have handed back just before it went quiet. */
             found = tern__jobs_pending(loop) || tern__inbound_pending(loop);
             break;
@@ -231,11 +230,11 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     if (loop->busy_from == 0)
         loop->busy_from = tern__clock_now();
     TERN_PROBE(turn_start, loop);
-    loop->step = 1;
+    loop->step = TERN__STEP_TAKE;
     tern__inbound_drain(loop);
     tern__jobs_collect(loop);
 
-    loop->step = 2;
+    loop->step = TERN__STEP_DISPATCH;
     if (loop->hook_head[TERN_HOOK_CHECK] != NULL)
         tern__hooks_run(loop, TERN_HOOK_CHECK);
     dispatch(loop);
@@ -245,15 +244,15 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
         tern__hooks_run(loop, TERN_HOOK_PREPARE);
     tern__jobs_kick(loop);
 
-    loop->step = 3;
+    loop->step = TERN__STEP_DECIDE;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
     int64_t wait = compute_wait(loop, max_wait);
     loop->last_wait = wait;
 
-    loop->step = 4;
+    loop->step = TERN__STEP_WAIT;
     uint64_t idle_from = wait_backend(loop, wait);
 
-    loop->step = 5;
+    loop->step = TERN__STEP_FIRE;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
     uint64_t idle = idle_from != 0 && loop->now > idle_from ? loop->now - idle_from : 0;
     if (idle != 0)
@@ -266,7 +265,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     loop->busy_from = loop->now;
     fire_deadlines(loop);
 
-    loop->step = 0;
+    loop->step = TERN__STEP_NONE;
     if (TERN_UNLIKELY(loop->check_books))
         tern__loop_check_books(loop);
     atomic_fetch_add_explicit(&loop->st_turns, 1, memory_order_relaxed);

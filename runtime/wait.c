@@ -12,7 +12,6 @@
 
 #include "job_p.h"
 
-#define TIMEOUT_MAX ((uint64_t)1 << 62)
 
 /* Not yet settled; every other value is the status done will get. */
 #define WAIT_PENDING 1
@@ -113,7 +112,7 @@ int tern_wait_fd(tern_loop *loop, int fd, tern_done_fn done, void *arg,
     struct tern__owner *owner = NULL;
     int rc;
     if (opts != NULL) {
-        if (opts->timeout_ns > TIMEOUT_MAX)
+        if (opts->timeout_ns > TERN__DURATION_MAX_NS)
             return -EINVAL;
         timeout = opts->timeout_ns;
         if ((rc = tern__owner_check(loop, opts->owner, &owner)) < 0)

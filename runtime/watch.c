@@ -50,7 +50,6 @@
 #include "loop_p.h"
 
 #define DEFAULT_INTERVAL_NS UINT64_C(1000000000)
-#define MAX_INTERVAL_NS (UINT64_C(1) << 62)
 
 #if defined(TERN_HAVE_INOTIFY) || defined(TERN_HAVE_KQUEUE)
 #define HAVE_DESCRIPTOR_SOURCE 1
@@ -426,7 +425,7 @@ int tern_watch_start(tern_loop *loop, const char *path, uint64_t interval_ns, te
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    if (path == NULL || cb == NULL || interval_ns > MAX_INTERVAL_NS)
+    if (path == NULL || cb == NULL || interval_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     int rc = tern__op_admit(loop);
     if (rc < 0)

@@ -36,7 +36,6 @@
 #include "net_p.h"
 
 #define ACCEPT_BATCH 32 /* connections accepted per readiness */
-#define TIMEOUT_MAX ((uint64_t)1 << 62)
 
 /* ------------------------------------------------------------------ */
 /* The deadline                                                        */
@@ -451,7 +450,7 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    if (cb == NULL || host == NULL || port == 0 || port > 65535 || timeout_ns > TIMEOUT_MAX)
+    if (cb == NULL || host == NULL || port == 0 || port > 65535 || timeout_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     char service[8];
     snprintf(service, sizeof(service), "%u", port);
@@ -490,7 +489,7 @@ int tern_tcp_listen_name(tern_loop *loop, const char *host, unsigned port, int b
     TERN__LOOP_ONLY(loop);
     if (ready_cb == NULL || accept_cb == NULL || host == NULL || port > 65535 ||
         backlog < TERN_TCP_BACKLOG_DEFAULT || (flags & ~(unsigned)TERN_TCP_REUSEPORT) ||
-        timeout_ns > TIMEOUT_MAX)
+        timeout_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     char service[8];
     snprintf(service, sizeof(service), "%u", port);
