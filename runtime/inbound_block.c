@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -30,6 +31,13 @@ struct node_block {
     alignas(TERN_CACHELINE) struct tern__inbound nodes[BLOCK_NODES];
 };
 _Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its alignment");
+/* The count the loop decrements on every post it frees has its line to
+ * itself: the producer carving the next records never shares it. */
+_Static_assert(offsetof(struct node_block, nodes) == TERN_CACHELINE,
+               "a block's count is alone on the first line");
+/* A post record is at most half a line: a burst writes two per line, and
+ * a block carries at least 126 of them. */
+_Static_assert(sizeof(struct tern__inbound) <= 32, "a post record is at most 32 bytes");
 
 static _Thread_local struct node_block *carving __attribute__((tls_model("initial-exec")));
 static _Thread_local unsigned carved __attribute__((tls_model("initial-exec")));

@@ -30,6 +30,15 @@ struct tern_job {
     tern_job *owner_prev, *owner_next; /* the owner's jobs in flight */
     tern_done_fn done;
 };
+/* The header first: the pool's tern__work * and the public tern_job * are
+ * the record's address (job_handback and tern_job_cancelled cast it). */
+_Static_assert(offsetof(struct tern_job, work) == 0, "the work header comes first");
+/* Two lines and the op's birth stamp: the work header (what a worker
+ * touches) and the op header start the record. The stamp tern_loop_walk
+ * reads already pushed the record 8 bytes past two lines; a further field
+ * here makes every job (malloc'd, cached in their thousands) dearer still. */
+_Static_assert(sizeof(struct tern_job) <= 2 * TERN_CACHELINE + 8,
+               "a job record is two lines and the op's birth stamp");
 
 /*
  * Admit and hand over a job of any kind (tern_submit, tern_resolve, file

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdnoreturn.h>
 
@@ -151,6 +152,43 @@ struct tern_loop {
     _Atomic uint64_t st_lag_max_ns;
     _Atomic uint32_t st_lag_hist[TERN__LAG_BUCKETS];
 };
+
+/*
+ * The layout the comments above rely on, pinned: a field added in the
+ * wrong place fails the build instead of costing a cache miss per post,
+ * cancel or hand-back.
+ */
+#define TERN__LINE_OF(f) (offsetof(struct tern_loop, f) / TERN_CACHELINE)
+/* The queue's head (the loop splices it) and tail (every producer
+ * exchanges it) on lines of their own: a post never pulls the line the
+ * loop is draining. */
+_Static_assert(offsetof(struct tern_loop, in_head) % TERN_CACHELINE == 0 &&
+                   TERN__LINE_OF(in_tail) > TERN__LINE_OF(in_head),
+               "the inbound head and tail sit on separate lines");
+/* A post's admission count rides on the tail's line, which the producer
+ * holds anyway for its exchange. */
+_Static_assert(TERN__LINE_OF(posted) == TERN__LINE_OF(in_tail) &&
+                   TERN__LINE_OF(foreign_inflight) == TERN__LINE_OF(in_tail),
+               "posted and foreign_inflight share the inbound tail's line");
+/* The cancel reserve's lock on a line of its own, between the tail and
+ * the wake word. */
+_Static_assert(TERN__LINE_OF(cancels) > TERN__LINE_OF(in_tail) &&
+                   TERN__LINE_OF(wake_state) > TERN__LINE_OF(cancels),
+               "the cancel reserve is between the tail's and the wake word's lines");
+/* A hand-back's pin and its wake check read one line; the flags every
+ * producer checks (stop, closing, sealed) are on it too. */
+_Static_assert(TERN__LINE_OF(result_pins) == TERN__LINE_OF(wake_state) &&
+                   TERN__LINE_OF(sealed) == TERN__LINE_OF(wake_state) &&
+                   TERN__LINE_OF(wake_syscalls) == TERN__LINE_OF(wake_state),
+               "the hand-back's pin and the producers' flags share the wake word's line");
+/* The owner token (read by every loop-only check) alone on its line, and
+ * the loop thread's own fields from the next line on: no field another
+ * thread writes shares a line with them. */
+_Static_assert(offsetof(struct tern_loop, owner) % TERN_CACHELINE == 0 &&
+                   offsetof(struct tern_loop, now) == offsetof(struct tern_loop, owner) +
+                                                          TERN_CACHELINE,
+               "the owner token has its line; the loop thread's fields start on the next");
+#undef TERN__LINE_OF
 
 /* ------------------------------------------------------------------ */
 /* Internal calls.                                                    */

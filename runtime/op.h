@@ -71,6 +71,9 @@ struct tern__op {
     uint32_t aux; /* index in the deadline heap; UINT32_MAX when not armed */
     uint64_t born; /* loop->now when it was registered (tern_loop_walk's age) */
 };
+/* Every kind's record embeds one: five words (the fifth is tern_loop_walk's
+ * birth stamp), so step 2 reads an op's id, class and link from one line. */
+_Static_assert(sizeof(struct tern__op) <= 40, "an op header is at most five words");
 
 /* ------------------------------------------------------------------ */
 /* The id map: id -> op, open addressing over (id, op) pairs.         */
