@@ -12,7 +12,8 @@ struct app {
     tern_group *group;
     unsigned nloops;
     struct server *servers;      /* one per loop, index = loop index */
-    tern_id sigint, sigterm, sighup; /* watched on loop 0 */
+    tern_id sigint, sigterm, sighup; /* watched on loop 0, started on its thread */
+    int signal_rc;               /* why they could not be watched, or 0 */
     bool draining;               /* loop 0's: a shutdown signal was seen */
     uint64_t shed_wait_ns[2];    /* the two bounds SIGHUP swaps between */
     unsigned shed_choice;        /* which one is in force (exclusive mode writes it) */

@@ -152,11 +152,13 @@ static void server_teardown(tern_loop *loop, void *arg)
 }
 
 /*
- * The second SIGINT or SIGTERM, once draining began. Loop 0 may have
- * finished its part of the shutdown and stopped reading its signalfd
- * while other loops still drain, and every thread blocks these signals,
- * so the second one would stay pending forever; this thread waits for it
- * with sigwait instead (whichever of the two sees it first abandons).
+ * The second SIGINT or SIGTERM, once draining began. Loop 0 may finish its
+ * part of the shutdown while other loops still drain, and then reads no
+ * more signals; so the first signal's watchers are stopped, the signals
+ * are blocked in every thread, and this thread takes the second one with
+ * sigwait. (Where no signalfd exists, a watcher unblocks its signal in the
+ * loop thread for a handler that writes to a pipe: a second signal caught
+ * there while the loop no longer turns would be lost.)
  */
 static void *second_signal(void *arg)
 {
@@ -184,26 +186,50 @@ static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
             app_reconfigure(srv0);
         return;
     }
-    if (app->draining) {
-        char why[64];
-        snprintf(why, sizeof why, "%s again", strsignal(signo));
-        abandon(app, why);
-    }
+    if (app->draining)
+        return; /* a second one raced the stops below: the waiter takes the next */
+    /* From here on the waiter takes them: stop, then block in this thread. */
+    (void)tern_signal_stop(loop, app->sigint);
+    (void)tern_signal_stop(loop, app->sigterm);
+    sigset_t ending;
+    sigemptyset(&ending);
+    sigaddset(&ending, SIGINT);
+    sigaddset(&ending, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &ending, NULL);
     struct gauges g;
     struct counters total;
     app_totals(srv0, &total, &g);
     fprintf(stderr, "tern-demo: %s, draining %u connection(s), %u job(s) on %u loop(s)\n",
             strsignal(signo), g.conns, g.jobs, app->nloops);
     app->draining = true;
-    /* Created from this thread, it inherits its mask: every signal blocked. */
+    /* Created from this thread, it inherits its mask: both signals blocked. */
     pthread_t waiter;
     if (pthread_create(&waiter, NULL, second_signal, app) == 0)
         pthread_detach(waiter);
-    /* The watchers stay for a second signal but no longer keep loop 0 alive. */
-    tern_unref(loop, app->sigint);
-    tern_unref(loop, app->sigterm);
+    /* SIGHUP's watcher stays but no longer keeps loop 0 alive. */
     tern_unref(loop, app->sighup);
     tern_group_shutdown(app->group);
+}
+
+/*
+ * Loop 0's setup, on its own thread: watch the signals there, so a
+ * watcher's stop (on_signal) acts on the thread its start acted on.
+ */
+static void watch_signals(tern_loop *loop, unsigned index, void *arg)
+{
+    struct app *app = arg;
+    if (index != 0)
+        return;
+    int rc = tern_signal_start(loop, SIGINT, on_signal, &app->servers[0], &app->sigint);
+    if (rc == 0)
+        rc = tern_signal_start(loop, SIGTERM, on_signal, &app->servers[0], &app->sigterm);
+    if (rc == 0)
+        rc = tern_signal_start(loop, SIGHUP, on_signal, &app->servers[0], &app->sighup);
+    if (rc < 0) {
+        fprintf(stderr, "tern-demo: cannot watch signals: %s\n", tern_strerror(rc));
+        app->signal_rc = rc;
+        tern_group_shutdown(app->group);
+    }
 }
 
 /*
@@ -369,10 +395,17 @@ int main(int argc, char **argv)
     /*
      * Set every loop up before the group starts (no loop runs yet, so this
      * thread may make loop-only calls): a listener each on one port, the
-     * first choosing it, and the teardown. Signals are watched on loop 0;
-     * tern_signal_start blocks them in this thread, and the group's
-     * threads block every signal, so loop 0's signalfd receives them.
+     * first choosing it, and the teardown. Signals are watched on loop 0,
+     * started by its setup on its thread; this thread blocks them first
+     * and the group's threads block every signal, so only loop 0's watchers
+     * (and, once draining, the waiter's sigwait) take them.
      */
+    sigset_t watched;
+    sigemptyset(&watched);
+    sigaddset(&watched, SIGINT);
+    sigaddset(&watched, SIGTERM);
+    sigaddset(&watched, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &watched, NULL);
     unsigned shared_port = (unsigned)port;
     for (unsigned i = 0; i < app.nloops && rc == 0; i++) {
         struct server *srv = &app.servers[i];
@@ -393,13 +426,8 @@ int main(int argc, char **argv)
         if (rc == 0)
             rc = tern_group_on_shutdown(app.group, i, server_teardown, srv);
     }
-    tern_loop *loop0 = tern_group_loop(app.group, 0);
     if (rc == 0)
-        rc = tern_signal_start(loop0, SIGINT, on_signal, &app.servers[0], &app.sigint);
-    if (rc == 0)
-        rc = tern_signal_start(loop0, SIGTERM, on_signal, &app.servers[0], &app.sigterm);
-    if (rc == 0)
-        rc = tern_signal_start(loop0, SIGHUP, on_signal, &app.servers[0], &app.sighup);
+        rc = tern_group_on_setup(app.group, watch_signals, &app);
     if (rc == 0)
         rc = tern_group_start(app.group);
     if (rc < 0) {
@@ -418,6 +446,11 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     tern_group_wait(app.group); /* until the shutdown has run its course */
+    if (app.signal_rc < 0) {
+        tern_group_free(app.group);
+        free(app.servers);
+        return 1;
+    }
     print_final(&app);
     tern_group_free(app.group);
     free(app.servers);
