@@ -180,7 +180,8 @@ Test(batch, refused_when_queue_cannot_hold_it_all, .fini = shutdown_clean)
 
 Test(batch, refused_beyond_max_undelivered, .fini = shutdown_clean)
 {
-    tern_pool_config cfg = ph_config(2, 1024, 4);
+    /* One worker, held: the five queued jobs stay queued while the books are read. */
+    tern_pool_config cfg = ph_config(1, 1024, 4);
     tern_loop *loop = new_loop(&cfg, 0, 16);
     ph_gate gate;
     ph_gate_init(&gate);
