@@ -74,6 +74,7 @@ static void fill_queue(tern_loop *loop, ph_job *fresh)
                      tern_refusal_name(tern_loop_last_refusal(loop)));
     }
     cr_assert_eq(ph_stats().queued, CAP, "queued counts the live jobs only");
+    ph_job_init(&fresh[CAP], NULL);
     cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &fresh[CAP]), -EAGAIN);
     cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_QUEUE_FULL);
 }
