@@ -2276,3 +2276,286 @@ Test(fault, listen_name_resolve_addr, .timeout = TEST_TIMEOUT)
     }
     tern__set_getaddrinfo(NULL);
 }
+
+/* ------------------------------------------------------------------ */
+/* Pipes and TTYs as streams                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Armed: both ends of a pipe opened as streams, a write and the read that
+ * receives it, and the write end of a second pipe nobody reads, opened as
+ * a stream with writes queued beyond the pipe's capacity and then closed.
+ * Every allocation and descriptor on those paths fails once: the call
+ * returns it or the callback is told. Whatever happened, each accepted
+ * write completes exactly once (0, or -ECANCELED for the queued ones the
+ * close ended), each stream's close callback comes once, TTY calls on a
+ * pipe get -ENOTTY, and no descriptor stays open.
+ */
+#define PIPE_BIG (256 * 1024) /* beyond a pipe's buffer: part of it stays queued */
+
+struct piperec {
+    bool write_ok;
+    atomic_uint written; /* the data write's callbacks */
+    int write_status;
+    char got[16];
+    size_t got_len;
+    unsigned read_notices;
+    atomic_uint queued_cbs; /* callbacks of the writes queued on the unread pipe */
+    unsigned queued_ok;     /* how many of those writes were accepted */
+    atomic_uint closed;
+};
+
+static void p_written(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    struct piperec *p = arg;
+    cr_assert(p->write_ok, "a refused write completed");
+    p->write_status = status;
+    atomic_fetch_add(&p->written, 1);
+}
+
+static void p_queued_done(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    struct piperec *p = arg;
+    cr_assert_eq(status, -ECANCELED, "a write queued on an unread pipe ended with %s",
+                 tern_err_name(status));
+    atomic_fetch_add(&p->queued_cbs, 1);
+}
+
+static void p_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                   void *arg)
+{
+    (void)loop, (void)id;
+    struct piperec *p = arg;
+    if (status < 0) {
+        cr_assert(injected_errno(status), "read: %s", tern_err_name(status));
+        p->read_notices++;
+        return;
+    }
+    cr_assert_leq(p->got_len + len, sizeof(p->got));
+    if (len > 0)
+        memcpy(p->got + p->got_len, data, len);
+    p->got_len += len;
+}
+
+static void p_closed(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id;
+    atomic_fetch_add(&((struct piperec *)arg)->closed, 1);
+}
+
+static bool p_data_done(void *arg)
+{
+    struct piperec *p = arg;
+    return p->got_len == sizeof(hello) && (!p->write_ok || atomic_load(&p->written) == 1);
+}
+
+/* tern_stream_write's 1 (past the high-water mark) is a success too. */
+static int write_queued(tern_loop *loop, tern_id id, const tern_buf *b, tern_stream_cb cb,
+                        void *arg)
+{
+    int rc = tern_stream_write(loop, id, b, 1, cb, arg);
+    return rc > 0 ? 0 : rc;
+}
+
+static void pipe_cloexec(int p[2])
+{
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(fcntl(p[0], F_SETFD, FD_CLOEXEC), 0);
+    cr_assert_eq(fcntl(p[1], F_SETFD, FD_CLOEXEC), 0);
+}
+
+static bool step_pipe(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    int dp[2], qp[2]; /* the data pipe; the pipe nobody reads */
+    pipe_cloexec(dp);
+    pipe_cloexec(qp);
+    static char big[PIPE_BIG];
+    static const tern_buf buf = {hello, sizeof(hello)};
+    const tern_buf bigbuf = {big, sizeof(big)};
+    struct piperec p = {0};
+    tern_id r = 0, w = 0, q = 0;
+
+    arm(n);
+    bool r_ok = ARMED("tern_stream_open(pipe read end)", tern_stream_open(loop, dp[0], &r));
+    bool w_ok = ARMED("tern_stream_open(pipe write end)", tern_stream_open(loop, dp[1], &w));
+    bool q_ok = ARMED("tern_stream_open(unread pipe)", tern_stream_open(loop, qp[1], &q));
+    bool reading = false;
+    if (r_ok && w_ok) {
+        p.write_ok = ARMED("tern_stream_write(pipe)", write_queued(loop, w, &buf, p_written, &p));
+        reading = ARMED("tern_stream_read_start(pipe)", tern_stream_read_start(loop, r, p_read, &p));
+        if (p.write_ok && reading)
+            cr_assert(run_until(loop, p_data_done, &p));
+    }
+    if (q_ok) {
+        /* The small write only behind the big one, so it too stays queued. */
+        if (ARMED("tern_stream_write(queued)", write_queued(loop, q, &bigbuf, p_queued_done, &p))) {
+            p.queued_ok++;
+            p.queued_ok += ARMED("tern_stream_write(queued behind)",
+                                 write_queued(loop, q, &buf, p_queued_done, &p));
+            tern_loop_run_once(loop, 0); /* the kernel takes what fits; the rest stays queued */
+            size_t left = 0;
+            cr_assert_eq(tern_stream_write_queue_size(loop, q, &left), 0);
+            cr_assert_gt(left, 0, "nothing stayed queued on a pipe nobody reads");
+        }
+        cr_assert_eq(tern_stream_on_close(loop, q, p_closed, &p), 0);
+        cr_assert_eq(tern_stream_close(loop, q), 0); /* with writes queued */
+    }
+    bool fired = end_armed(p.read_notices);
+
+    /* A refused open left the fd with the caller; adopt it now. */
+    if (!r_ok)
+        cr_assert_eq(tern_stream_open(loop, dp[0], &r), 0);
+    if (!w_ok)
+        cr_assert_eq(tern_stream_open(loop, dp[1], &w), 0);
+    if (!q_ok) {
+        close(qp[1]);
+        atomic_fetch_add(&p.closed, 1); /* as if the stream had closed it */
+    }
+    cr_assert_eq(tern_stream_on_close(loop, r, p_closed, &p), 0);
+    cr_assert_eq(tern_stream_on_close(loop, w, p_closed, &p), 0);
+    unsigned cols = 0, rows = 0;
+    cr_assert_eq(tern_tty_set_mode(loop, w, TERN_TTY_RAW), -ENOTTY);
+    cr_assert_eq(tern_tty_winsize(loop, r, &cols, &rows), -ENOTTY);
+    if (!p.write_ok) {
+        p.write_ok = true;
+        cr_assert_eq(write_queued(loop, w, &buf, p_written, &p), 0);
+    }
+    if (!reading)
+        cr_assert_eq(tern_stream_read_start(loop, r, p_read, &p), 0);
+    cr_assert(run_until(loop, p_data_done, &p), "the pipe no longer carries data after the fault");
+    cr_assert_eq(memcmp(p.got, hello, sizeof(hello)), 0);
+    cr_assert_eq(atomic_load(&p.written), 1);
+    cr_assert_eq(p.write_status, 0, "write: %s", tern_err_name(p.write_status));
+    cr_assert_eq(tern_stream_close(loop, r), 0);
+    cr_assert_eq(tern_stream_close(loop, w), 0);
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&p.queued_cbs), p.queued_ok,
+                 "%u writes queued when the stream closed, %u callbacks", p.queued_ok,
+                 atomic_load(&p.queued_cbs));
+    cr_assert_eq(atomic_load(&p.closed), 3);
+    close(qp[0]);
+    cr_assert_eq(count_open_fds(), fds, "the streams did not close their descriptors");
+    return fired;
+}
+
+Test(fault, pipe_open_write_read_close_queued, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_pipe, (void *)tern__backend_names[i]);
+    }
+}
+
+/*
+ * Armed: a pseudo-terminal's terminal end opened as a stream, made raw,
+ * its window size read, and a write to it that the master end (a stream
+ * too) reads back unchanged (raw: no output processing). Every allocation
+ * and descriptor on those paths fails once; a refused raw mode leaves the
+ * terminal as it was, and closing the stream always puts back the mode it
+ * had first.
+ */
+#include <sys/ioctl.h>
+#include <termios.h>
+
+static bool tty_same(const struct termios *a, const struct termios *b)
+{
+    return a->c_iflag == b->c_iflag && a->c_oflag == b->c_oflag && a->c_cflag == b->c_cflag &&
+           a->c_lflag == b->c_lflag;
+}
+
+static bool step_tty(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    cr_assert_geq(m, 0, "posix_openpt: %s", strerror(errno));
+    cr_assert_eq(fcntl(m, F_SETFD, FD_CLOEXEC), 0);
+    cr_assert_eq(grantpt(m), 0);
+    cr_assert_eq(unlockpt(m), 0);
+    int t = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    cr_assert_geq(t, 0, "open(%s): %s", ptsname(m), strerror(errno));
+    struct winsize ws = {.ws_row = 40, .ws_col = 100};
+    cr_assert_eq(ioctl(m, TIOCSWINSZ, &ws), 0);
+    struct termios first, now;
+    cr_assert_eq(tcgetattr(t, &first), 0);
+    int keep = dup(t); /* to see the terminal's mode once its stream has closed */
+    cr_assert_geq(keep, 0);
+    struct piperec p = {0};
+    static const tern_buf buf = {hello, sizeof(hello)};
+    tern_id ts = 0, ms = 0;
+    unsigned cols = 0, rows = 0;
+
+    arm(n);
+    bool t_ok = ARMED("tern_stream_open(tty)", tern_stream_open(loop, t, &ts));
+    bool m_ok = ARMED("tern_stream_open(pty master)", tern_stream_open(loop, m, &ms));
+    bool raw = false, sized = false, reading = false;
+    if (t_ok) {
+        raw = ARMED("tern_tty_set_mode(raw)", tern_tty_set_mode(loop, ts, TERN_TTY_RAW));
+        if (!raw) {
+            cr_assert_eq(tcgetattr(t, &now), 0);
+            cr_assert(tty_same(&first, &now), "a refused raw mode changed the terminal");
+        }
+        sized = ARMED("tern_tty_winsize", tern_tty_winsize(loop, ts, &cols, &rows));
+    }
+    if (t_ok && m_ok && raw) {
+        p.write_ok = ARMED("tern_stream_write(tty)", write_queued(loop, ts, &buf, p_written, &p));
+        reading = ARMED("tern_stream_read_start(pty master)",
+                        tern_stream_read_start(loop, ms, p_read, &p));
+        if (p.write_ok && reading)
+            cr_assert(run_until(loop, p_data_done, &p));
+    }
+    bool fired = end_armed(p.read_notices);
+
+    if (!t_ok)
+        cr_assert_eq(tern_stream_open(loop, t, &ts), 0);
+    if (!m_ok)
+        cr_assert_eq(tern_stream_open(loop, m, &ms), 0);
+    cr_assert_eq(tern_stream_on_close(loop, ts, p_closed, &p), 0);
+    cr_assert_eq(tern_stream_on_close(loop, ms, p_closed, &p), 0);
+    if (!raw)
+        cr_assert_eq(tern_tty_set_mode(loop, ts, TERN_TTY_RAW), 0);
+    cr_assert_eq(tcgetattr(t, &now), 0);
+    cr_assert(!(now.c_lflag & (ICANON | ECHO)) && !(now.c_oflag & OPOST), "not raw");
+    if (!sized)
+        cr_assert_eq(tern_tty_winsize(loop, ts, &cols, &rows), 0);
+    cr_assert_eq(cols, 100);
+    cr_assert_eq(rows, 40);
+    cr_assert_eq(tern_tty_set_mode(loop, ms, 7), -EINVAL, "an unknown mode");
+    if (!p.write_ok) {
+        p.write_ok = true;
+        cr_assert_eq(write_queued(loop, ts, &buf, p_written, &p), 0);
+    }
+    if (!reading)
+        cr_assert_eq(tern_stream_read_start(loop, ms, p_read, &p), 0);
+    cr_assert(run_until(loop, p_data_done, &p), "the terminal no longer carries data after the fault");
+    cr_assert_eq(memcmp(p.got, hello, sizeof(hello)), 0, "raw output was changed on its way");
+    cr_assert_eq(atomic_load(&p.written), 1);
+    cr_assert_eq(p.write_status, 0, "write: %s", tern_err_name(p.write_status));
+    cr_assert_eq(tern_stream_close(loop, ts), 0);
+    cr_assert_eq(tcgetattr(keep, &now), 0);
+    cr_assert(tty_same(&first, &now), "closing the stream did not put the first mode back");
+    cr_assert_eq(tern_stream_close(loop, ms), 0);
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&p.closed), 2);
+    close(keep);
+    cr_assert_eq(count_open_fds(), fds, "the streams did not close their descriptors");
+    return fired;
+}
+
+Test(fault, tty_open_raw_winsize_write, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_tty, (void *)tern__backend_names[i]);
+    }
+}
