@@ -168,7 +168,6 @@ static bool wait_was_signalled(struct wait_rec *w)
 
 static void on_wait_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
 {
-    (void)loop;
     struct wait_rec *w = arg;
     struct loop_state *ls = NULL;
     for (int i = 0; i < LOOPS; i++)
