@@ -20,14 +20,16 @@
 noreturn void tern__check_failed(const char *file, int line, const char *func,
                                  const char *kind, const char *what);
 
-#define TERN__CHECK(kind, e) \
-    ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, kind, #e))
+/* `text` is the condition as written: stringified by the macro the call
+ * site names, before its argument's macros (NULL) are expanded. */
+#define TERN__CHECK(kind, e, text) \
+    ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, kind, text))
 
-#define TERN_REQUIRE(e) TERN__CHECK("REQUIRE", e)
+#define TERN_REQUIRE(e) TERN__CHECK("REQUIRE", e, #e)
 #define TERN_REQUIRE_SAID(e, rule) \
     ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, "REQUIRE", rule))
-#define TERN_ENSURE(e)  TERN__CHECK("ENSURE", e)
-#define TERN_INSIST(e)  TERN__CHECK("INSIST", e)
+#define TERN_ENSURE(e)  TERN__CHECK("ENSURE", e, #e)
+#define TERN_INSIST(e)  TERN__CHECK("INSIST", e, #e)
 #define TERN_UNREACHABLE() \
     tern__check_failed(__FILE__, __LINE__, __func__, "UNREACHABLE", "reached")
 #define TERN_FATAL(fn, rule) \
