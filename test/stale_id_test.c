@@ -3,8 +3,8 @@
  * -ENOENT"): for every call that takes a handle's id, an id never issued,
  * the id of a handle already closed and freed, and the id of a live handle
  * of another kind each return -ENOENT, and change nothing: the live
- * handles passed in (a timer and a UDP socket) still work afterwards, and
- * the loop still ends with nothing live.
+ * handles passed in (a timer, a UDP socket and a stream) still work
+ * afterwards, and the loop still ends with nothing live.
  */
 #include <criterion/criterion.h>
 
@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "tern.h"
 #include "tern/net.h"
@@ -113,11 +114,17 @@ static void on_timer(tern_loop *loop, tern_id id, void *arg)
     timer_fired++;
 }
 
-static int udp_closed;
+static int udp_closed, stream_closed;
 static void on_udp_close(tern_loop *loop, tern_id id, void *arg)
 {
     (void)loop, (void)id, (void)arg;
     udp_closed++;
+}
+
+static void on_stream_close(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id, (void)arg;
+    stream_closed++;
 }
 
 /* A UDP socket opened, closed and freed: its id is stale. */
@@ -152,6 +159,11 @@ Test(stale_id, every_handle_call_refuses_an_id_it_cannot_act_on, .timeout = TEST
     cr_assert_eq(tern_timer_start(loop, 1000000, 0, on_timer, NULL, &timer), 0);
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &udp), 0);
     cr_assert_eq(tern_udp_on_close(loop, udp, on_udp_close, NULL), 0);
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    tern_id stream = 0;
+    cr_assert_eq(tern_stream_open(loop, sv[0], &stream), 0);
+    cr_assert_eq(tern_stream_on_close(loop, stream, on_stream_close, NULL), 0);
     tern_id never_issued = timer ^ (UINT64_C(1) << 62);
 
     refuse_all(loop, stream_calls, N(stream_calls), never_issued, "an id never issued");
@@ -161,18 +173,24 @@ Test(stale_id, every_handle_call_refuses_an_id_it_cannot_act_on, .timeout = TEST
     refuse_all(loop, udp_calls, N(udp_calls), never_issued, "an id never issued");
     refuse_all(loop, udp_calls, N(udp_calls), stale, "a freed UDP socket's id");
     refuse_all(loop, udp_calls, N(udp_calls), timer, "a live timer's id");
+    refuse_all(loop, udp_calls, N(udp_calls), stream, "a live stream's id");
     refuse_all(loop, other_calls, N(other_calls), never_issued, "an id never issued");
     refuse_all(loop, other_calls, N(other_calls), stale, "a freed UDP socket's id");
     refuse_all(loop, other_calls, N(other_calls), timer, "a live timer's id");
     refuse_all(loop, other_calls, N(other_calls), udp, "a live UDP socket's id");
+    refuse_all(loop, other_calls, N(other_calls), stream, "a live stream's id");
 
     /* Nothing changed: both handles still work, and close once. */
     unsigned port = 0;
     cr_assert_eq(tern_udp_port(loop, udp, &port), 0);
     cr_assert_neq(port, 0u);
+    cr_assert_eq(tern_stream_fd(loop, stream), sv[0]);
     cr_assert_eq(tern_udp_close(loop, udp), 0);
+    cr_assert_eq(tern_stream_close(loop, stream), 0);
     cr_assert_eq(tern_loop_run(loop), 0);
     cr_assert_eq(timer_fired, 1);
     cr_assert_eq(udp_closed, 1);
+    cr_assert_eq(stream_closed, 1);
+    close(sv[1]);
     tern_loop_free(loop);
 }
