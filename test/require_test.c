@@ -291,6 +291,14 @@ ParameterizedTest(size_t *i, require, null_or_freed_group, .timeout = TEST_TIMEO
       tern_process_options_init(NULL))                                                           \
     X(fs_options, "tern_fs_options_init", "opts != NULL", tern_fs_options_init(NULL))            \
     X(job_id, "tern_job_id", "job != NULL", tern_job_id(NULL))                                   \
+    X(job_cancelled, "tern_job_cancelled", "job != NULL", tern_job_cancelled(NULL))              \
+    X(pool_config, "tern_pool_config_init", "cfg != NULL", tern_pool_config_init(NULL))          \
+    X(watch_init, "tern_pool_watch_init", "w != NULL", tern_pool_watch_init(NULL))               \
+    X(watch_set, "tern_pool_watch_set", "w != NULL", tern_pool_watch_set(NULL))                  \
+    X(pool_stats_out, "tern_pool_stats_read", "out != NULL && size > 0",                         \
+      (tern_pool_stats_read(NULL, sizeof(tern_pool_stats)), 0))                                  \
+    X(pool_stats_size, "tern_pool_stats_read", "out != NULL && size > 0",                        \
+      (tern_pool_stats_read(&ps, 0), 0))                                                         \
     X(parse_host, "tern_sockaddr_parse", "host != NULL && out != NULL",                          \
       tern_sockaddr_parse(NULL, 1, &ss))                                                         \
     X(parse_out, "tern_sockaddr_parse", "host != NULL && out != NULL",                           \
@@ -323,8 +331,9 @@ ParameterizedTest(size_t *i, require, null_or_freed_group, .timeout = TEST_TIMEO
     static void acall_##name(tern_loop *L)                                                      \
     {                                                                                           \
         struct sockaddr_storage ss;                                                             \
+        tern_pool_stats ps;                                                                     \
         LOCALS;                                                                                 \
-        (void)L, (void)ss;                                                                      \
+        (void)L, (void)ss, (void)ps;                                                            \
         (void)(expr);                                                                           \
     }
 ARG_CALLS(DEFINE_ARG_CALL)
