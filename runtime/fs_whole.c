@@ -36,7 +36,7 @@ enum {
     WRITE_RENAME,
 };
 
-/* A buffer for a file that reports no size (/proc): grown up to max_bytes. */
+/* A buffer for a file that reports no size (/proc): grown up to max_bytes + 1. */
 #define UNSIZED_FIRST 65536
 /* Temporary names tried before write_file gives up with -EEXIST. */
 #define TMP_TRIES 8
@@ -111,9 +111,12 @@ static void *read_data(struct tern__fs_req *r)
         /* Full. A sized file is complete; an unsized one needs room. */
         if (r->len > 0)
             return next(r, READ_CLOSE);
-        if (r->cap >= r->max_bytes)
+        /* Room for one byte past max_bytes tells a file of exactly
+         * max_bytes (end of file next) from a longer one. */
+        uint64_t limit = r->max_bytes < SSIZE_MAX ? r->max_bytes + 1 : (uint64_t)SSIZE_MAX;
+        if (r->cap >= limit)
             return finish(r, -EFBIG);
-        size_t ncap = r->cap * 2 < r->max_bytes ? r->cap * 2 : (size_t)r->max_bytes;
+        size_t ncap = r->cap * 2 < limit ? r->cap * 2 : (size_t)limit;
         char *nd = tern__realloc(r->res.data, ncap + 1);
         if (nd == NULL)
             return finish(r, -ENOMEM);

@@ -1,0 +1,137 @@
+/*
+ * Whole-file requests at their edges (tern/fs.h): a file whose size fstat
+ * reports as 0 (/proc) is read up to its end, byte for byte what a plain
+ * read gives, through as many steps as it takes; such a file longer than
+ * max_bytes is -EFBIG with no data; a step that cannot grow the buffer is
+ * -ENOMEM. tern_fs_write_file with a path that names no directory writes
+ * in the working directory.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tern.h"
+#include "tern/fs.h"
+#include "testing.h"
+
+#define TEST_TIMEOUT 60
+
+/* A /proc file whose content stays put while the test reads it twice. */
+#define SIZELESS "/proc/self/cmdline"
+
+static int status = 1;
+static size_t got_len;
+static char got[65536];
+static void *got_data;
+
+static void on_read(tern_loop *loop, tern_id id, int st, tern_fs_result *res, void *arg)
+{
+    (void)loop, (void)id, (void)arg;
+    status = st;
+    got_data = res != NULL ? res->data : NULL;
+    if (st == 0) {
+        got_len = (size_t)res->value;
+        cr_assert_lt(got_len, sizeof got);
+        memcpy(got, res->data, got_len);
+        cr_assert_eq(((char *)res->data)[got_len], '\0', "no NUL after the data");
+        tern_fs_free(res->data);
+    }
+}
+
+static size_t plain_read(const char *path, char *out, size_t cap)
+{
+    int fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fd, out + len, cap - len)) > 0)
+        len += (size_t)n;
+    close(fd);
+    return len;
+}
+
+static int read_file(uint64_t max_bytes, size_t step)
+{
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.max_bytes = max_bytes;
+    o.step_bytes = step;
+    status = 1;
+    cr_assert_eq(tern_fs_read_file(loop, SIZELESS, &o, on_read, NULL, NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(loop);
+    return status;
+}
+
+Test(fs_sizeless, a_proc_file_is_read_to_its_end, .timeout = TEST_TIMEOUT)
+{
+    static char want[65536];
+    size_t want_len = plain_read(SIZELESS, want, sizeof want);
+    cr_assert_gt(want_len, 4, "the test needs a few bytes to read");
+    /* Small steps: the buffer grows several times. */
+    cr_assert_eq(read_file(UINT64_C(1) << 20, 3), 0);
+    cr_assert_eq(got_len, want_len, "read %zu bytes, a plain read %zu", got_len, want_len);
+    cr_assert_eq(memcmp(got, want, want_len), 0);
+}
+
+Test(fs_sizeless, longer_than_max_bytes_is_efbig, .timeout = TEST_TIMEOUT)
+{
+    static char want[65536];
+    size_t want_len = plain_read(SIZELESS, want, sizeof want);
+    cr_assert_gt(want_len, 4);
+    cr_assert_eq(read_file(want_len - 2, 3), -EFBIG);
+    /* Exactly max_bytes long is no error. */
+    cr_assert_eq(read_file(want_len, 3), 0);
+    cr_assert_eq(got_len, want_len);
+}
+
+Test(fs_sizeless, a_buffer_that_cannot_grow_is_enomem, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.step_bytes = 1; /* every byte after the first needs a larger buffer */
+    status = 1;
+    cr_assert_eq(tern_fs_read_file(loop, SIZELESS, &o, on_read, NULL, NULL), 0);
+    /* The request's own allocations were made at the call: the next
+     * checked allocation is a growth of the buffer, on the loop thread. */
+    tern__fault_arm(TERN__FAULT_ALLOC, 1);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(fired);
+    cr_assert_eq(status, -ENOMEM, "status %d", status);
+    tern_loop_free(loop);
+}
+
+static int wrote = 1;
+static void on_write(tern_loop *loop, tern_id id, int st, tern_fs_result *res, void *arg)
+{
+    (void)loop, (void)id, (void)res, (void)arg;
+    wrote = st;
+}
+
+Test(fs_sizeless, a_bare_name_is_written_in_the_working_directory, .timeout = TEST_TIMEOUT)
+{
+    char name[64];
+    snprintf(name, sizeof name, "tern-fs-bare-%d", (int)getpid());
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    cr_assert_eq(tern_fs_write_file(loop, name, "hello", 5, NULL, on_write, NULL, NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(loop);
+    cr_assert_eq(wrote, 0, "status %d", wrote);
+    char back[16];
+    size_t n = plain_read(name, back, sizeof back);
+    unlink(name);
+    cr_assert_eq(n, 5);
+    cr_assert_eq(memcmp(back, "hello", 5), 0);
+}
