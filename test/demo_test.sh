@@ -47,6 +47,10 @@
 #      so, and serves a new client while 100 idle connections pass the
 #      limit; a drain limit that passes, or a second SIGTERM, ends the
 #      server with status 3 saying what it abandoned.
+#   10. (before 6, on a server of its own) bounded jobs that block: with
+#      more /block jobs in flight than bounded workers, the watchdog's
+#      overflow workers keep /hash served; /stats and /metrics count the
+#      stalls and overflow workers, which retire once the blocks end.
 #
 # Exit 77 (skipped) when curl or wrk is missing, or when the demo was not
 # built (no libhttp-parser-dev / libssl-dev). Every wait is on the
@@ -579,6 +583,67 @@ for how in limit signal; do
         cat "$work/drain_$how.out" "$work/drain_$how.err"
     fi
 done
+
+# 10. Bounded jobs that block, and the pool's watchdog, on a server of its
+# own: two bounded workers, a stall bound of 200 ms, at most four overflow
+# workers that retire after 1 s without work, and no queue-wait shedding.
+# Four /block jobs of 8 s, each on its own connection, take both workers
+# and queue two more behind them: more blocked requests in flight than
+# bounded workers. The watchdog sees the workers stalled and starts
+# overflow workers, so a /hash asked now is answered while all four
+# blocks are still in flight (the test's bound: the blocks' 8 s), and
+# /stats and /metrics too, which count the stalls and the overflow
+# workers. Once the blocks end, every overflow worker retires. With the
+# watchdog off (--overflow-max 0) the /hash waits behind the blocks until
+# two have ended, and the in-flight check fails.
+if start_server blk --threads 2 --queue 64 --shed-wait-ms 100000 --stall-ms 200 \
+    --overflow-max 4 --overflow-idle-ms 1000; then
+    bp=$sport
+    bpid=$spid
+    check "the start line states the watchdog ($(grep -o 'watchdog: [^;]*' "$work/blk.out"))" \
+        grep -q 'watchdog: stall 200 ms, 4 overflow workers, idle 1000 ms' "$work/blk.out"
+    check "/block refuses a time over its cap (10000 ms) with 400" \
+        test "$(get -o /dev/null -w '%{http_code}' "http://127.0.0.1:$bp/block?ms=10001")" = 400
+    block_pids=()
+    for i in 1 2 3 4; do
+        get --max-time 60 "http://127.0.0.1:$bp/block?ms=8000&i=$i" >"$work/block$i" &
+        block_pids+=($!)
+    done
+    four_in_flight() { [ "$(stat_of "$bp" jobs_in_flight)" = 4 ]; }
+    wait_for 30 "the four /block jobs to be in flight" four_in_flight
+    hash_blk=$(get --max-time 60 "http://127.0.0.1:$bp/hash?rounds=1000")
+    still=0
+    for b in "${block_pids[@]}"; do kill -0 "$b" 2>/dev/null && still=$((still + 1)); done
+    check "/hash is answered while all four /block requests are in flight ($still of 4)" \
+        test "$hash_blk" = "$want" -a "$still" -eq 4
+    get "http://127.0.0.1:$bp/stats" | tr ',{}' '\n\n\n' >"$work/blk.stats"
+    check "/stats too, counting stalls ($(field "$work/blk.stats" stalls)) and overflow workers started ($(field "$work/blk.stats" overflow_started))" \
+        test "$(field "$work/blk.stats" stalls)" -ge 2 -a "$(field "$work/blk.stats" overflow_started)" -ge 1
+    get "http://127.0.0.1:$bp/metrics" >"$work/blk.metrics"
+    check "/metrics counts them too" \
+        grep -Eq '^tern_pool_overflow_threads_started_total [1-9]' "$work/blk.metrics"
+    if [ -n "$pyprom" ]; then
+        check "and still parses with the Prometheus parser" \
+            bash -c "'$pyprom' '$checker' 2 2 <'$work/blk.metrics' >'$work/blk.metrics.check'"
+    fi
+    wait "${block_pids[@]}"
+    nblocked=$(cat "$work"/block[1-4] | grep -c '^blocked 8000 ms$')
+    check "every /block is answered when its time is up ($nblocked of 4)" test "$nblocked" -eq 4
+    retired() {
+        local s
+        s=$(get "http://127.0.0.1:$bp/stats")
+        [ "$(echo "$s" | grep -o '"overflow_now":[0-9]*')" = '"overflow_now":0' ] &&
+            [ "$(echo "$s" | grep -o '"overflow_started":[0-9]*' | cut -d: -f2)" = \
+                "$(echo "$s" | grep -o '"overflow_retired":[0-9]*' | cut -d: -f2)" ]
+    }
+    check "then every overflow worker retires (started = retired, none alive)" \
+        wait_for 30 "the overflow workers to retire" retired
+    kill -TERM "$bpid"
+    wait_for 30 "the /block server to exit" exited_pid "$bpid"
+else
+    fail "the /block server did not start"
+    cat "$work/blk.out" "$work/blk.err"
+fi
 
 # 7. Two loops, and SIGHUP's reconfiguration in exclusive mode.
 snapshot "$work/loops"

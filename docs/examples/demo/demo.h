@@ -55,6 +55,7 @@ struct counters {
     _Atomic uint64_t slow_reader_closed; /* answers above the high-water mark past the write bound */
     _Atomic uint64_t too_large;        /* bodies over --max-body-bytes, refused 413 */
     _Atomic uint64_t upgrade_refused;  /* protocol upgrades, refused 501 */
+    _Atomic uint64_t block_done;       /* /block jobs that slept their time and were answered */
     /* Every -EAGAIN from tern_submit_with, by its cause (tern_loop_last_refusal). */
     _Atomic uint64_t refused[TERN_REFUSED_THREADS + 1];
 };

@@ -7,6 +7,7 @@
  *             [--owner-cap 4] [--request-timeout-ms 10000]
  *             [--idle-timeout-ms 30000] [--write-timeout-ms 10000]
  *             [--max-body-bytes 65536] [--drain-timeout-ms 30000]
+ *             [--stall-ms 1000] [--overflow-max 4] [--overflow-idle-ms 5000]
  *
  * It serves on a loop group: --loops loops (default: one per CPU), each on
  * its own thread with its own listener on the shared port (SO_REUSEPORT),
@@ -37,6 +38,14 @@
  * A request body over --max-body-bytes is refused 413 as soon as its
  * length (or a chunk's) is known; a request to upgrade the protocol is
  * refused 501; both close the connection.
+ *
+ * The pool's watchdog is on: a bounded job running past --stall-ms is
+ * counted as stalled, and while one is and jobs wait, overflow workers
+ * (at most --overflow-max at once, 0 to only count) take the queue on;
+ * each retires after --overflow-idle-ms without work. The defaults are the
+ * pool's (TERN_POOL_STALL_MS, TERN_POOL_OVERFLOW_MAX,
+ * TERN_POOL_OVERFLOW_IDLE_MS, or 1000 ms, 4 and 5000 ms). /block?ms=N
+ * (routes.c) is the route that shows it: a bounded job that blocks.
  */
 #include <errno.h>
 #include <limits.h>
@@ -64,7 +73,8 @@ static void usage(const char *argv0)
             "          [--long-max N] [--shed-wait-ms N] [--hup-shed-wait-ms N] [--max-rounds N]\n"
             "          [--files DIR] [--owner-cap N] [--request-timeout-ms N]\n"
             "          [--idle-timeout-ms N] [--write-timeout-ms N] [--max-body-bytes N]\n"
-            "          [--drain-timeout-ms N]\n",
+            "          [--drain-timeout-ms N] [--stall-ms N] [--overflow-max N]\n"
+            "          [--overflow-idle-ms N]\n",
             argv0);
     exit(2);
 }
@@ -301,6 +311,11 @@ int main(int argc, char **argv)
     const char *files_dir = NULL;
     unsigned long owner_cap = 4, request_ms = 10000, idle_ms = 30000, write_ms = 10000;
     unsigned long drain_ms = 30000, max_body = 65536;
+    tern_pool_watch watch;
+    tern_pool_watch_init(&watch);
+    unsigned long stall_ms = (unsigned long)(watch.stall_ns / 1000000);
+    unsigned long overflow_max = watch.overflow_max;
+    unsigned long overflow_idle_ms = (unsigned long)(watch.overflow_idle_ns / 1000000);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -340,14 +355,31 @@ int main(int argc, char **argv)
             drain_ms = number(v, argv[0]);
         else if (strcmp(a, "--max-body-bytes") == 0)
             max_body = number(v, argv[0]);
+        else if (strcmp(a, "--stall-ms") == 0)
+            stall_ms = number(v, argv[0]);
+        else if (strcmp(a, "--overflow-max") == 0)
+            overflow_max = number(v, argv[0]);
+        else if (strcmp(a, "--overflow-idle-ms") == 0)
+            overflow_idle_ms = number(v, argv[0]);
         else
             usage(argv[0]);
     }
     /* tern_owner_open takes caps 1..2^31; a day bounds the timeouts well below 2^62 ns. */
     if (loops > 1024 || owner_cap < 1 || owner_cap > (1ul << 31) || request_ms < 1 ||
         request_ms > 86400000 || idle_ms < 1 || idle_ms > 86400000 || write_ms < 1 ||
-        write_ms > 86400000 || drain_ms < 1 || drain_ms > 86400000)
+        write_ms > 86400000 || drain_ms < 1 || drain_ms > 86400000 || stall_ms > 86400000 ||
+        overflow_max > 64 || overflow_idle_ms < 1 || overflow_idle_ms > 86400000)
         usage(argv[0]);
+    /* Process-wide, and in force before the pool starts with the group. */
+    watch.stall_ns = (uint64_t)stall_ms * 1000 * 1000;
+    watch.overflow_max = (unsigned)overflow_max;
+    watch.overflow_idle_ns = (uint64_t)overflow_idle_ms * 1000 * 1000;
+    int wrc = tern_pool_watch_set(&watch);
+    if (wrc < 0) {
+        fprintf(stderr, "tern-demo: the watchdog's settings: %s\n",
+                tern_strerror(wrc));
+        return 1;
+    }
     unsigned long fd_limit = raise_fd_limit();
     if (port != 0) {
         int prc = probe_port(host, port);
@@ -439,10 +471,11 @@ int main(int argc, char **argv)
     printf("tern-demo listening on http://%s:%u (%u loops; pool: %u threads, queue %u; shed "
            "above %lu ms queue-wait p99, %lu ms after SIGHUP; %lu hashes in flight per "
            "connection; requests complete within %lu ms, idle %lu ms; descriptors %lu; "
-           "pid %ld)\n",
+           "watchdog: stall %llu ms, %u overflow workers, idle %llu ms; pid %ld)\n",
            host, shared_port, app.nloops, pool.threads, pool.queue_capacity, shed_ms,
            (unsigned long)(app.shed_wait_ns[1] / 1000000), owner_cap, request_ms, idle_ms,
-           fd_limit, (long)getpid());
+           fd_limit, (unsigned long long)(watch.stall_ns / 1000000), watch.overflow_max,
+           (unsigned long long)(watch.overflow_idle_ns / 1000000), (long)getpid());
     fflush(stdout);
 
     tern_group_wait(app.group); /* until the shutdown has run its course */

@@ -120,6 +120,8 @@ static void pool_part(struct out *o)
         {"tern_pool_reserved", "Queue slots reserved by multi-step requests.", p.reserved},
         {"tern_pool_long_threads", "Threads of the long class.", p.long_threads},
         {"tern_pool_long_busy", "Long-class threads running a job.", p.long_busy},
+        {"tern_pool_overflow_threads", "Overflow workers alive (the watchdog starts them).",
+         p.overflow_now},
     };
     for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++) {
         family(o, gauges[i].name, "gauge", gauges[i].help);
@@ -131,6 +133,16 @@ static void pool_part(struct out *o)
     put(o, "tern_pool_jobs_total{outcome=\"completed\"} %" PRIu64 "\n", p.completed);
     put(o, "tern_pool_jobs_total{outcome=\"cancelled\"} %" PRIu64 "\n", p.cancelled);
     put(o, "tern_pool_jobs_total{outcome=\"timed_out\"} %" PRIu64 "\n", p.timed_out);
+
+    family(o, "tern_pool_stalls_total", "counter",
+           "Bounded jobs seen running past the watchdog's stall bound.");
+    put(o, "tern_pool_stalls_total %" PRIu64 "\n", p.stalls);
+    family(o, "tern_pool_overflow_threads_started_total", "counter",
+           "Overflow workers the watchdog started.");
+    put(o, "tern_pool_overflow_threads_started_total %" PRIu64 "\n", p.overflow_started);
+    family(o, "tern_pool_overflow_threads_retired_total", "counter",
+           "Overflow workers that retired after idling.");
+    put(o, "tern_pool_overflow_threads_retired_total %" PRIu64 "\n", p.overflow_retired);
 
     /* Every cause of TERN_REFUSAL_MAP, by the name tern_refusal_name gives it. */
     family(o, "tern_pool_refusals_total", "counter",

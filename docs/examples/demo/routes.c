@@ -22,6 +22,14 @@
  * The bound is read here, on the loop, without a lock: SIGHUP rewrites it
  * only in exclusive mode, when no loop runs (main.c, loops.c).
  *
+ * /block?ms=N (1..BLOCK_MAX_MS) is a bounded job that blocks its worker
+ * for N ms, as a read from a hung server or an open on a slow disk would:
+ * work that was put on the bounded class but does not belong there. It
+ * counts against the connection's owner cap like /hash. Enough of them
+ * take every bounded worker; the pool's watchdog (main.c, --stall-ms and
+ * --overflow-max) then sees the workers stalled and starts overflow
+ * workers that keep the rest of the queue, /hash included, moving.
+ *
  * /slow runs on the long class: it holds its worker for the whole stream,
  * which is what that class is for. Each chunk is posted back to the loop
  * (tern_post) and written there. Posts and the job's completion travel
@@ -41,11 +49,15 @@
 
 #include "demo.h"
 
+/* The longest a /block job may block its worker: 10 s. */
+#define BLOCK_MAX_MS 10000
+
 #define PAGE                                                                      \
     "<!doctype html>\n<html><head><title>tern demo</title></head><body>\n"        \
     "<h1>tern demo</h1>\n<ul>\n"                                                  \
     "<li><a href=\"/hash?rounds=1000\">/hash?rounds=N</a> PBKDF2 on the pool</li>\n" \
     "<li><a href=\"/slow?seconds=3\">/slow?seconds=S</a> a chunk a second</li>\n" \
+    "<li><a href=\"/block?ms=2000\">/block?ms=N</a> a bounded job that blocks</li>\n" \
     "<li><a href=\"/stats\">/stats</a> pool and loop statistics</li>\n"           \
     "<li><a href=\"/metrics\">/metrics</a> the same for Prometheus</li>\n"         \
     "<li>/files/PATH a file from the --files directory</li>\n"                   \
@@ -210,6 +222,100 @@ static void route_hash(struct conn *c, const char *q, size_t qlen)
         return;
     }
     r->job = &h->base;
+    srv->jobs++;
+    srv->owner_jobs++;
+}
+
+/* ------------------------------------------------------------------ */
+/* /block                                                              */
+/* ------------------------------------------------------------------ */
+
+struct block_job {
+    struct job_base base; /* .conn is NULL once the connection closed */
+    struct reply *reply;
+    unsigned ms;
+};
+
+static void *block_work(tern_job *job, void *arg)
+{
+    struct block_job *b = arg;
+    /* Blocked, as far as the pool can tell, for the whole time; the sleep
+     * is cut in slices only so that a closed connection frees the worker. */
+    for (unsigned left = b->ms; left > 0 && !tern_job_cancelled(job);) {
+        unsigned slice = left < 50 ? left : 50;
+        nanosleep(&(struct timespec){0, (long)slice * 1000 * 1000}, NULL);
+        left -= slice;
+    }
+    return b;
+}
+
+static void block_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)result;
+    struct block_job *b = arg;
+    struct conn *c = b->base.conn;
+    struct server *srv = b->base.srv;
+    srv->jobs--;
+    srv->owner_jobs--;
+    if (c != NULL) {
+        char body[64];
+        int n = snprintf(body, sizeof(body), "blocked %u ms\n", b->ms);
+        if (status == 0) {
+            srv->n.ok++;
+            srv->n.block_done++;
+            http_fill(c, b->reply, 200, "text/plain", NULL, body, (size_t)n);
+        } else {
+            http_fill(c, b->reply, 500, "text/plain", NULL, "block failed\n", 13);
+        }
+        http_continue(c);
+    }
+    free(b);
+    server_maybe_done(srv);
+}
+
+static void route_block(struct conn *c, const char *q, size_t qlen)
+{
+    struct server *srv = c->srv;
+    unsigned long ms = 1000;
+    if (qlen > 0 && (!query_uint(q, qlen, "ms", &ms) || ms < 1 || ms > BLOCK_MAX_MS)) {
+        srv->n.bad_request++;
+        http_respond(c, 400, "text/plain", NULL, "ms must be 1..10000\n", 20);
+        return;
+    }
+    if (server_over_wait_bound(srv)) {
+        shed(c, NULL, &srv->n.shed_wait, "queue_wait");
+        return;
+    }
+    struct block_job *b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
+        return;
+    }
+    struct reply *r = http_reserve(c);
+    if (r == NULL) {
+        free(b);
+        return;
+    }
+    b->base.conn = c;
+    b->base.srv = srv;
+    b->reply = r;
+    b->ms = (unsigned)ms;
+    tern_job_options opts;
+    tern_job_options_init(&opts);
+    opts.owner = c->owner;
+    int rc = tern_submit_with(srv->loop, TERN_BOUNDED, block_work, block_done, b, &opts,
+                              &b->base.id);
+    if (rc < 0) {
+        free(b);
+        if (rc == -EAGAIN)
+            shed(c, r, &srv->n.shed_refused, count_refusal(srv));
+        else
+            http_fill(c, r, 500, "text/plain", NULL, "submit failed\n", 14);
+        return;
+    }
+    r->job = &b->base;
     srv->jobs++;
     srv->owner_jobs++;
 }
@@ -382,7 +488,8 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         ",\"owners\":%u,\"owner_jobs\":%u,\"slowloris_closed\":%" PRIu64
         ",\"idle_closed\":%" PRIu64 ",\"request_timeout_ms\":%" PRIu64
         ",\"idle_timeout_ms\":%" PRIu64 ",\"slow_reader_closed\":%" PRIu64
-        ",\"too_large\":%" PRIu64 ",\"upgrade_refused\":%" PRIu64 ",\"fd_limit\":%lu},\n"
+        ",\"too_large\":%" PRIu64 ",\"upgrade_refused\":%" PRIu64 ",\"fd_limit\":%lu"
+        ",\"block_done\":%" PRIu64 "},\n"
         " \"refusals\":%s,\n"
         " \"connection_owner\":{\"cap\":%u,\"in_flight\":%u,\"jobs_accepted\":%" PRIu64
         ",\"jobs_refused\":%" PRIu64 "},\n"
@@ -391,7 +498,9 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         "\"long_threads\":%u,\"long_busy\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
         ",\"cancelled\":%" PRIu64 ",\"refused_queue_full\":%" PRIu64
         ",\"refused_long_ceiling\":%" PRIu64 ",\"wait_p50_ns\":%" PRIu64
-        ",\"wait_p99_ns\":%" PRIu64 ",\"run_p50_ns\":%" PRIu64 ",\"run_p99_ns\":%" PRIu64 "},\n"
+        ",\"wait_p99_ns\":%" PRIu64 ",\"run_p50_ns\":%" PRIu64 ",\"run_p99_ns\":%" PRIu64
+        ",\"timed_out\":%" PRIu64 ",\"stalls\":%" PRIu64 ",\"overflow_started\":%" PRIu64
+        ",\"overflow_retired\":%" PRIu64 ",\"overflow_now\":%u},\n"
         " \"loop\":{\"turns\":%" PRIu64 ",\"posts\":%" PRIu64 ",\"wake_syscalls\":%" PRIu64
         ",\"events\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"live_operations\":%u,"
         "\"undelivered\":%u,\"undelivered_peak\":%u}}\n",
@@ -401,11 +510,13 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         n->slow_completed, n->slow_cancelled, n->files_served, n->forbidden, g.jobs,
         srv->shed_wait_ns / 1000000, srv->owner_cap, g.owners, g.owner_jobs,
         n->slowloris_closed, n->idle_closed, srv->request_ns / 1000000, srv->idle_ns / 1000000,
-        n->slow_reader_closed, n->too_large, n->upgrade_refused, srv->fd_limit, refusals, mine.cap, mine.in_flight,
+        n->slow_reader_closed, n->too_large, n->upgrade_refused, srv->fd_limit, n->block_done,
+        refusals, mine.cap, mine.in_flight,
         mine.accepted, mine.refused, loops, p.threads, p.busy, p.queued, p.queued_peak,
         p.reserved, p.long_threads, p.long_busy, p.submitted, p.completed, p.cancelled,
         p.refused_queue_full, p.refused_long_ceiling, p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns,
-        p.run_p99_ns, l.turns, l.posts, l.wake_syscalls, l.events, l.idle_ns, l.live_operations,
+        p.run_p99_ns, p.timed_out, p.stalls, p.overflow_started, p.overflow_retired,
+        p.overflow_now, l.turns, l.posts, l.wake_syscalls, l.events, l.idle_ns, l.live_operations,
         l.undelivered, l.undelivered_peak);
 }
 
@@ -423,6 +534,8 @@ bool route_request(struct conn *c, const char *path, size_t path_len, const char
         http_respond(c, 200, "text/html; charset=utf-8", NULL, PAGE, sizeof(PAGE) - 1);
     } else if (is(path, path_len, "/hash")) {
         route_hash(c, query, query_len);
+    } else if (is(path, path_len, "/block")) {
+        route_block(c, query, query_len);
     } else if (is(path, path_len, "/slow") ||
                (path_len > 7 && memcmp(path, "/files/", 7) == 0)) {
         /* These own the connection while they run: after the answers before them. */
