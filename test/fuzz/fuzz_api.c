@@ -184,6 +184,8 @@ struct rec {
     int pid;            /* process: the child's pid */
     int want_exit;      /* process: the exit code its program ends with */
     bool signalled;     /* process: tern_process_kill sent it a signal */
+    bool said_stopped;  /* process, wait: a cancel answered TERN_CANCEL_STOPPED */
+    bool said_finished; /* process, wait: a cancel answered TERN_CANCEL_FINISHED */
 };
 
 static struct rec recs[MAX_RECS];
@@ -2617,6 +2619,10 @@ static void exit_cb(tern_loop *loop, tern_id id, int status, int exit_code, int 
     arrived(r, loop, "process exit");
     ENSURE(id == r->id, "process exit: wrong id");
     ENSURE(r->calls == 0, "process exit: a second callback");
+    ENSURE(!r->said_stopped || status == -ECANCELED,
+           "process exit: %s after a cancel said it stopped", tern_err_name(status));
+    ENSURE(!r->said_finished || status == 0,
+           "process exit: %s after a cancel said it had finished", tern_err_name(status));
     if (status == 0) {
         if (term_signal != 0)
             ENSURE(exit_code == -1 && r->signalled, "process exit: signal %d, code %d%s",
@@ -2744,7 +2750,14 @@ static void step_process_call(struct input *in)
     } else {
         cancel_coming(s, id);
         rc = tern__test_cancel_now(loop, id);
-        ENSURE(rc <= TERN_CANCEL_FINISHED, "tern_cancel of a process: %d", rc);
+        ENSURE(rc <= TERN_CANCEL_FINISHED && rc != TERN_CANCEL_RUNNING,
+               "tern_cancel of a process: %d", rc);
+        if (!ended)
+            ENSURE(rc >= 0, "tern_cancel of a running process: %s", tern_err_name(rc));
+        if (!ended && rc >= 0) {
+            r->said_stopped = rc == TERN_CANCEL_STOPPED;
+            r->said_finished = rc == TERN_CANCEL_FINISHED;
+        }
         if (rc >= 0) {
             stopped_by_id(id, s, true);
             cancel_done(s, id);
@@ -2847,6 +2860,10 @@ static void wait_fd_done(tern_loop *loop, tern_id id, int status, void *result, 
     arrived(r, loop, "wait");
     ENSURE(id == r->id, "wait: wrong id");
     ENSURE(r->calls == 0, "wait: a second done");
+    ENSURE(!r->said_stopped || status == -ECANCELED,
+           "wait: %s after a cancel said it stopped", tern_err_name(status));
+    ENSURE(!r->said_finished || status == 0,
+           "wait: %s after a cancel said it had finished", tern_err_name(status));
     ENSURE(status == 0 || status == -ECANCELED || status == -ETIMEDOUT, "wait: status %s",
            tern_err_name(status));
     check_stop_status(r, status, "wait");
@@ -2935,6 +2952,43 @@ static void step_wait(struct input *in)
         admission_after(s, rc, want, o, is_call, &before, what);
 }
 
+/*
+ * Cancel a wait: at once (as the loop's thread) or queued; the outcome
+ * says what its done will be (STOPPED: -ECANCELED; FINISHED: 0).
+ */
+static void step_wait_cancel(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    struct rec *r;
+    tern_id id = pick_kind_id(in, K_WAIT, s, &r);
+    struct rec *other = rec_find(id);
+    if (other != NULL && (other->kind != K_WAIT || other->slot != s))
+        return; /* a cancel of another kind is step_cancel's */
+    bool owed_now = r != NULL && r->calls == 0;
+    cancel_coming(s, id);
+    int rc;
+    if (c & 1) {
+        rc = tern_cancel(loop, id);
+        ENSURE(rc == TERN_CANCEL_REQUESTED || id == 0, "a queued cancel of a wait: %d", rc);
+        if (rc == TERN_CANCEL_REQUESTED)
+            tern_loop_run_once(loop, 0); /* its step 1 resolves it */
+        return;
+    }
+    rc = tern__test_cancel_now(loop, id);
+    if (owed_now) {
+        ENSURE(rc == TERN_CANCEL_STOPPED || rc == TERN_CANCEL_FINISHED,
+               "tern_cancel of a wait not yet done: %d", rc);
+        r->said_stopped = rc == TERN_CANCEL_STOPPED;
+        r->said_finished = rc == TERN_CANCEL_FINISHED;
+    } else {
+        stale_rc(id, rc, "tern_cancel of a finished or stranger wait");
+    }
+}
+
 /* --- The extended table ------------------------------------------- */
 
 /*
@@ -2958,7 +3012,8 @@ static void step_wait(struct input *in)
     X(step_fswatch)                                                            \
     X(step_touch)                                                              \
     X(step_wait)                                                               \
-    X(step_wait)
+    X(step_wait)                                                               \
+    X(step_wait_cancel)
 
 static void (*const extended_steps[])(struct input *) = {
 #define EXTENDED_STEP_ENTRY(fn) fn,
