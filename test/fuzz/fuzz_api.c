@@ -2124,7 +2124,7 @@ static void step_udp_call(struct input *in)
         tern_buf bufs[65];
         unsigned nb = (d >> 1) % 4 == 3 ? 65 : (d >> 1) % 4; /* 0 and 65 are bad */
         for (unsigned i = 0; i < nb; i++)
-            bufs[i] = (tern_buf){payload, (size_t)(d >> 3) * (i + 1)};
+            bufs[i] = (tern_buf){payload, (d & 0x80) ? 4000 : (size_t)(d >> 3) * (i + 1)};
         const struct sockaddr *to = NULL;
         switch ((c >> 4) & 3) {
         case 0: to = udp_addr(fam, r != NULL ? r->port : 9, &ss); break;
@@ -3219,9 +3219,10 @@ static void finish(void)
     /* No descriptor is left (tern's reaper may close its last one a moment
      * after it reaped the last child). */
     for (int tries = 0; fd_count(false, false) != fds_at_start; tries++) {
-        if (tries == 2000)
-            ENSURE(false, "%d descriptors open after the input, %d before it",
-                   fd_count(false, true), fds_at_start);
+        if (tries == 2000) {
+            int now = fd_count(false, true); /* names the new ones */
+            FAIL("%d descriptors open after the input, %d before it", now, fds_at_start);
+        }
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
