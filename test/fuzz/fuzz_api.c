@@ -2305,7 +2305,7 @@ static void step_unix(struct input *in)
             ENSURE(rc == -ENOENT, "tern_unix_listen in a missing directory: %s",
                    tern_err_name(rc));
         if (rc != 0) {
-            if (which == 3 || which == 4) {
+            if (path != NULL && (which == 3 || which == 4)) {
                 struct stat st;
                 ENSURE(lstat(path, &st) != 0, "a refused listen left %s", path);
             }
