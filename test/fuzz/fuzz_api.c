@@ -2077,8 +2077,14 @@ static void step_udp_bind(struct input *in)
     tern_loop_stats_get(loop, &before);
     int rc = tern_udp_bind(loop, host, port, fl, &r->id);
     start_refusal_check(s, rc, &before, false, "tern_udp_bind");
-    if ((c & 3) == 3 || port > 65535 || fl == 0x100)
-        ENSURE(rc == -EINVAL, "tern_udp_bind with a bad argument: %s", tern_err_name(rc));
+    if (port > 65535 || fl == 0x100)
+        ENSURE(rc == -EINVAL, "tern_udp_bind with a bad port or flags: %s", tern_err_name(rc));
+    else if ((c & 3) == 3)
+        /* The host is parsed after admission: at max_operations a host that
+         * is no numeric address is refused as -EAGAIN first. */
+        ENSURE(rc == -EINVAL ||
+                   (rc == -EAGAIN && before.live_operations >= slots[s].max_operations),
+               "tern_udp_bind of a host that is no address: %s", tern_err_name(rc));
     if (rc != 0)
         return;
     r->accepted = true;
