@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "net/net_p.h"
 #include "process_p.h"
 
 enum { RUNNING, EXITED, CANCELLED };
@@ -117,9 +118,11 @@ static void undo_fds(tern_loop *loop, struct launch_fds *l, unsigned n)
 {
     close_child_ends(l, n);
     for (unsigned i = 0; i < n; i++) {
+        /* A stream that never reached the caller ends now, owing no close
+         * callback: a refused spawn leaves no operation on the loop. */
         if (l->stream[i] != 0)
-            (void)tern_stream_close(loop, l->stream[i]);
-        else if (l->parent_end[i] >= 0)
+            tern__stream_discard(tern__stream_get(loop, l->stream[i]));
+        if (l->parent_end[i] >= 0)
             close(l->parent_end[i]);
     }
 }

@@ -151,6 +151,12 @@ BACKEND_TEST(process, missing_program_is_enoent)
     o.file = "/bin/sh";
     o.cwd = "/nonexistent/directory";
     cr_assert_eq(tern_process_spawn(loop, &o, on_exit_cb, &e, NULL), -ENOENT);
+    /* A stdio stream opened before the launch failed is gone at once too. */
+    tern_stdio io[2] = {{.kind = TERN_STDIO_IGNORE}, {.kind = TERN_STDIO_STREAM}};
+    o.stdio = io;
+    o.stdio_count = 2;
+    cr_assert_eq(tern_process_spawn(loop, &o, on_exit_cb, &e, NULL), -ENOENT);
+    cr_assert_eq(loop_live(loop), 0, "a refused spawn left its stdio stream live");
     int st;
     cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a failed spawn left a child");
     cr_assert_eq(errno, ECHILD);

@@ -128,6 +128,12 @@ int main(int argc, char **argv)
            "accepted, %u refused for the owner's cap; %u with a timeout accepted, %u ended "
            "-ETIMEDOUT\n", adm_seen.owners, adm_seen.closes, adm_seen.owned_accepted,
            adm_seen.owner_cap_refusals, adm_seen.timed_accepted, adm_seen.timed_out);
-    printf("%u passed, 0 failed\n", replayed);
+    printf("fuzz_replay: extended steps reached:");
+#define EXTENDED_STEP_NAME(fn) #fn,
+    static const char *const names[] = {EXTENDED_STEPS(EXTENDED_STEP_NAME)};
+#undef EXTENDED_STEP_NAME
+    for (size_t k = 0; k < EXTENDED_COUNT; k++)
+        printf(" %s %u", names[k] + 5, extended_seen[k]);
+    printf("\n%u passed, 0 failed\n", replayed);
     return 0;
 }
