@@ -163,8 +163,23 @@ struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id);
 /* Watch the descriptor for exactly `events` (0 stops the watcher, which
  * never fails). 0, or -ENOMEM and the backend's errors. */
 int tern__stream_watch(struct tern__stream *s, unsigned events);
-/* The events the stream's state asks for (0: none). */
-unsigned tern__stream_wanted(const struct tern__stream *s);
+/* The events the stream's state asks for (0: none); inline: every
+ * readiness dispatch asks it. */
+static inline unsigned tern__stream_wanted(const struct tern__stream *s)
+{
+    if ((s->state & TERN__S_CLOSING) || s->fd < 0)
+        return 0;
+    if (s->kind == TERN__LISTENER)
+        return (s->state & TERN__S_BACKOFF) ? 0 : TERN_READABLE;
+    if (s->state & TERN__S_CONNECTING)
+        return TERN_WRITABLE;
+    unsigned ev = 0;
+    if (s->state & TERN__S_READING)
+        ev |= TERN_READABLE;
+    if (s->wq != NULL)
+        ev |= TERN_WRITABLE;
+    return ev;
+}
 /* Queue the stream so its dispatch delivers what it owes. */
 void tern__stream_owe(struct tern__stream *s);
 /* Stop the connect timeout or the back-off; cancel a lookup in flight. */

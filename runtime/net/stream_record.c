@@ -98,22 +98,6 @@ int tern__stream_watch(struct tern__stream *s, unsigned events)
     return tern__io_modify(loop, &s->io, events);
 }
 
-unsigned tern__stream_wanted(const struct tern__stream *s)
-{
-    if ((s->state & TERN__S_CLOSING) || s->fd < 0)
-        return 0;
-    if (s->kind == TERN__LISTENER)
-        return (s->state & TERN__S_BACKOFF) ? 0 : TERN_READABLE;
-    if (s->state & TERN__S_CONNECTING)
-        return TERN_WRITABLE;
-    unsigned ev = 0;
-    if (s->state & TERN__S_READING)
-        ev |= TERN_READABLE;
-    if (s->wq != NULL)
-        ev |= TERN_WRITABLE;
-    return ev;
-}
-
 /*
  * Free the record once the close callback ran and no lookup holds it.
  */

@@ -93,8 +93,19 @@ extern const struct tern__op_class tern__udp_class;
 struct tern__udp *tern__udp_get(tern_loop *loop, tern_id id);
 /* Queue the socket so its dispatch delivers what it owes. */
 void tern__udp_owe(struct tern__udp *u);
-/* The events the socket's state asks for (0: none). */
-unsigned tern__udp_wanted(const struct tern__udp *u);
+/* The events the socket's state asks for (0: none); inline: every
+ * readiness dispatch asks it. */
+static inline unsigned tern__udp_wanted(const struct tern__udp *u)
+{
+    if (u->state & TERN__U_CLOSING)
+        return 0;
+    unsigned ev = 0;
+    if (u->state & TERN__U_RECEIVING)
+        ev |= TERN_READABLE;
+    if (u->sq != NULL)
+        ev |= TERN_WRITABLE;
+    return ev;
+}
 /* Watch the descriptor for exactly `events` (0 stops the watcher, which
  * never fails). 0, or -ENOMEM and the backend's errors. */
 int tern__udp_watch(struct tern__udp *u, unsigned events);

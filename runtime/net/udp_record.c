@@ -24,18 +24,6 @@ void tern__udp_owe(struct tern__udp *u)
     tern__op_ready(u->loop, &u->op); /* a no-op when already queued */
 }
 
-unsigned tern__udp_wanted(const struct tern__udp *u)
-{
-    if (u->state & TERN__U_CLOSING)
-        return 0;
-    unsigned ev = 0;
-    if (u->state & TERN__U_RECEIVING)
-        ev |= TERN_READABLE;
-    if (u->sq != NULL)
-        ev |= TERN_WRITABLE;
-    return ev;
-}
-
 int tern__udp_watch(struct tern__udp *u, unsigned events)
 {
     if (events == u->io.events)
