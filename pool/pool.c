@@ -272,6 +272,8 @@ bool tern__pool_running(void)
 static void cancel_queued(struct tern__work *job)
 {
     uint8_t expected = TERN__WORK_QUEUED;
+    /* Both before the swap: a cancel that sees FINISHED then sees them. */
+    atomic_store_explicit(&job->unrun, true, memory_order_relaxed);
     atomic_store_explicit(&job->cancel, true, memory_order_relaxed);
     if (!atomic_compare_exchange_strong_explicit(&job->state, &expected, TERN__WORK_FINISHED,
                                                  memory_order_acq_rel, memory_order_acquire)) {

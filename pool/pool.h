@@ -69,6 +69,7 @@ struct tern__work {
     uint8_t occupancy;      /* tern_occupancy: the class */
     uint8_t kind;           /* enum tern__work_kind */
     uint16_t cancel_window; /* pool: cancelling shutdowns begun when it started */
+    _Atomic bool unrun;     /* pool: a cancelling shutdown stopped it before it ran */
     tern_work_fn fn;
     void *arg;
     void *result;
@@ -91,7 +92,8 @@ _Static_assert(sizeof(struct tern__work) == 48, "the work header is six words");
  *                    its result is NULL, and nothing more comes back for it
  *                    but, maybe, the final hand-back to free it. The client
  *                    delivers its outcome itself, now.
- *   STOPPED_BEFORE   an earlier stop stopped it; nothing changes.
+ *   STOPPED_BEFORE   an earlier stop stopped it, or a cancelling shutdown
+ *                    did before its work ran; nothing changes.
  *   TOLD_NOW         w was running (or had just returned): its cancel flag
  *                    is now set, and its hand-back comes as usual.
  *   TOLD_BEFORE      the flag was set earlier (a stop, or a cancelling

@@ -35,6 +35,9 @@ enum tern__stop tern__work_stop(struct tern__work *w)
     /* Stopped before; the pool may have let go of it since (POOL_DONE). */
     if (state == TERN__WORK_TOMBSTONED || state == TERN__WORK_POOL_DONE)
         return TERN__STOP_STOPPED_BEFORE;
+    /* A cancelling shutdown stopped it unrun: done gets -ECANCELED and NULL. */
+    if (atomic_load_explicit(&w->unrun, memory_order_relaxed))
+        return TERN__STOP_STOPPED_BEFORE;
     /*
      * Told before (running, or finished since). A worker latches the flag
      * only before its release store of FINISHED, so with FINISHED seen
@@ -65,6 +68,9 @@ enum tern__stop tern__work_stop(struct tern__work *w)
     }
     if (bounded)
         tern__tombstones_sub(); /* no tombstone after all: for a moment it was overstated */
+    /* A cancelling shutdown's drain took it first (unrun is set before its swap). */
+    if (atomic_load_explicit(&w->unrun, memory_order_relaxed))
+        return TERN__STOP_STOPPED_BEFORE;
     return TERN__STOP_TOLD_NOW; /* claimed meanwhile (it sees the flag) or just finished */
 }
 
@@ -112,6 +118,7 @@ bool tern__work_started(struct tern__work *w)
      * Taken off the queue during a cancelling shutdown (its drain had not
      * reached it yet): it counts as queued, so its work never starts.
      */
+    atomic_store_explicit(&w->unrun, true, memory_order_relaxed);
     atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
     return false;
 }

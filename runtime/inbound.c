@@ -1,26 +1,13 @@
 /*
- * The inbound queue and the wake protocol: the only ways another thread
- * reaches a loop. Post records come from inbound_block.c.
+ * The inbound queue: posts and foreign cancels, the only ways another
+ * thread hands a loop work (the result ring aside, job.c). Post records
+ * come from inbound_block.c, cancel records from the loop's reserve
+ * (cancel_reserve.c); a producer wakes the loop through wake.h.
  *
  * Inbound. Producers enqueue on a liburcu wait-free queue (cds_wfcq);
  * step 1 takes the whole queue with one splice, so a turn pays one
  * exchange however many posts arrived. Only the loop's thread splices
  * (G1), which is what lets us use the lock-free `__cds_wfcq_head` variant.
- *
- * Wake protocol. One word per loop: RUNNING, PARKING, NOTIFIED. Before it
- * blocks, the loop stores PARKING, issues a full fence and re-checks its
- * queues; a producer publishes first (the enqueue is a full barrier), then
- * reads the word and, only if it says PARKING, CASes it to NOTIFIED and
- * writes the eventfd. The two fences make it impossible for the loop to
- * miss an item and for the producer to miss the park (each sees the
- * other's store). Many producers during one park make one syscall between
- * them; a busy loop (RUNNING) receives any number of posts with none.
- *
- * A loop that no thread runs counts as asleep (PARKING): a host that
- * embeds it by watching tern_loop_backend_fd() must see a post arrive.
- * Exactly one eventfd write follows each move to NOTIFIED, and the loop
- * consumes exactly that one when it moves the word back to RUNNING, so the
- * descriptor is never left readable with nothing to say.
  */
 #if !defined(__SANITIZE_THREAD__)
 /*
@@ -32,7 +19,6 @@
 #endif
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -41,6 +27,7 @@
 #include "loop_p.h"
 #include "probe.h"
 #include "testing.h"
+#include "wake.h"
 
 #if defined(__SANITIZE_THREAD__)
 /* TSan cannot see liburcu's hand-over (asm); annotate it. */
@@ -53,115 +40,6 @@ void __tsan_release(void *addr);
 #define TSAN_ACQUIRE(p) ((void)0)
 #endif
 
-/* ------------------------------------------------------------------ */
-/* Cancel records: reserved with the loop                              */
-/* ------------------------------------------------------------------ */
-
-int tern__cancel_reserve_init(struct tern__cancel_reserve *r)
-{
-    r->nodes = tern__calloc_lazy(TERN__CANCEL_RESERVE, sizeof(*r->nodes));
-    if (r->nodes == NULL)
-        return -ENOMEM;
-    pthread_mutex_init(&r->lock, NULL);
-    r->spare = NULL;
-    r->carved = 0;
-    return 0;
-}
-
-void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r)
-{
-    if (r->nodes == NULL)
-        return; /* tern_loop_new failed before the reserve was made */
-    pthread_mutex_destroy(&r->lock);
-    tern__free_lazy(r->nodes, TERN__CANCEL_RESERVE, sizeof(*r->nodes));
-    r->nodes = NULL;
-}
-
-/* A record for one foreign cancel, or NULL when all of them are waiting. */
-static struct tern__inbound *cancel_node_get(struct tern__cancel_reserve *r)
-{
-    struct tern__inbound *in = NULL;
-    pthread_mutex_lock(&r->lock);
-    if (r->spare != NULL) {
-        in = caa_container_of(r->spare, struct tern__inbound, node);
-        r->spare = r->spare->next;
-    }
-    else if (r->carved < TERN__CANCEL_RESERVE)
-        in = &r->nodes[r->carved++];
-    pthread_mutex_unlock(&r->lock);
-    return in;
-}
-
-static void cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound *in)
-{
-    pthread_mutex_lock(&r->lock);
-    in->node.next = r->spare;
-    r->spare = &in->node;
-    pthread_mutex_unlock(&r->lock);
-}
-
-/* ------------------------------------------------------------------ */
-/* Waking the loop                                                     */
-/* ------------------------------------------------------------------ */
-
-static bool wake_checked(tern_loop *loop);
-
-bool tern__loop_wake(tern_loop *loop)
-{
-    /* Pairs with the fence after the PARKING store in turn.c's park(). */
-    atomic_thread_fence(memory_order_seq_cst);
-    return wake_checked(loop);
-}
-
-/*
- * The wake check proper, for callers that have just executed a full
- * barrier of their own (cds_wfcq_enqueue's exchange is one, as liburcu
- * documents), so the fence above would be paid twice.
- */
-static bool wake_checked(tern_loop *loop)
-{
-    unsigned state = atomic_load_explicit(&loop->wake_state, memory_order_relaxed);
-    if (state != TERN__WAKE_PARKING)
-        return false;
-    if (!atomic_compare_exchange_strong(&loop->wake_state, &state, TERN__WAKE_NOTIFIED))
-        return false; /* another producer got there first, or the loop woke */
-    atomic_fetch_add_explicit(&loop->wake_syscalls, 1, memory_order_relaxed);
-    TERN_PROBE(wake, loop);
-    if (loop->backend.wakes_itself)
-        loop->backend.ops->wake(&loop->backend);
-    else
-        tern__wake_signal(&loop->wake);
-    return true;
-}
-
-/*
- * Tries at taking a notifying producer's wake-up before the loop yields
- * between tries. The producer is one write() past its CAS; each try is a
- * non-blocking read of the wake descriptor (a system call, several times
- * the producer's remaining work), so a running producer is met within a
- * few, and one still missing after this many was preempted between its
- * CAS and its write and needs the CPU, not more tries.
- */
-#define WAKE_TAKE_TRIES 16
-
-void tern__loop_awake(tern_loop *loop)
-{
-    unsigned old = atomic_exchange_explicit(&loop->wake_state, TERN__WAKE_RUNNING,
-                                            memory_order_acquire);
-    if (old != TERN__WAKE_NOTIFIED)
-        return;
-    /*
-     * The producer that notified is committed to one write; it may not
-     * have made it yet (a few instructions away, unless preempted).
-     */
-    for (unsigned spins = 0; !(loop->backend.wakes_itself
-                                   ? loop->backend.ops->wake_take(&loop->backend)
-                                   : tern__wake_take(&loop->wake));
-         spins++)
-        if (spins > WAKE_TAKE_TRIES)
-            sched_yield();
-}
-
 bool tern__inbound_pending(tern_loop *loop)
 {
     return !cds_wfcq_empty(&loop->in_head, &loop->in_tail);
@@ -173,7 +51,7 @@ static int enqueue(tern_loop *loop, struct tern__inbound *in)
     TSAN_RELEASE(in);
     /* The enqueue is a full barrier: it publishes before we read the word. */
     cds_wfcq_enqueue(&loop->in_head, &loop->in_tail, &in->node);
-    (void)wake_checked(loop);
+    (void)tern__wake_checked(loop);
     return 0;
 }
 
@@ -274,7 +152,7 @@ int tern_cancel(tern_loop *loop, tern_id id)
     atomic_fetch_add_explicit(&loop->foreign_inflight, 1, memory_order_seq_cst);
     int rc = -ESHUTDOWN;
     if (!atomic_load_explicit(&loop->closing, memory_order_seq_cst)) {
-        struct tern__inbound *in = cancel_node_get(&loop->cancels);
+        struct tern__inbound *in = tern__cancel_node_get(&loop->cancels);
         rc = -EAGAIN;
         if (in != NULL) {
             in->kind = TERN__IN_CANCEL;
@@ -338,6 +216,6 @@ void tern__inbound_drain(tern_loop *loop)
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;
         cancel_local(loop, in->u.cancel_id);
-        cancel_node_put(&loop->cancels, in);
+        tern__cancel_node_put(&loop->cancels, in);
     }
 }

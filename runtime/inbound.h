@@ -45,8 +45,12 @@ struct tern__cancel_reserve {
 int tern__cancel_reserve_init(struct tern__cancel_reserve *r);
 /* After the loop's last drain: every record has been given back. */
 void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r);
+/* A record for one foreign cancel, or NULL when all of them are waiting. */
+struct tern__inbound *tern__cancel_node_get(struct tern__cancel_reserve *r);
+/* Give a record back once its cancel is resolved. */
+void tern__cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound *in);
 
-/* The wake word: see inbound.c for the protocol. */
+/* The wake word: see wake.c for the protocol. */
 enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
 
 /*

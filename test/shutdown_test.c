@@ -137,6 +137,71 @@ Test(shutdown, cancel_tombstones_queued_and_flags_running_jobs)
     fresh_pool_works(loop);
 }
 
+/*
+ * A cancel after a cancelling shutdown, before done, answers what done
+ * gets (docs/pool.md, "What the call returns"): a queued job the shutdown
+ * stopped never ran, so STOPPED (-ECANCELED, NULL); a job told while it
+ * ran, RUNNING (-ECANCELED, its result). The cancels run on the loop
+ * thread (a post), before the turn's step 2 delivers any done.
+ */
+struct late_cancel {
+    tern_loop *loop;
+    ph_job *jobs[4];
+    int answers[4];
+    int done_before; /* done calls already made when the cancels ran */
+    bool ran;
+};
+
+static void late_cancel_all(tern_loop *loop, void *arg)
+{
+    struct late_cancel *lc = arg;
+    for (int i = 0; i < 4; i++)
+        lc->done_before += atomic_load(&lc->jobs[i]->done_calls);
+    for (int i = 0; i < 4; i++)
+        lc->answers[i] = tern_cancel(loop, lc->jobs[i]->id);
+    lc->ran = true;
+}
+
+Test(shutdown, cancel_after_cancelling_shutdown_agrees_with_done)
+{
+    tern_loop *loop = one_worker_loop();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job running, queued[3];
+    ph_job_init(&running, &gate);
+    running.poll_cancel = true;
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &running), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+    for (int i = 0; i < 3; i++) {
+        ph_job_init(&queued[i], NULL);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &queued[i]), 0);
+    }
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_CANCEL, 20 * PH_SEC), 0);
+
+    struct late_cancel lc = {.loop = loop, .jobs = {&running, &queued[0], &queued[1], &queued[2]}};
+    cr_assert_eq(tern_post(loop, late_cancel_all, &lc), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, lc.ran && ph_done_total(queued, 3) == 3 &&
+                                atomic_load(&running.done_calls) == 1);
+    cr_assert(ok, "the cancels or the completions never came");
+    cr_assert_eq(lc.done_before, 0, "done ran before the cancels: nothing was tested");
+
+    cr_assert_eq(lc.answers[0], TERN_CANCEL_RUNNING, "the running job's cancel said %d",
+                 lc.answers[0]);
+    cr_assert_eq(running.status, -ECANCELED);
+    cr_assert_eq(running.done_result, &running);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(atomic_load(&queued[i].ran), 0, "CANCEL ran queued job %d", i);
+        cr_assert_eq(queued[i].status, -ECANCELED);
+        cr_assert_null(queued[i].done_result);
+        cr_assert_eq(lc.answers[i + 1], TERN_CANCEL_STOPPED,
+                     "queued job %d never ran, but its cancel said %d (STOPPED is %d)", i,
+                     lc.answers[i + 1], TERN_CANCEL_STOPPED);
+    }
+    ph_gate_destroy(&gate);
+    fresh_pool_works(loop);
+}
+
 static void check_timeout_then_clean(int mode)
 {
     tern_loop *loop = one_worker_loop();

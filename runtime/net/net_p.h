@@ -1,7 +1,10 @@
 /*
  * Streams, listeners and signal watchers: the private layout shared by
- * stream.c (lifecycle, reading, the dispatch of owed callbacks), write.c
- * (the write queue), tcp.c (listen, accept, connect) and signal.c.
+ * stream.c (closing, reading, the dispatch of owed callbacks), tcp.c
+ * (listen, accept, connect), unix.c, tty.c, write.c (the write queue and
+ * the watcher's interest), stream_record.c (the record itself) and
+ * signal.c. They call top-down in that order: a file calls only files
+ * after it in the list.
  *
  * A stream is a loop operation (struct tern__op first, so the id map and
  * the ready queue hold it), and the only one: what it runs for itself is
@@ -145,8 +148,10 @@ struct tern__stream {
 
 /* The class of a stream's internal deadline (tcp.c). */
 extern const struct tern__op_class tern__stream_deadline_class;
+/* The class of a stream (stream.c: its dispatch, cancel and free hooks). */
+extern const struct tern__op_class tern__stream_class;
 
-/* stream.c */
+/* stream_record.c */
 int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
                      struct tern__stream **sp);
 /* Undo tern__stream_new before the stream reached the caller (no callbacks). */
@@ -158,10 +163,35 @@ struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id);
 /* Watch the descriptor for exactly `events` (0 stops the watcher, which
  * never fails). 0, or -ENOMEM and the backend's errors. */
 int tern__stream_watch(struct tern__stream *s, unsigned events);
-/* Recompute the interest from the stream's state; a failure fails the stream. */
-void tern__stream_rewatch(struct tern__stream *s);
+/* The events the stream's state asks for (0: none); inline: every
+ * readiness dispatch asks it. */
+static inline unsigned tern__stream_wanted(const struct tern__stream *s)
+{
+    if ((s->state & TERN__S_CLOSING) || s->fd < 0)
+        return 0;
+    if (s->kind == TERN__LISTENER)
+        return (s->state & TERN__S_BACKOFF) ? 0 : TERN_READABLE;
+    if (s->state & TERN__S_CONNECTING)
+        return TERN_WRITABLE;
+    unsigned ev = 0;
+    if (s->state & TERN__S_READING)
+        ev |= TERN_READABLE;
+    if (s->wq != NULL)
+        ev |= TERN_WRITABLE;
+    return ev;
+}
 /* Queue the stream so its dispatch delivers what it owes. */
 void tern__stream_owe(struct tern__stream *s);
+/* Stop the connect timeout or the back-off; cancel a lookup in flight. */
+void tern__stream_stop_aux(struct tern__stream *s);
+/* Free the addresses a connect or a listen on a name tries. */
+void tern__stream_free_addrs(struct tern__stream *s);
+
+/* Room for one write's SCM_RIGHTS message, aligned for cmsghdr. */
+union tern__fds_cmsg {
+    char buf[CMSG_SPACE(sizeof(int) * TERN_UNIX_FDS_MAX)];
+    struct cmsghdr align;
+};
 
 /* write.c */
 void tern__write_flush(struct tern__stream *s);
@@ -175,21 +205,19 @@ int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigne
                       const void *fill_arg, tern_stream_cb cb, void *arg);
 /* The shutdown step once the queue is empty. */
 void tern__write_maybe_shutdown(struct tern__stream *s);
+/* Recompute the interest from the stream's state; a failure fails the
+ * queued writes and reading with it. Here, beside the queue it fails. */
+void tern__stream_rewatch(struct tern__stream *s);
+/* Attach the head request's descriptors to msg (for its sendmsg). */
+void tern__wreq_attach_fds(struct msghdr *msg, const struct tern__wreq *w,
+                           union tern__fds_cmsg *cbuf);
+/* Close a request's duplicates (sent, failed or cancelled) exactly once. */
+void tern__wreq_fds_close(struct tern__wreq *w);
 
 /* unix.c: read once with recvmsg, keeping passed descriptors; the
  * result is recv's. Close every descriptor still held. */
 ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len);
 void tern__unix_close_fds(struct tern__stream *s);
-/* Room for one write's SCM_RIGHTS message, aligned for cmsghdr. */
-union tern__fds_cmsg {
-    char buf[CMSG_SPACE(sizeof(int) * TERN_UNIX_FDS_MAX)];
-    struct cmsghdr align;
-};
-/* Attach the head request's descriptors to msg (write.c's sendmsg). */
-void tern__unix_attach_fds(struct msghdr *msg, const struct tern__wreq *w,
-                           union tern__fds_cmsg *cbuf);
-/* Close a request's duplicates (sent, failed or cancelled) exactly once. */
-void tern__unix_wreq_fds_close(struct tern__wreq *w);
 
 /* tty.c: put a TTY back the way tern_tty_set_mode found it. */
 void tern__tty_restore(struct tern__stream *s);
@@ -197,8 +225,5 @@ void tern__tty_restore(struct tern__stream *s);
 /* tcp.c: the watcher callback's listener and connect halves. */
 void tern__tcp_accept_ready(struct tern__stream *s);
 void tern__tcp_connect_ready(struct tern__stream *s, unsigned events);
-/* Stop the connect timeout or the back-off; cancel a lookup in flight. */
-void tern__tcp_stop_aux(struct tern__stream *s);
-void tern__tcp_free_addrs(struct tern__stream *s);
 
 #endif

@@ -36,10 +36,9 @@
 static void stream_dispatch(tern_loop *loop, struct tern__op *op);
 static int stream_cancel(tern_loop *loop, struct tern__op *op);
 static void stream_free(tern_loop *loop, struct tern__op *op);
-static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events);
 static int stream_close(struct tern__stream *s);
 
-static const struct tern__op_class stream_class = {
+const struct tern__op_class tern__stream_class = {
     .name = "stream",
     .dispatch = stream_dispatch,
     .cancel = stream_cancel,
@@ -52,138 +51,6 @@ static int socket_prepare(int fd)
 {
     int rc = tern__fd_nonblock_cloexec(fd);
     return rc < 0 ? rc : tern__socket_nosigpipe(fd);
-}
-
-int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
-                     struct tern__stream **sp)
-{
-    int rc = tern__op_admit(loop);
-    if (rc < 0)
-        return rc;
-    struct tern__stream *s = tern__calloc(1, sizeof(*s));
-    if (s == NULL) {
-        tern__op_unadmit(loop);
-        return -ENOMEM;
-    }
-    s->loop = loop;
-    s->kind = kind;
-    s->fd = fd;
-    s->wq_tail = &s->wq;
-    s->done_tail = &s->done;
-    s->high_water = TERN__HIGH_WATER_DEFAULT;
-    tern__io_init(&s->io, stream_fired);
-    tern__deadline_init(&s->deadline, &tern__stream_deadline_class);
-    if ((rc = tern__op_add(loop, &s->op, &stream_class)) < 0) {
-        tern__op_unadmit(loop);
-        tern__free(s);
-        return rc;
-    }
-    *sp = s;
-    return 0;
-}
-
-/*
- * Undo tern__stream_new for a stream that never reached the caller: no
- * callback is owed, so it ends at once. The fd is left to the caller.
- */
-void tern__stream_discard(struct tern__stream *s)
-{
-    tern__stream_watch(s, 0);
-    tern__tcp_stop_aux(s);
-    TERN_INSIST(s->lookup == NULL && s->wq == NULL && s->done == NULL);
-    s->fd = -1;
-    s->state |= TERN__S_CLOSING | TERN__S_CLOSE_RAN;
-    tern__op_finish(s->loop, &s->op);
-}
-
-struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id)
-{
-    struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &stream_class)
-        return NULL;
-    struct tern__stream *s = (struct tern__stream *)op;
-    return (s->state & TERN__S_CLOSING) ? NULL : s;
-}
-
-void tern__stream_owe(struct tern__stream *s)
-{
-    tern__op_ready(s->loop, &s->op); /* a no-op when already queued */
-}
-
-/* ------------------------------------------------------------------ */
-/* The watcher                                                         */
-/* ------------------------------------------------------------------ */
-
-/* Step 4: note what the backend reported; the stream's dispatch acts on it. */
-static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events)
-{
-    struct tern__stream *s = caa_container_of(io, struct tern__stream, io);
-    s->io_revents |= events;
-    tern__op_ready(loop, &s->op);
-}
-
-int tern__stream_watch(struct tern__stream *s, unsigned events)
-{
-    tern_loop *loop = s->loop;
-    if (events == s->io.events)
-        return 0;
-    if (events == 0) {
-        tern__io_stop(loop, &s->io);
-        s->io_revents = 0; /* about that fd, which may be closed and reused next */
-        return 0;
-    }
-    if (!tern__io_active(&s->io))
-        return tern__io_start(loop, &s->io, s->fd, events);
-    return tern__io_modify(loop, &s->io, events);
-}
-
-static unsigned wanted_events(const struct tern__stream *s)
-{
-    if ((s->state & TERN__S_CLOSING) || s->fd < 0)
-        return 0;
-    if (s->kind == TERN__LISTENER)
-        return (s->state & TERN__S_BACKOFF) ? 0 : TERN_READABLE;
-    if (s->state & TERN__S_CONNECTING)
-        return TERN_WRITABLE;
-    unsigned ev = 0;
-    if (s->state & TERN__S_READING)
-        ev |= TERN_READABLE;
-    if (s->wq != NULL)
-        ev |= TERN_WRITABLE;
-    return ev;
-}
-
-/*
- * Interest that drops to nothing is dropped lazily: the watcher stays
- * registered until it next reports (stream_io then stops it). A stream
- * that stops and restarts reading, or a connect followed at once by
- * read_start, so costs one epoll_ctl MOD instead of a DEL and an ADD.
- * Before its descriptor is closed a stream always stops the watcher for
- * real (tern__stream_watch(s, 0)).
- *
- * Only starting or modifying a watcher can fail (ENOMEM, or the backend).
- * A stream that cannot be watched cannot make progress, so its queued
- * writes fail with the cause and reading stops with it.
- */
-void tern__stream_rewatch(struct tern__stream *s)
-{
-    unsigned want = wanted_events(s);
-    if (want == 0 && !(s->state & TERN__S_CLOSING) && s->fd >= 0)
-        return;
-    int rc = tern__stream_watch(s, want);
-    if (rc == 0)
-        return;
-    tern__write_fail(s, rc);
-    if (s->state & TERN__S_READING) {
-        /* Told from dispatch: this may run inside an API call. */
-        s->state = (s->state & ~TERN__S_READING) | TERN__S_READ_DONE;
-        s->read_status = rc;
-        s->read_due = true;
-        tern__stream_owe(s);
-    }
-    /* Fewer events (or none) can always be set: stopping never fails. */
-    if (tern__stream_watch(s, wanted_events(s)) < 0)
-        tern__stream_watch(s, 0);
 }
 
 /* One system call: recv for a socket, recvmsg for a Unix-domain one (it may
@@ -248,7 +115,7 @@ static void stream_io(struct tern__stream *s, unsigned events)
 {
     if (s->state & TERN__S_CLOSING)
         return;
-    if (wanted_events(s) == 0) { /* interest dropped lazily: stop now */
+    if (tern__stream_wanted(s) == 0) { /* interest dropped lazily: stop now */
         tern__stream_watch(s, 0);
         return;
     }
@@ -275,13 +142,6 @@ static bool owes(const struct tern__stream *s)
 {
     return s->connect_due || s->read_due || s->done != NULL || s->shut_due || s->drain_due ||
            s->backoff_due;
-}
-
-void tern__stream_maybe_finish(struct tern__stream *s)
-{
-    /* A lookup still in flight holds `s` as its argument: wait for it. */
-    if ((s->state & TERN__S_CLOSE_RAN) && s->lookup == NULL)
-        tern__op_finish(s->loop, &s->op);
 }
 
 /*
@@ -360,7 +220,7 @@ static int stream_close(struct tern__stream *s)
         return -ENOENT;
     s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
     tern__stream_watch(s, 0);
-    tern__tcp_stop_aux(s);
+    tern__stream_stop_aux(s);
     tern__tty_restore(s);
     tern__unix_close_fds(s);
     if (s->fd >= 0) {
@@ -401,7 +261,7 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
     TERN_INSIST(s->fd < 0 && !tern__io_active(&s->io) && s->lookup == NULL &&
                 !tern__deadline_armed(&s->deadline));
     tern__write_free_all(s);
-    tern__tcp_free_addrs(s);
+    tern__stream_free_addrs(s);
     tern__unix_close_fds(s);
     tern__free(s->rfds);
     tern__free(s->tty_saved);
@@ -481,7 +341,7 @@ static int read_start(tern_loop *loop, tern_id id, tern_alloc_cb alloc_cb, tern_
         return -EPIPE;
     unsigned old = s->state;
     s->state |= TERN__S_READING;
-    int rc = tern__stream_watch(s, wanted_events(s));
+    int rc = tern__stream_watch(s, tern__stream_wanted(s));
     if (rc < 0) {
         s->state = old;
         return rc;

@@ -75,28 +75,6 @@ static int deadline_start(struct tern__stream *s, uint64_t delay_ns)
     return rc;
 }
 
-void tern__tcp_stop_aux(struct tern__stream *s)
-{
-    if (tern__deadline_armed(&s->deadline)) {
-        tern__deadline_disarm(s->loop, &s->deadline);
-        tern__deadline_unclaim(s->loop);
-    }
-    /* The lookup's callback still comes (with -ECANCELED); s->lookup stays
-     * set until it does, which keeps the record alive for it. Cancelling
-     * again (a connect that failed, then closed) changes nothing. */
-    if (s->lookup != NULL)
-        tern__lookup_cancel(s->loop, s->lookup);
-}
-
-void tern__tcp_free_addrs(struct tern__stream *s)
-{
-    if (s->addrs == NULL)
-        return;
-    if (s->addrs_resolved)
-        tern_freeaddrinfo(s->addrs);
-    s->addrs = s->next_addr = NULL;
-}
-
 /* ------------------------------------------------------------------ */
 /* Listening                                                           */
 /* ------------------------------------------------------------------ */
@@ -289,8 +267,8 @@ static void connect_done(struct tern__stream *s, int status)
 {
     s->connect_due = true;
     s->connect_status = status;
-    tern__tcp_free_addrs(s);
-    tern__tcp_stop_aux(s);
+    tern__stream_free_addrs(s);
+    tern__stream_stop_aux(s);
     tern__stream_owe(s);
     if (status < 0) {
         tern__stream_watch(s, 0);

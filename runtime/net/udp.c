@@ -31,7 +31,7 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op);
 static int udp_cancel(tern_loop *loop, struct tern__op *op);
 static void udp_free(tern_loop *loop, struct tern__op *op);
 
-static const struct tern__op_class udp_class = {
+const struct tern__op_class tern__udp_class = {
     .name = "udp",
     .dispatch = udp_dispatch,
     .cancel = udp_cancel,
@@ -43,20 +43,6 @@ static const struct tern__op_class udp_class = {
  * many completions, so it cannot starve the other operations. */
 #define DISPATCH_BUDGET 256
 
-struct tern__udp *tern__udp_get(tern_loop *loop, tern_id id)
-{
-    struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &udp_class)
-        return NULL;
-    struct tern__udp *u = (struct tern__udp *)op;
-    return (u->state & TERN__U_CLOSING) ? NULL : u;
-}
-
-void tern__udp_owe(struct tern__udp *u)
-{
-    tern__op_ready(u->loop, &u->op); /* a no-op when already queued */
-}
-
 /* ------------------------------------------------------------------ */
 /* The watcher                                                         */
 /* ------------------------------------------------------------------ */
@@ -67,54 +53,6 @@ static void udp_fired(tern_loop *loop, struct tern__io *io, unsigned events)
     struct tern__udp *u = caa_container_of(io, struct tern__udp, io);
     u->io_revents |= events;
     tern__op_ready(loop, &u->op);
-}
-
-static unsigned wanted_events(const struct tern__udp *u)
-{
-    if (u->state & TERN__U_CLOSING)
-        return 0;
-    unsigned ev = 0;
-    if (u->state & TERN__U_RECEIVING)
-        ev |= TERN_READABLE;
-    if (u->sq != NULL)
-        ev |= TERN_WRITABLE;
-    return ev;
-}
-
-static int watch(struct tern__udp *u, unsigned events)
-{
-    if (events == u->io.events)
-        return 0;
-    if (events == 0) {
-        tern__io_stop(u->loop, &u->io);
-        u->io_revents = 0;
-        return 0;
-    }
-    if (!tern__io_active(&u->io))
-        return tern__io_start(u->loop, &u->io, u->fd, events);
-    return tern__io_modify(u->loop, &u->io, events);
-}
-
-/*
- * Interest that drops to nothing is dropped lazily, as a stream's is: the
- * watcher stays until it next reports. A failure to widen it (ENOMEM, or
- * the backend) fails the queued sends and stops receiving with the cause.
- */
-void tern__udp_rewatch(struct tern__udp *u)
-{
-    unsigned want = wanted_events(u);
-    if (want == 0 && !(u->state & TERN__U_CLOSING))
-        return;
-    int rc = watch(u, want);
-    if (rc == 0)
-        return;
-    tern__udp_fail_all(u, rc);
-    if (u->state & TERN__U_RECEIVING) {
-        u->state &= ~TERN__U_RECEIVING;
-        u->recv_cb(u->loop, u->op.id, rc, NULL, 0, NULL, 0, u->recv_arg);
-    }
-    if (watch(u, wanted_events(u)) < 0)
-        watch(u, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -254,8 +192,8 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
     u->io_revents = 0;
     u->state |= TERN__U_DISPATCH;
     if (ev != 0 && !(u->state & TERN__U_CLOSING)) {
-        if (wanted_events(u) == 0) {
-            watch(u, 0); /* interest dropped lazily: stop now */
+        if (tern__udp_wanted(u) == 0) {
+            tern__udp_watch(u, 0); /* interest dropped lazily: stop now */
         } else {
             if (u->sq != NULL && (ev & (TERN_WRITABLE | TERN_ERROR)))
                 tern__udp_flush(u);
@@ -297,7 +235,7 @@ static int udp_close(struct tern__udp *u)
     if (u->state & TERN__U_CLOSING)
         return -ENOENT;
     u->state = (u->state & ~TERN__U_RECEIVING) | TERN__U_CLOSING;
-    watch(u, 0);
+    tern__udp_watch(u, 0);
     close(u->fd);
     u->fd = -1;
     tern__udp_fail_all(u, -ECANCELED);
@@ -435,7 +373,7 @@ int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned fla
     u->done_tail = &u->done;
     u->high_water = (size_t)1 << 20;
     tern__io_init(&u->io, udp_fired);
-    if ((rc = tern__op_add(loop, &u->op, &udp_class)) < 0) {
+    if ((rc = tern__op_add(loop, &u->op, &tern__udp_class)) < 0) {
         tern__op_unadmit(loop);
         close(fd);
         tern__free(u);
@@ -467,7 +405,7 @@ int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_re
         return rc;
     unsigned old = u->state;
     u->state |= TERN__U_RECEIVING;
-    if ((rc = watch(u, wanted_events(u))) < 0) {
+    if ((rc = tern__udp_watch(u, tern__udp_wanted(u))) < 0) {
         u->state = old;
         return rc;
     }

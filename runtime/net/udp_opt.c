@@ -17,14 +17,6 @@
 
 #include "udp_p.h"
 
-socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa)
-{
-    if (sa->sa_family != u->family)
-        return 0;
-    return sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                    : sizeof(struct sockaddr_in6);
-}
-
 static int sockopt(struct tern__udp *u, int level, int name, const void *v, socklen_t len)
 {
     int rc = tern__net_fault();

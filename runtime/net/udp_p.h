@@ -1,8 +1,9 @@
 /*
- * UDP sockets: the private layout shared by udp.c (the record's life,
- * receiving, the dispatch that delivers what a socket owes), udp_send.c
- * (the send queue and its batched flush) and udp_opt.c (connect and the
- * socket settings).
+ * UDP sockets: the private layout shared by udp.c (bind and close,
+ * receiving, the dispatch that delivers what a socket owes), udp_opt.c
+ * (connect and the socket settings), udp_send.c (the send queue, its
+ * batched flush and the watcher's interest) and udp_record.c (finding,
+ * queueing and watching the record). They call top-down in that order.
  *
  * A UDP socket is a loop operation (struct tern__op first), built like a
  * stream (net_p.h): its descriptor is watched through an embedded
@@ -84,16 +85,38 @@ struct tern__udp {
     void *close_arg;
 };
 
-/* udp.c */
+/* The class of a UDP socket (udp.c: its dispatch, cancel and free hooks). */
+extern const struct tern__op_class tern__udp_class;
+
+/* udp_record.c */
 /* The open socket named id, or NULL (unknown, stale, not UDP, closing). */
 struct tern__udp *tern__udp_get(tern_loop *loop, tern_id id);
 /* Queue the socket so its dispatch delivers what it owes. */
 void tern__udp_owe(struct tern__udp *u);
-/* Watch for what the state asks (receiving, sends waiting for room); a
- * failure is told to the receive callback and fails the queued sends. */
-void tern__udp_rewatch(struct tern__udp *u);
+/* The events the socket's state asks for (0: none); inline: every
+ * readiness dispatch asks it. */
+static inline unsigned tern__udp_wanted(const struct tern__udp *u)
+{
+    if (u->state & TERN__U_CLOSING)
+        return 0;
+    unsigned ev = 0;
+    if (u->state & TERN__U_RECEIVING)
+        ev |= TERN_READABLE;
+    if (u->sq != NULL)
+        ev |= TERN_WRITABLE;
+    return ev;
+}
+/* Watch the descriptor for exactly `events` (0 stops the watcher, which
+ * never fails). 0, or -ENOMEM and the backend's errors. */
+int tern__udp_watch(struct tern__udp *u, unsigned events);
+/* The length of a socket address of the socket's family, or 0. */
+socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa);
 
 /* udp_send.c */
+/* Watch for what the state asks (receiving, sends waiting for room); a
+ * failure is told to the receive callback and fails the queued sends.
+ * Here, beside the queue it fails. */
+void tern__udp_rewatch(struct tern__udp *u);
 /* Send what the kernel takes now; wait for room when it takes no more. */
 void tern__udp_flush(struct tern__udp *u);
 /* Complete every queued send with status. */
@@ -101,8 +124,5 @@ void tern__udp_fail_all(struct tern__udp *u, int status);
 /* Step 2: run up to budget completed sends' callbacks, in order. */
 void tern__udp_deliver(struct tern__udp *u, unsigned budget);
 void tern__udp_free_sends(struct tern__udp *u);
-
-/* udp_opt.c: the length of a socket address of the socket's family, or 0. */
-socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa);
 
 #endif

@@ -111,6 +111,28 @@ void tern__udp_flush(struct tern__udp *u)
     tern__udp_rewatch(u);
 }
 
+/*
+ * Interest that drops to nothing is dropped lazily, as a stream's is: the
+ * watcher stays until it next reports. A failure to widen it (ENOMEM, or
+ * the backend) fails the queued sends and stops receiving with the cause.
+ */
+void tern__udp_rewatch(struct tern__udp *u)
+{
+    unsigned want = tern__udp_wanted(u);
+    if (want == 0 && !(u->state & TERN__U_CLOSING))
+        return;
+    int rc = tern__udp_watch(u, want);
+    if (rc == 0)
+        return;
+    tern__udp_fail_all(u, rc);
+    if (u->state & TERN__U_RECEIVING) {
+        u->state &= ~TERN__U_RECEIVING;
+        u->recv_cb(u->loop, u->op.id, rc, NULL, 0, NULL, 0, u->recv_arg);
+    }
+    if (tern__udp_watch(u, tern__udp_wanted(u)) < 0)
+        tern__udp_watch(u, 0);
+}
+
 void tern__udp_fail_all(struct tern__udp *u, int status)
 {
     while (u->sq != NULL)

@@ -12,7 +12,7 @@
  *    the caller may close its own at once; write.c sends such a request on
  *    its own at the head of the queue with the duplicates attached, and
  *    every way a request ends (sent, failed, cancelled, freed) closes them
- *    exactly once, through tern__unix_wreq_fds_close.
+ *    exactly once, through tern__wreq_fds_close.
  *  - connecting cannot take long (no lookup, no handshake across a
  *    network): the result of connect() is known at once almost always,
  *    and is delivered in step 2 through the connect path of tcp.c.
@@ -201,31 +201,6 @@ int tern_unix_peer_cred(tern_loop *loop, tern_id id, tern_unix_cred *out)
     return 0;
 }
 
-/* ------------------------------------------------------------------ */
-/* Passing descriptors: the writing side                               */
-/* ------------------------------------------------------------------ */
-
-void tern__unix_wreq_fds_close(struct tern__wreq *w)
-{
-    for (unsigned i = 0; i < w->nfds; i++)
-        close(w->fds[i]);
-    w->fds = NULL;
-    w->nfds = 0;
-}
-
-void tern__unix_attach_fds(struct msghdr *msg, const struct tern__wreq *w,
-                           union tern__fds_cmsg *cbuf)
-{
-    memset(cbuf, 0, sizeof(*cbuf));
-    msg->msg_control = cbuf->buf;
-    msg->msg_controllen = CMSG_SPACE(sizeof(int) * w->nfds);
-    struct cmsghdr *c = CMSG_FIRSTHDR(msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * w->nfds);
-    memcpy(CMSG_DATA(c), w->fds, sizeof(int) * w->nfds);
-}
-
 /* Duplicate the caller's descriptors into the request (write.c calls back). */
 static int fill_fds(struct tern__stream *s, struct tern__wreq *w, const void *arg)
 {
@@ -238,7 +213,7 @@ static int fill_fds(struct tern__stream *s, struct tern__wreq *w, const void *ar
             if (rc == 0)
                 rc = -errno;
             w->nfds = i;
-            tern__unix_wreq_fds_close(w);
+            tern__wreq_fds_close(w);
             return rc;
         }
         w->fds[i] = d;

@@ -17,8 +17,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "net_p.h"
 
@@ -29,6 +31,31 @@
 /* iovec entries gathered per sendmsg, across requests (stack cost 2 KiB). */
 #define GATHER_MAX 128
 
+/* ------------------------------------------------------------------ */
+/* Passing descriptors: the writing side                               */
+/* ------------------------------------------------------------------ */
+
+void tern__wreq_fds_close(struct tern__wreq *w)
+{
+    for (unsigned i = 0; i < w->nfds; i++)
+        close(w->fds[i]);
+    w->fds = NULL;
+    w->nfds = 0;
+}
+
+void tern__wreq_attach_fds(struct msghdr *msg, const struct tern__wreq *w,
+                           union tern__fds_cmsg *cbuf)
+{
+    memset(cbuf, 0, sizeof(*cbuf));
+    msg->msg_control = cbuf->buf;
+    msg->msg_controllen = CMSG_SPACE(sizeof(int) * w->nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * w->nfds);
+    memcpy(CMSG_DATA(c), w->fds, sizeof(int) * w->nfds);
+}
+
 static void complete_head(struct tern__stream *s, int status)
 {
     struct tern__wreq *w = s->wq;
@@ -38,7 +65,7 @@ static void complete_head(struct tern__stream *s, int status)
     w->next = NULL;
     w->status = status;
     if (w->fds != NULL) /* not sent: their duplicates go now */
-        tern__unix_wreq_fds_close(w);
+        tern__wreq_fds_close(w);
     *s->done_tail = w;
     s->done_tail = &w->next;
 }
@@ -117,10 +144,10 @@ void tern__write_flush(struct tern__stream *s)
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
         union tern__fds_cmsg cbuf;
         if (s->wq->fds != NULL)
-            tern__unix_attach_fds(&msg, s->wq, &cbuf);
+            tern__wreq_attach_fds(&msg, s->wq, &cbuf);
         ssize_t r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL);
         if (r > 0 && s->wq->fds != NULL) /* the kernel took them with the first byte */
-            tern__unix_wreq_fds_close(s->wq);
+            tern__wreq_fds_close(s->wq);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -150,6 +177,39 @@ void tern__write_fail(struct tern__stream *s, int status)
     if (s->done != NULL)
         tern__stream_owe(s);
     check_drain(s);
+}
+
+/*
+ * Interest that drops to nothing is dropped lazily: the watcher stays
+ * registered until it next reports (stream_io then stops it). A stream
+ * that stops and restarts reading, or a connect followed at once by
+ * read_start, so costs one epoll_ctl MOD instead of a DEL and an ADD.
+ * Before its descriptor is closed a stream always stops the watcher for
+ * real (tern__stream_watch(s, 0)).
+ *
+ * Only starting or modifying a watcher can fail (ENOMEM, or the backend).
+ * A stream that cannot be watched cannot make progress, so its queued
+ * writes fail with the cause and reading stops with it.
+ */
+void tern__stream_rewatch(struct tern__stream *s)
+{
+    unsigned want = tern__stream_wanted(s);
+    if (want == 0 && !(s->state & TERN__S_CLOSING) && s->fd >= 0)
+        return;
+    int rc = tern__stream_watch(s, want);
+    if (rc == 0)
+        return;
+    tern__write_fail(s, rc);
+    if (s->state & TERN__S_READING) {
+        /* Told from dispatch: this may run inside an API call. */
+        s->state = (s->state & ~TERN__S_READING) | TERN__S_READ_DONE;
+        s->read_status = rc;
+        s->read_due = true;
+        tern__stream_owe(s);
+    }
+    /* Fewer events (or none) can always be set: stopping never fails. */
+    if (tern__stream_watch(s, tern__stream_wanted(s)) < 0)
+        tern__stream_watch(s, 0);
 }
 
 void tern__write_maybe_shutdown(struct tern__stream *s)
@@ -191,7 +251,7 @@ void tern__write_free_all(struct tern__stream *s)
         for (struct tern__wreq *w = lists[i], *next; w != NULL; w = next) {
             next = w->next;
             if (w->fds != NULL)
-                tern__unix_wreq_fds_close(w);
+                tern__wreq_fds_close(w);
             tern__free(w);
         }
     }

@@ -1,0 +1,55 @@
+/*
+ * The cancel reserve: the records a foreign tern_cancel queues on the
+ * inbound queue, reserved with the loop so such a cancel never needs
+ * memory (inbound.h says why). A mutex guards the spare list: only
+ * foreign cancels and step 1's drain take it, never a post.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "loop_p.h"
+
+int tern__cancel_reserve_init(struct tern__cancel_reserve *r)
+{
+    r->nodes = tern__calloc_lazy(TERN__CANCEL_RESERVE, sizeof(*r->nodes));
+    if (r->nodes == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&r->lock, NULL);
+    r->spare = NULL;
+    r->carved = 0;
+    return 0;
+}
+
+void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r)
+{
+    if (r->nodes == NULL)
+        return; /* tern_loop_new failed before the reserve was made */
+    pthread_mutex_destroy(&r->lock);
+    tern__free_lazy(r->nodes, TERN__CANCEL_RESERVE, sizeof(*r->nodes));
+    r->nodes = NULL;
+}
+
+/* A record for one foreign cancel, or NULL when all of them are waiting. */
+struct tern__inbound *tern__cancel_node_get(struct tern__cancel_reserve *r)
+{
+    struct tern__inbound *in = NULL;
+    pthread_mutex_lock(&r->lock);
+    if (r->spare != NULL) {
+        in = caa_container_of(r->spare, struct tern__inbound, node);
+        r->spare = r->spare->next;
+    }
+    else if (r->carved < TERN__CANCEL_RESERVE)
+        in = &r->nodes[r->carved++];
+    pthread_mutex_unlock(&r->lock);
+    return in;
+}
+
+void tern__cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound *in)
+{
+    pthread_mutex_lock(&r->lock);
+    in->node.next = r->spare;
+    r->spare = &in->node;
+    pthread_mutex_unlock(&r->lock);
+}
+
