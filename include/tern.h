@@ -697,6 +697,7 @@ TERN_EXTERN int tern_loop_print_live(tern_loop *loop, FILE *out);
 #include "tern/process.h"
 #include "tern/watch.h"
 #include "tern/wait.h"
+#include "tern/figures.h"
 
 #ifdef __cplusplus
 }
