@@ -11,10 +11,11 @@
 
 unsigned tern_pool_worker_count(void)
 {
-    struct tern__pool *p = tern__pool_current();
-    if (p == NULL)
-        return 0;
-    return p->cfg.threads + atomic_load_explicit(&p->overflow_slots_used, memory_order_acquire);
+    /* The overflow slots first: a moment apart, a new pool's reads as none. */
+    unsigned overflow =
+        atomic_load_explicit(&tern__pool_shape.overflow_slots, memory_order_relaxed);
+    unsigned threads = atomic_load_explicit(&tern__pool_shape.threads, memory_order_relaxed);
+    return threads == 0 ? 0 : threads + overflow;
 }
 
 int tern_pool_worker_stats_read(unsigned index, tern_pool_worker_stats *out, size_t size)
@@ -22,9 +23,8 @@ int tern_pool_worker_stats_read(unsigned index, tern_pool_worker_stats *out, siz
     TERN_REQUIRE(out != NULL && size > 0);
     tern_pool_worker_stats full;
     memset(&full, 0, sizeof full);
-    struct tern__pool *p = tern__pool_current();
-    unsigned threads = p == NULL ? 0 : p->cfg.threads;
-    if (p == NULL || index >= tern_pool_worker_count()) {
+    unsigned threads = atomic_load_explicit(&tern__pool_shape.threads, memory_order_relaxed);
+    if (threads == 0 || index >= tern_pool_worker_count()) {
         tern__copy_sized(out, size, &full, sizeof full);
         return -ENOENT;
     }

@@ -172,6 +172,19 @@ static inline unsigned tern__wake_bucket(uint64_t ns)
  */
 extern uint64_t tern__pool_wake_at;
 
+/*
+ * The running pool's shape, for readers on any thread that must not
+ * touch the pool itself (a shutdown may free it under them): its bounded
+ * workers (0 while none runs), the overflow slots it has used, and the
+ * bytes it allocated at start (pool.c, statistics). Written at start and
+ * stop (pool.c) and as overflow slots are first used (worker.c).
+ */
+struct tern__pool_shape {
+    _Atomic unsigned threads, overflow_slots;
+    _Atomic uint64_t fixed_bytes;
+};
+extern struct tern__pool_shape tern__pool_shape;
+
 struct tern__long_worker {
     pthread_t thread;
     pthread_cond_t cond;
@@ -227,8 +240,6 @@ struct tern__pool {
         bool alive; /* started and not retired (joined by the stop) */
     } overflow[TERN__MAX_OVERFLOW];
     unsigned overflow_alive;
-    /* Overflow slots ever used by this pool (their figures are readable). */
-    _Atomic unsigned overflow_slots_used;
 
     /* The watchdog thread (watchdog.c). watch_lock is a leaf. */
     pthread_t watch_thread;

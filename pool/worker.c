@@ -330,6 +330,7 @@ static void *worker_main(void *argp)
 static void figures_reset(void)
 {
     tern__pool_wake_at = 0;
+    atomic_store_explicit(&tern__pool_shape.overflow_slots, 0, memory_order_relaxed);
     for (unsigned i = 0; i < TERN__WORKER_SLOTS; i++) {
         struct tern__worker_figures *f = &tern__pool_workers[i];
         if (atomic_load_explicit(&f->parks, memory_order_relaxed) == 0 &&
@@ -397,9 +398,10 @@ int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
         if (rc == 0) {
             p->overflow[slot].alive = true;
             p->overflow_alive++;
-            if ((unsigned)slot >= atomic_load_explicit(&p->overflow_slots_used, memory_order_relaxed))
-                atomic_store_explicit(&p->overflow_slots_used, (unsigned)slot + 1,
-                                      memory_order_release);
+            if ((unsigned)slot >=
+                atomic_load_explicit(&tern__pool_shape.overflow_slots, memory_order_relaxed))
+                atomic_store_explicit(&tern__pool_shape.overflow_slots, (unsigned)slot + 1,
+                                      memory_order_relaxed);
             atomic_fetch_add_explicit(&tern__pool_stats.overflow_now, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&tern__pool_stats.overflow_started, 1,
                                       memory_order_relaxed);

@@ -198,3 +198,93 @@ Test(figures, busy_time_grows_with_a_spinning_job)
     cr_assert_eq(SUM(jobs), 1u);
     teardown(loop);
 }
+
+/* ------------------------------------------------------------------ */
+/* Memory figures (always built in)                                    */
+/* ------------------------------------------------------------------ */
+
+Test(memory, pool_bytes_grow_with_jobs_in_flight_and_return_after_drain)
+{
+    enum { N = 20 };
+    cr_assert_eq(ph_stats().memory_bytes, 0u, "no pool, nothing in flight");
+    tern_loop *loop = setup(1);
+    uint64_t base = ph_stats().memory_bytes;
+    cr_assert_gt(base, 0u, "a running pool holds its queue and tables");
+    ph_gate gate;
+    ph_gate_init(&gate);
+    static ph_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        ph_job_init(&jobs[i], &gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
+    }
+    uint64_t held = ph_stats().memory_bytes;
+    cr_assert_gt(held, base, "%d jobs in flight add nothing (%" PRIu64 ")", N, held);
+    ph_gate_open(&gate);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, N) == N);
+    cr_assert(ok);
+    uint64_t after = 0;
+    PH_WAIT_UNTIL(ok, (after = ph_stats().memory_bytes) == base);
+    cr_assert(ok, "after the drain the pool holds %" PRIu64 ", at start %" PRIu64, after, base);
+    ph_gate_destroy(&gate);
+    teardown(loop);
+    cr_assert_eq(ph_stats().memory_bytes, 0u, "a shut-down pool holds nothing");
+}
+
+/* Submit n jobs behind gate (NULL: none) and, unless gated, drain them. */
+static void round_of_jobs(tern_loop *loop, ph_job *jobs, int n, ph_gate *gate)
+{
+    for (int i = 0; i < n; i++) {
+        ph_job_init(&jobs[i], gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
+    }
+    if (gate != NULL)
+        return;
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, (size_t)n) == n);
+    cr_assert(ok);
+}
+
+/* Run n gated jobs: the loop's figure while they are owed their done, and after. */
+static void gated_round(tern_loop *loop, ph_job *jobs, int n, uint64_t *held, uint64_t *after)
+{
+    ph_gate gate;
+    ph_gate_init(&gate);
+    round_of_jobs(loop, jobs, n, &gate);
+    *held = tern_loop_memory_bytes(loop);
+    ph_gate_open(&gate);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, (size_t)n) == n);
+    cr_assert(ok);
+    *after = tern_loop_memory_bytes(loop);
+    ph_gate_destroy(&gate);
+}
+
+/*
+ * The loop keeps the records it frees for reuse (and its result ring),
+ * so after a drain it holds its working set: the base a second round of
+ * the same size returns to, not the empty loop's figure.
+ */
+Test(memory, loop_bytes_grow_with_jobs_and_return_after_drain)
+{
+    enum { N = 40 };
+    tern_loop *loop = setup(1);
+    uint64_t empty = tern_loop_memory_bytes(loop);
+    cr_assert_gt(empty, 0u, "a loop holds at least its record");
+    static ph_job jobs[N];
+    uint64_t held, base;
+    gated_round(loop, jobs, N, &held, &base);
+    cr_assert_gt(held, empty, "%d jobs owed their done add nothing (%" PRIu64 ")", N, held);
+    cr_assert_gt(base, empty, "the result ring and the records kept for reuse count");
+    cr_assert_leq(base, held);
+    uint64_t held2, after;
+    gated_round(loop, jobs, N, &held2, &after);
+    cr_assert_eq(held2, held, "the same jobs in flight, the same figure");
+    cr_assert_eq(after, base, "after the drain, back to the base");
+    /* More jobs at once than the working set: the figure grows past it. */
+    static ph_job more[2 * N];
+    uint64_t held3, after3;
+    gated_round(loop, more, 2 * N, &held3, &after3);
+    cr_assert_gt(held3, held, "twice the jobs in flight add nothing");
+    teardown(loop);
+}
