@@ -28,7 +28,7 @@ static void teardown(tern_loop *loop)
     cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
 }
 
-/* Skip the calling test when the build has no figures. */
+/* Skip the calling test when the build has no figures (the pool runs). */
 static void need_figures(void)
 {
     tern_pool_worker_stats w;
@@ -108,9 +108,9 @@ Test(figures, compiled_out_reads_as_unavailable_and_zero)
 
 Test(figures, jobs_run_add_up_to_the_pools_completed)
 {
-    need_figures();
     enum { T = 2, WAVES = 20, PER = 25 };
     tern_loop *loop = setup(T);
+    need_figures();
     static ph_job jobs[WAVES * PER];
     bool ok;
     for (int wave = 0; wave < WAVES; wave++) {
@@ -133,8 +133,8 @@ Test(figures, jobs_run_add_up_to_the_pools_completed)
 
 Test(figures, parks_and_wakes_move)
 {
-    need_figures();
     tern_loop *loop = setup(1);
+    need_figures();
     bool ok;
     for (uint64_t round = 1; round <= 3; round++) {
         /* The worker runs dry, spins, then parks: a submission must wake it. */
@@ -183,8 +183,8 @@ static void spin_done(tern_loop *loop, tern_id id, int status, void *result, voi
 
 Test(figures, busy_time_grows_with_a_spinning_job)
 {
-    need_figures();
     tern_loop *loop = setup(1);
+    need_figures();
     bool ok;
     uint64_t before = SUM(busy_ns);
     struct spin_arg a = {.want_ns = 20 * PH_MS};
