@@ -544,6 +544,14 @@ typedef struct tern_pool_stats {
      * slot: docs/pool.md). */
     uint64_t stalls, overflow_started, overflow_retired;
     unsigned overflow_now, tombstones;
+    /*
+     * Bytes the pool holds now: its record, the bounded queue's cells, its
+     * worker tables, the long class's worker records, and the record of
+     * every job in flight (accepted, not yet handed back). Thread stacks
+     * are not counted (docs/pool.md, "Memory figures"). 0 with no pool
+     * and nothing in flight.
+     */
+    uint64_t memory_bytes;
 } tern_pool_stats;
 
 /*
@@ -589,6 +597,21 @@ typedef struct tern_loop_stats {
  * Threads: any thread (relaxed reads; a moment apart).
  */
 TERN_EXTERN void tern_loop_stats_read(const tern_loop *loop, tern_loop_stats *out, size_t size);
+
+/*
+ * tern_loop_memory_bytes: the bytes the loop holds now: its record, its
+ * id map, deadline heap and timer table, its defer records, its
+ * descriptor table, the records of posts waiting for it, its job records
+ * (jobs accepted whose done has not run, and freed records kept for
+ * reuse) and its result ring. Buffers an operation's caller owns, and
+ * records an operation kind mallocs for itself (sockets, file
+ * operations), are not counted; a job in flight counts both here and in
+ * tern_pool_stats.memory_bytes (docs/pool.md, "Memory figures").
+ * Summed on demand, so it costs nothing until asked.
+ * Requires: loop != NULL.
+ * Threads: loop-only (it reads the loop's own containers).
+ */
+TERN_EXTERN uint64_t tern_loop_memory_bytes(const tern_loop *loop);
 
 /* tern_loop_stats_get: tern_loop_stats_read with this header's struct size.
  * Requires: loop != NULL; out != NULL. Threads: any thread. */
@@ -697,6 +720,7 @@ TERN_EXTERN int tern_loop_print_live(tern_loop *loop, FILE *out);
 #include "tern/process.h"
 #include "tern/watch.h"
 #include "tern/wait.h"
+#include "tern/figures.h"
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,8 @@
  * Take a job off the ring. Its slot is settled by whoever claims it
  * (tern__queue_claim), after its cell is freed: ring.h's full-slot rule.
  */
+uint64_t tern__pool_wake_at;
+
 struct tern__work *tern__bounded_take(struct tern__pool *p)
 {
     return tern__ring_pop(&p->queue);
@@ -58,9 +60,12 @@ void tern__bounded_wake_one(struct tern__pool *p)
      * left set with nobody to clear it, no submission would wake again.
      */
     pthread_mutex_lock(&p->park_lock);
-    if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0)
+    if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0) {
+#ifdef TERN_FIGURES
+        tern__pool_wake_at = tern__ticks(); /* the woken worker's wake latency starts */
+#endif
         pthread_cond_signal(&p->park_cond);
-    else
+    } else
         atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     pthread_mutex_unlock(&p->park_lock);
 }

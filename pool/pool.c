@@ -32,6 +32,8 @@ struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
 struct tern__pool_presence tern__pool_inflight;
+struct tern__pool_shape tern__pool_shape;
+_Atomic size_t tern__pool_record_bytes;
 _Atomic bool tern__pool_waking;
 _Atomic bool tern__pool_cancel_all;
 _Atomic unsigned tern__pool_cancel_windows;
@@ -75,6 +77,23 @@ static void reset_stats(void)
     memset(tern__pool_run_hist, 0, sizeof(tern__pool_run_hist));
 }
 
+/*
+ * Publish a started pool's shape (pool_p.h), or its end (p NULL). The
+ * fixed bytes: the pool record, the bounded queue's cells, the worker
+ * table and the lookups' waiting array, all allocated at start.
+ */
+static void shape_set(const struct tern__pool *p)
+{
+    uint64_t fixed = 0;
+    if (p != NULL)
+        fixed = sizeof(*p) + (p->queue.mask + 1) * sizeof(struct tern__ring_slot) +
+                p->cfg.threads * sizeof(*p->threads) +
+                p->lookups_cap_alloc * sizeof(*p->lookups_waiting);
+    atomic_store_explicit(&tern__pool_shape.fixed_bytes, fixed, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_shape.threads, p == NULL ? 0 : p->cfg.threads,
+                          memory_order_relaxed);
+}
+
 /* Called with start_lock held. */
 static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
 {
@@ -107,6 +126,7 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
         free(p);
         return rc;
     }
+    shape_set(p);
     /* Pairs with the acquire load in pool_get(). */
     atomic_store_explicit(&current, p, memory_order_release);
     *poolp = p;
@@ -342,6 +362,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     }
     pthread_mutex_lock(&start_lock);
     atomic_store_explicit(&current, NULL, memory_order_release);
+    shape_set(NULL);
     pthread_mutex_unlock(&start_lock);
     tern__watch_stop(p); /* first: it starts overflow workers, which the bounded stop joins */
     tern__bounded_stop(p);
@@ -363,6 +384,22 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     _Static_assert(value > 0 && value < TERN__REFUSAL_SLOTS, #name " has a counter slot");
 TERN_REFUSAL_MAP(SLOT_FITS)
 #undef SLOT_FITS
+
+/*
+ * The bytes the pool holds (tern_pool_stats.memory_bytes): what it
+ * allocated at start (shape_set), the long class's worker records, and
+ * the record of every job in flight. Thread stacks and the static
+ * statistics are not counted (docs/pool.md, "Memory figures").
+ */
+static uint64_t memory_bytes(unsigned long_threads)
+{
+    uint64_t fixed = atomic_load_explicit(&tern__pool_shape.fixed_bytes, memory_order_relaxed);
+    size_t record = atomic_load_explicit(&tern__pool_record_bytes, memory_order_relaxed);
+    if (record == 0)
+        record = sizeof(struct tern__work);
+    return fixed + (uint64_t)long_threads * sizeof(struct tern__long_worker) +
+           tern__pool_in_flight() * record;
+}
 
 void tern_pool_stats_read(tern_pool_stats *out, size_t size)
 {
@@ -387,6 +424,7 @@ void tern_pool_stats_read(tern_pool_stats *out, size_t size)
         .overflow_retired = LOAD(overflow_retired),
         .overflow_now = LOAD(overflow_now),
         .tombstones = (unsigned)LOAD(tombstones),
+        .memory_bytes = memory_bytes(LOAD(long_threads)),
     };
 #define COPY_REFUSED(name, short_name, value) full.refused_##short_name = LOAD(refused[value]);
     TERN_REFUSAL_MAP(COPY_REFUSED)
@@ -432,6 +470,7 @@ static void after_fork_child(void)
     atomic_store_explicit(&tern__pool_inflight.left, 0, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
+    shape_set(NULL);
     if (atomic_load_explicit(&ever_started, memory_order_relaxed)) {
         reset_stats();
         atomic_store_explicit(&hist_workers, 0, memory_order_relaxed);

@@ -288,4 +288,11 @@ _Static_assert(offsetof(struct tern__pool_counters, stalls) == TERN__OUTCOMES_ +
 
 extern struct tern__pool_counters tern__pool_stats;
 
+/*
+ * The size of the client's record around a work header (runtime/job.c
+ * stores it as it sets a loop up): the pool's memory figure counts one
+ * per job in flight (tern_pool_stats.memory_bytes). 0: the header's size.
+ */
+extern _Atomic size_t tern__pool_record_bytes;
+
 #endif

@@ -14,6 +14,7 @@
  * The files of pool/, top-down: each calls only files below it
  * (test/calls_check.py checks this on the built objects).
  *
+ *   figures.c    the per-worker figures' reader
  *   gate.c       exclusive mode's hold on the bounded workers (the holder)
  *   pool.c       the process-wide pool: start, accept, kick, shutdown,
  *                statistics, fork
@@ -133,9 +134,56 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
  */
 struct tern__worker_figures {
     alignas(TERN_CACHELINE) _Atomic uint64_t seq;
+    /*
+     * The public figures (tern_pool_worker_stats_read), on the worker's
+     * own lines, written only when TERN_FIGURES is built in: queue entries
+     * run, parks, parks ended by a wake signal, ticks spent running what
+     * it took, and the wake latencies (signal to running) in log2 buckets
+     * of nanoseconds.
+     */
+    _Atomic uint64_t jobs, parks, wakes, busy_ticks;
+    _Atomic uint64_t wake_hist[TERN_POOL_WAKE_BUCKETS];
 };
 #define TERN__WORKER_SLOTS (TERN__MAX_THREADS + TERN__MAX_OVERFLOW)
 extern struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
+
+/*
+ * Add to a figure only its worker writes: a relaxed load and store, no
+ * locked instruction; readers may see it a moment old. Compiled out
+ * (-Dfigures=false) it is nothing.
+ */
+#ifdef TERN_FIGURES
+#define TERN__FIGURE_ADD(field, n)                                                        \
+    atomic_store_explicit(&(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n), \
+                          memory_order_relaxed)
+#else
+#define TERN__FIGURE_ADD(field, n) ((void)0)
+#endif
+/* The bucket of a wake latency of ns nanoseconds: floor(log2(ns)), 0 for 0 and 1. */
+static inline unsigned tern__wake_bucket(uint64_t ns)
+{
+    unsigned b = ns < 2 ? 0 : 63u - (unsigned)__builtin_clzll(ns);
+    return b < TERN_POOL_WAKE_BUCKETS ? b : TERN_POOL_WAKE_BUCKETS - 1;
+}
+/*
+ * When the last wake signal was sent (tern__ticks), or 0: written under
+ * park_lock by the submitter that signals (bounded.c), taken back to 0 by
+ * the parked worker that finds it set when it wakes (worker.c).
+ */
+extern uint64_t tern__pool_wake_at;
+
+/*
+ * The running pool's shape, for readers on any thread that must not
+ * touch the pool itself (a shutdown may free it under them): its bounded
+ * workers (0 while none runs), the overflow slots it has used, and the
+ * bytes it allocated at start (pool.c, statistics). Written at start and
+ * stop (pool.c) and as overflow slots are first used (worker.c).
+ */
+struct tern__pool_shape {
+    _Atomic unsigned threads, overflow_slots;
+    _Atomic uint64_t fixed_bytes;
+};
+extern struct tern__pool_shape tern__pool_shape;
 
 struct tern__long_worker {
     pthread_t thread;
@@ -422,7 +470,8 @@ void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)
 void tern__bounded_unreserve(void);
 
 /*
- * A worker found a TERN__WORK_STEPS job: run one step (steps.c). True, as
+ * A worker found and claimed (tern__queue_claim) a TERN__WORK_STEPS job:
+ * run one step (steps.c). True, as
  * for tern__work_run, when the request ended and its loop had to be woken.
  */
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker_index);

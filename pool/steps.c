@@ -24,9 +24,7 @@
 
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker)
 {
-    /* Claimed, its queued slot is now its reservation (pool_p.h). */
-    if (!tern__queue_claim(job))
-        return false; /* a tombstone: its stop gave the slot back */
+    /* Claimed by the worker (tern__queue_claim): its queued slot is now its reservation. */
     uint64_t start = tern__ticks();
     if (job->t_submit != 0)
         tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, false);

@@ -88,20 +88,43 @@ static void hold(struct tern__pool *p, bool *busy)
         urcu_qsbr_thread_online();
 }
 
+/*
+ * A parked worker is running again: if a wake signal is outstanding
+ * (tern__pool_wake_at, under park_lock), it takes it as its own and
+ * records the wake's latency. Nothing when figures are compiled out.
+ */
+static void note_wake(struct tern__worker_figures *fig)
+{
+#ifdef TERN_FIGURES
+    uint64_t at = tern__pool_wake_at;
+    if (at == 0)
+        return;
+    tern__pool_wake_at = 0;
+    uint64_t now = tern__ticks();
+    uint64_t ns = now > at ? (uint64_t)((double)(now - at) / tern__ticks_per_ns()) : 0;
+    TERN__FIGURE_ADD(fig->wakes, 1);
+    TERN__FIGURE_ADD(fig->wake_hist[tern__wake_bucket(ns)], 1);
+#else
+    (void)fig;
+#endif
+}
+
 /* Park until signalled, or for at most timeout_ns (0: no limit); true if the time ran out. */
-static bool park(struct tern__pool *p, uint64_t timeout_ns)
+static bool park(struct tern__pool *p, uint64_t timeout_ns, struct tern__worker_figures *fig)
 {
     int rc = 0;
     pthread_mutex_lock(&p->park_lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
     if (!tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
+        TERN__FIGURE_ADD(fig->parks, 1);
         if (timeout_ns == 0) {
             pthread_cond_wait(&p->park_cond, &p->park_lock);
         } else {
             struct timespec until = tern__cond_deadline(timeout_ns);
             rc = pthread_cond_timedwait(&p->park_cond, &p->park_lock, &until);
         }
+        note_wake(fig);
     }
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
     pthread_mutex_unlock(&p->park_lock);
@@ -187,21 +210,25 @@ static bool spin(struct worker *w, bool *busy)
     return found;
 }
 
-/* Run what a worker took from the queue: a job, a lookup, or one step of a request. */
-static void run_taken(struct tern__pool *p, struct worker *w, struct tern__work *job,
-                      unsigned index)
+/*
+ * Run what a worker took from the queue: a job, a lookup, or one step of
+ * a request. Returns 1 if it ran (a lookup counts when taken), 0 for a
+ * tombstone: the figures' count of entries run.
+ */
+static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__work *job,
+                          unsigned index)
 {
     if (job->kind == TERN__WORK_LOOKUP) {
         tern__lookup_run(p, job, index); /* claims it under the cap */
-        return;
+        return 1;
     }
-    if (job->kind == TERN__WORK_STEPS) {
-        /* One step, then requeued or done. */
-        w->loop_slept = tern__steps_run(p, job, index);
-        return;
-    }
-    if (tern__queue_claim(job))
+    if (!tern__queue_claim(job))
+        return 0; /* a tombstone: its stop gave the slot back */
+    if (job->kind == TERN__WORK_STEPS)
+        w->loop_slept = tern__steps_run(p, job, index); /* one step, then requeued or done */
+    else
         w->loop_slept = tern__work_run(job, index);
+    return 1;
 }
 
 /*
@@ -261,7 +288,14 @@ static void *worker_main(void *argp)
                 tern__bounded_wake_one(p); /* pass the wake on: more work than this worker */
             /* Odd while it runs (the watchdog's view); this worker's line alone. */
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
-            run_taken(p, &w, job, a.index);
+#ifdef TERN_FIGURES
+            uint64_t t0 = tern__ticks();
+            unsigned ran = run_taken(p, &w, job, a.index);
+            TERN__FIGURE_ADD(fig->busy_ticks, tern__ticks() - t0);
+            TERN__FIGURE_ADD(fig->jobs, ran);
+#else
+            (void)run_taken(p, &w, job, a.index);
+#endif
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
             continue;
         }
@@ -275,7 +309,7 @@ static void *worker_main(void *argp)
                                               : atomic_load_explicit(
                                                     &tern__pool_watch_now.overflow_idle_ns,
                                                     memory_order_relaxed);
-            bool idled = park(p, idle_ns);
+            bool idled = park(p, idle_ns, fig);
             parked = true;
             if (idled) {
                 woken(&parked); /* a signal that raced the timeout: the retire looks at the queue */
@@ -289,6 +323,29 @@ static void *worker_main(void *argp)
     return NULL;
 }
 
+/*
+ * A starting pool's workers begin with zero figures (seq carries on: the
+ * watchdog only compares it with itself). No worker runs yet.
+ */
+static void figures_reset(void)
+{
+    tern__pool_wake_at = 0;
+    atomic_store_explicit(&tern__pool_shape.overflow_slots, 0, memory_order_relaxed);
+    for (unsigned i = 0; i < TERN__WORKER_SLOTS; i++) {
+        struct tern__worker_figures *f = &tern__pool_workers[i];
+        if (atomic_load_explicit(&f->parks, memory_order_relaxed) == 0 &&
+            atomic_load_explicit(&f->jobs, memory_order_relaxed) == 0 &&
+            atomic_load_explicit(&f->busy_ticks, memory_order_relaxed) == 0)
+            continue; /* never used: leave its pages untouched */
+        atomic_store_explicit(&f->jobs, 0, memory_order_relaxed);
+        atomic_store_explicit(&f->parks, 0, memory_order_relaxed);
+        atomic_store_explicit(&f->wakes, 0, memory_order_relaxed);
+        atomic_store_explicit(&f->busy_ticks, 0, memory_order_relaxed);
+        for (unsigned b = 0; b < TERN_POOL_WAKE_BUCKETS; b++)
+            atomic_store_explicit(&f->wake_hist[b], 0, memory_order_relaxed);
+    }
+}
+
 int tern__bounded_start(struct tern__pool *p)
 {
     if (tern__ring_init(&p->queue, tern__queue_room(&p->cfg)) < 0)
@@ -298,6 +355,7 @@ int tern__bounded_start(struct tern__pool *p)
         tern__ring_destroy(&p->queue);
         return -ENOMEM;
     }
+    figures_reset();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
@@ -340,6 +398,10 @@ int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
         if (rc == 0) {
             p->overflow[slot].alive = true;
             p->overflow_alive++;
+            if ((unsigned)slot >=
+                atomic_load_explicit(&tern__pool_shape.overflow_slots, memory_order_relaxed))
+                atomic_store_explicit(&tern__pool_shape.overflow_slots, (unsigned)slot + 1,
+                                      memory_order_relaxed);
             atomic_fetch_add_explicit(&tern__pool_stats.overflow_now, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&tern__pool_stats.overflow_started, 1,
                                       memory_order_relaxed);

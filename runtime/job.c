@@ -174,6 +174,8 @@ static const struct tern__op_class job_class = {
 int tern__jobs_init(tern_loop *loop)
 {
     loop->ring = NULL; /* allocated by the first submission */
+    /* The pool's memory figure counts a record per job in flight. */
+    atomic_store_explicit(&tern__pool_record_bytes, sizeof(struct tern_job), memory_order_relaxed);
     return 0;
 }
 

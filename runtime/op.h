@@ -114,6 +114,8 @@ void tern__slab_init(struct tern__slab *s, size_t size);
 void *tern__slab_alloc(struct tern__slab *s); /* NULL: out of memory */
 void tern__slab_free(struct tern__slab *s, void *p);
 void tern__slab_destroy(struct tern__slab *s);
+/* The bytes of s's chunks (tern_loop_memory_bytes). */
+uint64_t tern__slab_bytes(const struct tern__slab *s);
 
 /* ------------------------------------------------------------------ */
 /* The deadline heap, ordered by (deadline, arming sequence) (heap.c). */

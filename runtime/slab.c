@@ -55,6 +55,19 @@ void tern__slab_free(struct tern__slab *s, void *p)
     s->free = p;
 }
 
+uint64_t tern__slab_bytes(const struct tern__slab *s)
+{
+    /* Chunk k (oldest first) holds 64 << k records, at most 64k (tern__slab_alloc). */
+    uint64_t bytes = 0;
+    size_t n = 64;
+    for (const struct tern__slab_chunk *c = s->chunks; c != NULL; c = c->next) {
+        bytes += sizeof(*c) + n * s->size;
+        if (n < 65536)
+            n *= 2;
+    }
+    return bytes;
+}
+
 void tern__slab_destroy(struct tern__slab *s)
 {
     while (s->chunks != NULL) {

@@ -1,0 +1,32 @@
+/*
+ * tern_loop_memory_bytes: the bytes a loop holds, summed from its own
+ * containers on its own thread (so nothing is published per turn).
+ */
+#include "job_p.h"
+#include "loop_p.h"
+
+uint64_t tern_loop_memory_bytes(const tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    TERN__LOOP_ONLY(loop);
+    const tern_loop *l = loop;
+    uint64_t bytes = sizeof(*l);
+    if (l->ids.slots != NULL)
+        bytes += (l->ids.mask + 1) * sizeof(struct tern__idmap_slot);
+    bytes += (uint64_t)l->heap.cap * sizeof(struct tern__heap_entry) +
+             (uint64_t)l->heap.ops_cap * sizeof(*l->heap.ops);
+    bytes += (uint64_t)l->timers.rec_cap * (sizeof(struct tern__timer) + sizeof(uint64_t)) +
+             (uint64_t)l->timers.chunk_no_cap * sizeof(uint32_t) +
+             (l->timers.map != NULL ? ((uint64_t)l->timers.map_mask + 1) * sizeof(uint64_t) : 0) +
+             (uint64_t)l->timers.repeat_cap * sizeof(uint64_t);
+    bytes += tern__slab_bytes(&l->defers);
+    bytes += (uint64_t)l->fds_len * sizeof(*l->fds);
+    /* Posts waiting on the inbound queue: their records, carved from the producers' blocks. */
+    bytes += tern__posts_pending(l) * sizeof(struct tern__inbound);
+    /* Job records: accepted and not yet done (in flight, or handed back and
+     * undelivered), and freed ones kept for reuse; the result ring. */
+    bytes += ((uint64_t)l->jobs_live + l->job_cache_len) * sizeof(struct tern_job);
+    if (l->ring != NULL)
+        bytes += sizeof(*l->ring) + (l->ring->mask + 1) * sizeof(struct tern__ring_slot);
+    return bytes;
+}
