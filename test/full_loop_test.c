@@ -112,6 +112,13 @@ Test(full_loop, every_adding_call_is_refused_and_adds_nothing, .timeout = TEST_T
                      rc < 0 ? strerror(-rc) : "accepted");
     }
 
+    /* An address that can never bind is its own error even at the limit:
+     * a retryable -EAGAIN would send the caller round for ever. */
+    tern_id udp = 0;
+    cr_assert_eq(tern_udp_bind(loop, "not-an-address", 0, 0, &udp), -EINVAL);
+    cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, TERN_UDP_IPV6ONLY, &udp), -EINVAL);
+    cr_assert_eq(udp, 0);
+
     /* A stream handed in is refused and left as it was, flags included. */
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);

@@ -90,8 +90,10 @@ TERN_EXTERN int tern_sockaddr_parse(const char *host, unsigned port,
  * Returns: 0 and *idp; -EINVAL for a bad host or port or unknown flags;
  *          -ENOTSUP for TERN_UDP_REUSEPORT where the system lacks it;
  *          -EADDRINUSE, -EACCES, -EMFILE and other socket errors; -EAGAIN
- *          at max_operations; -ENOMEM; -ESHUTDOWN while the loop is being
- *          freed. On error nothing is left open.
+ *          at max_operations (checked after host, port and flags, so a bind
+ *          that can never succeed is never told to retry); -ENOMEM;
+ *          -ESHUTDOWN while the loop is being freed. On error nothing is
+ *          left open.
  * Ownership: the socket is the loop's until tern_udp_close().
  * Threads: loop-only.
  */

@@ -297,7 +297,11 @@ static int set_flag(int fd, int level, int name)
     return rc;
 }
 
-static int open_socket(const char *host, unsigned port, unsigned flags)
+/* The address a bind names, and whether the flags can apply to it:
+ * checked before the loop admits the socket, so an address that can never
+ * bind is -EINVAL (or -ENOTSUP) even on a loop at max_operations. */
+static int bind_address(const char *host, unsigned port, unsigned flags,
+                        struct sockaddr_storage *out)
 {
     struct sockaddr_storage ss;
     int rc;
@@ -316,10 +320,17 @@ static int open_socket(const char *host, unsigned port, unsigned flags)
 #endif
     if ((flags & TERN_UDP_IPV6ONLY) && ss.ss_family != AF_INET6)
         return -EINVAL;
+    *out = ss;
+    return 0;
+}
+
+static int open_socket(const struct sockaddr_storage *addr, unsigned flags)
+{
+    struct sockaddr_storage ss = *addr;
     int fd = tern__socket(ss.ss_family, SOCK_DGRAM);
     if (fd < 0)
         return fd;
-    rc = 0;
+    int rc = 0;
     if (flags & TERN_UDP_REUSEADDR)
         rc = set_flag(fd, SOL_SOCKET, SO_REUSEADDR);
 #ifdef SO_REUSEPORT
@@ -349,15 +360,18 @@ int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned fla
     if (port > 65535 ||
         (flags & ~(unsigned)(TERN_UDP_REUSEADDR | TERN_UDP_REUSEPORT | TERN_UDP_IPV6ONLY)))
         return -EINVAL;
-    int rc = tern__op_admit(loop);
+    struct sockaddr_storage addr;
+    int rc = bind_address(host, port, flags, &addr);
     if (rc < 0)
+        return rc;
+    if ((rc = tern__op_admit(loop)) < 0)
         return rc;
     struct tern__udp *u = tern__calloc(1, sizeof(*u));
     if (u == NULL) {
         tern__op_unadmit(loop);
         return -ENOMEM;
     }
-    int fd = open_socket(host, port, flags);
+    int fd = open_socket(&addr, flags);
     if (fd < 0) {
         tern__op_unadmit(loop);
         tern__free(u);

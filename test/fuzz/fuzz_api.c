@@ -2080,11 +2080,11 @@ static void step_udp_bind(struct input *in)
     if (port > 65535 || fl == 0x100)
         ENSURE(rc == -EINVAL, "tern_udp_bind with a bad port or flags: %s", tern_err_name(rc));
     else if ((c & 3) == 3)
-        /* The host is parsed after admission: at max_operations a host that
-         * is no numeric address is refused as -EAGAIN first. */
-        ENSURE(rc == -EINVAL ||
-                   (rc == -EAGAIN && before.live_operations >= slots[s].max_operations),
-               "tern_udp_bind of a host that is no address: %s", tern_err_name(rc));
+        /* The host is parsed before admission: even at max_operations a
+         * host that is no numeric address is -EINVAL, never a retryable
+         * -EAGAIN. */
+        ENSURE(rc == -EINVAL, "tern_udp_bind of a host that is no address: %s",
+               tern_err_name(rc));
     if (rc != 0)
         return;
     r->accepted = true;
