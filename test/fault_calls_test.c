@@ -21,82 +21,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tern.h"
-#include "tern/admission.h"
-#include "tern/batch.h"
-#include "tern/fs.h"
-#include "tern/net.h"
-#include "tern/process.h"
-#include "tern/udp.h"
-#include "tern/wait.h"
-#include "tern/watch.h"
+#include "adding_calls.h"
 #include "testing.h"
 
 #define TEST_TIMEOUT 120
 #define MAX_STEPS 200 /* a walk longer than this has lost its way */
-
-static int called;
-static void *work(tern_job *job, void *arg)
-{
-    (void)job;
-    return arg;
-}
-static void counted(void) { called++; }
-static void *const any_cb = (void *)counted;
-static void post_fn(tern_loop *loop, void *arg)
-{
-    (void)loop, (void)arg;
-    called++;
-}
-
-static int pipe_fd[2];
-
-/* X(name, call with loop L): each adds one operation (or more). */
-#define ADDING_CALLS(X)                                                                          \
-    X(post, tern_post(L, post_fn, NULL))                                                         \
-    X(defer, tern_defer(L, post_fn, NULL))                                                       \
-    X(timer_start, tern_timer_start(L, 1000, 0, any_cb, NULL, &id))                              \
-    X(submit, tern_submit(L, TERN_BOUNDED, work, any_cb, NULL, &id))                             \
-    X(submit_long, tern_submit(L, TERN_LONG, work, any_cb, NULL, &id))                           \
-    X(submit_with, tern_submit_with(L, TERN_BOUNDED, work, any_cb, NULL, NULL, &id))             \
-    X(submit_batch, tern_submit_batch(L, TERN_BOUNDED, work, any_cb, args, 2, NULL, ids))        \
-    X(wait_call, tern_wait_call(L, work, any_cb, NULL, NULL, &id))                               \
-    X(wait_fd, tern_wait_fd(L, pipe_fd[0], any_cb, NULL, NULL, &id))                             \
-    X(resolve_with, tern_resolve_with(L, "localhost", NULL, NULL, any_cb, NULL, NULL, &id))      \
-    X(resolve_addr, tern_resolve_addr(L, (struct sockaddr *)&sin, 0, any_cb, NULL, NULL, &id))   \
-    X(io_start, tern_io_start(L, pipe_fd[0], TERN_READABLE, any_cb, NULL, &id))                  \
-    X(signal_start, tern_signal_start(L, SIGUSR2, any_cb, NULL, &id))                            \
-    X(hook_start, tern_hook_start(L, TERN_HOOK_CHECK, any_cb, NULL, &id))                        \
-    X(watch_start, tern_watch_start(L, "/", 1000000000, any_cb, NULL, &id))                      \
-    X(udp_bind, tern_udp_bind(L, "127.0.0.1", 0, 0, &id))                                        \
-    X(tcp_listen, tern_tcp_listen(L, "127.0.0.1", 0, 8, 0, any_cb, NULL, &id))                   \
-    X(tcp_listen_name, tern_tcp_listen_name(L, "localhost", 0, 8, 0, 0, any_cb, any_cb, NULL, &id)) \
-    X(tcp_connect, tern_tcp_connect(L, "127.0.0.1", 9, 0, any_cb, NULL, &id))                    \
-    X(unix_connect, tern_unix_connect(L, "/nonexistent/tern", any_cb, NULL, &id))                \
-    X(fs_open, tern_fs_open(L, "/", O_RDONLY, 0, NULL, any_cb, NULL, &id))
-
-struct call {
-    const char *name;
-    int (*call)(tern_loop *L, bool *wrote);
-};
-
-#define DEFINE_CALL(name, expr)                                                                  \
-    static int call_##name(tern_loop *L, bool *wrote)                                                         \
-    {                                                                                            \
-        tern_id id = 0, ids[2] = {0, 0};                                                         \
-        void *args[2] = {NULL, NULL};                                                            \
-        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(9),                   \
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};                    \
-        int rc = (expr);                                                                         \
-        (void)args, (void)sin;                                                                   \
-        *wrote = id != 0 || ids[0] != 0 || ids[1] != 0;           \
-        return rc;                                                                               \
-    }
-ADDING_CALLS(DEFINE_CALL)
-
-#define ROW(name, expr) {#name, call_##name},
-static const struct call calls[] = {ADDING_CALLS(ROW)};
-#define N_CALLS (sizeof calls / sizeof calls[0])
 
 static unsigned live(tern_loop *loop)
 {
