@@ -17,6 +17,7 @@
 
 #include "tern.h"
 #include "tern/fs.h"
+#include "pool_helpers.h"
 #include "testing.h"
 
 #define TEST_TIMEOUT 60
@@ -94,22 +95,45 @@ Test(fs_sizeless, longer_than_max_bytes_is_efbig, .timeout = TEST_TIMEOUT)
 
 Test(fs_sizeless, a_buffer_that_cannot_grow_is_enomem, .timeout = TEST_TIMEOUT)
 {
+    static char want[65536];
+    size_t want_len = plain_read(SIZELESS, want, sizeof want);
+    cr_assert_gt(want_len, 4);
+    /* One bounded worker, held on a gate, so no step of the request runs
+     * before the fault is armed: the steps pass from worker to worker
+     * through the queue, never through the loop. */
+    tern_pool_config cfg = ph_config(1, 16, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
     tern_loop *loop = NULL;
     cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    ph_gate gate;
+    ph_job hold;
+    ph_gate_init(&gate);
+    ph_job_init(&hold, &gate);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &hold), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+
+    /* The buffer starts at max_bytes (the file's length) and must grow by
+     * one byte to see the end of the file. */
     tern_fs_options o;
     tern_fs_options_init(&o);
-    o.step_bytes = 1; /* every byte after the first needs a larger buffer */
+    o.max_bytes = want_len;
+    o.step_bytes = 1;
     status = 1;
     cr_assert_eq(tern_fs_read_file(loop, SIZELESS, &o, on_read, NULL, NULL), 0);
-    /* The request's own allocations were made at the call: the next
-     * checked allocation is a growth of the buffer, on the loop thread. */
-    tern__fault_arm(TERN__FAULT_ALLOC, 1);
+    /* The request's own record was allocated at the call. From here the
+     * first checked allocation is the buffer (the fstat step), the second
+     * its growth. */
+    tern__fault_arm(TERN__FAULT_ALLOC, 2);
+    ph_gate_open(&gate);
     cr_assert_eq(tern_loop_run(loop), 0);
     bool fired = tern__fault_fired();
     tern__fault_arm(0, 0);
-    cr_assert(fired);
+    cr_assert(fired, "the buffer never grew");
     cr_assert_eq(status, -ENOMEM, "status %d", status);
+    cr_assert_null(got_data, "a failed read handed over data");
     tern_loop_free(loop);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+    ph_gate_destroy(&gate);
 }
 
 static int wrote = 1;
