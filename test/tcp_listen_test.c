@@ -9,13 +9,13 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proc_helpers.h"
 #include "tern.h"
 #include "tern/net.h"
 
@@ -25,17 +25,6 @@ static void on_accept(tern_loop *loop, tern_id listener, int status, tern_id str
 {
     (void)loop, (void)listener, (void)stream, (void)status, (void)arg;
     cr_assert_fail("nothing connects in this test");
-}
-
-static int open_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    cr_assert_not_null(d);
-    while (readdir(d) != NULL)
-        n++;
-    closedir(d);
-    return n;
 }
 
 /* The listener's bound address, as the socket says. */
@@ -103,11 +92,12 @@ Test(tcp_listen, a_taken_port_unless_both_share_it, .timeout = TEST_TIMEOUT)
                  0);
     cr_assert_eq(tern_tcp_port(loop, first, &port), 0);
 
-    int fds = open_fds();
+    int fds = proc_open_fds();
+    cr_assert_geq(fds, 0, "/proc/self/fd cannot be read");
     cr_assert_eq(tern_tcp_listen(loop, "127.0.0.1", port, 8, 0, on_accept, NULL, &third),
                  -EADDRINUSE);
     cr_assert_eq(third, 0);
-    cr_assert_eq(open_fds(), fds, "a refused listen left a descriptor open");
+    cr_assert_eq(proc_open_fds(), fds, "a refused listen left a descriptor open");
 
     cr_assert_eq(tern_tcp_listen(loop, "127.0.0.1", port, 8, TERN_TCP_REUSEPORT, on_accept, NULL,
                                  &second),

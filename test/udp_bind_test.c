@@ -7,13 +7,13 @@
  */
 #include <criterion/criterion.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proc_helpers.h"
 #include "tern.h"
 #include "tern/udp.h"
 #include "testing.h"
@@ -33,17 +33,6 @@ static unsigned live(tern_loop *loop)
     tern_loop_stats s;
     tern_loop_stats_read(loop, &s, sizeof s);
     return s.live_operations;
-}
-
-static int open_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    cr_assert_not_null(d);
-    while (readdir(d) != NULL)
-        n++;
-    closedir(d);
-    return n;
 }
 
 Test(udp_bind, every_flag_is_set_on_the_socket, .timeout = TEST_TIMEOUT)
@@ -85,7 +74,8 @@ Test(udp_bind, a_failed_option_or_bind_leaves_nothing, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = NULL;
     cr_assert_eq(tern_loop_new(&loop, NULL), 0);
-    int fds = open_fds();
+    int fds = proc_open_fds();
+    cr_assert_geq(fds, 0, "/proc/self/fd cannot be read");
     unsigned before = live(loop);
     unsigned injected = 0;
     uint64_t n;
@@ -107,11 +97,11 @@ Test(udp_bind, a_failed_option_or_bind_leaves_nothing, .timeout = TEST_TIMEOUT)
         cr_assert_eq(id, 0, "failure %llu: an id was written", (unsigned long long)n);
         cr_assert_eq(live(loop), before, "failure %llu: an operation is live",
                      (unsigned long long)n);
-        cr_assert_eq(open_fds(), fds, "failure %llu: a descriptor was left open",
+        cr_assert_eq(proc_open_fds(), fds, "failure %llu: a descriptor was left open",
                      (unsigned long long)n);
     }
     /* One failure per option and one for the bind. */
     cr_assert_eq(injected, 4, "%u failures injected", injected);
-    cr_assert_eq(open_fds(), fds);
+    cr_assert_eq(proc_open_fds(), fds);
     tern_loop_free(loop);
 }
