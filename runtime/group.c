@@ -41,7 +41,10 @@
  * before it lets any member go, so work scheduled from any loop's final
  * drain aborts (tern__loop_sealed_failed) instead of landing on a loop
  * that is already gone or running it unnoticed. Each member then frees its
- * loop on its own thread: tern_loop_free drains once.
+ * loop on its own thread: tern_loop_free drains once. A member that sees
+ * `finished` takes the lock once before it leaves, since the member that
+ * set it kicks every loop under the lock and may not have reached this one
+ * yet (a member awake early sees the mark before its own kick).
  *
  * Setup. tern_group_start counts the members still in setup
  * (setup_left); each member thread, having claimed its loop, runs the
@@ -77,6 +80,7 @@
 #include <urcu-qsbr.h>
 
 #include "loop_p.h"
+#include "testing.h"
 
 #define GROUP_MAGIC 0x67726f75u /* "grou" */
 #define GROUP_MAX 1024
@@ -308,6 +312,9 @@ int tern_group_on_stall(tern_group *group, uint64_t after_ns, tern_group_stall_f
     group->stall_arg = arg;
     return 0;
 }
+
+/* Called in try_finish after `finished` is set, before the kick (runtime/testing.h). */
+_Atomic(tern__group_finish_fn) tern__group_finishing;
 
 /* ------------------------------------------------------------------ */
 /* Waking members, RCU                                                 */
@@ -545,6 +552,9 @@ static void try_finish(tern_group *g)
         atomic_store_explicit(&g->m[i].loop->closing, true, memory_order_seq_cst);
     }
     atomic_store_explicit(&g->finished, true, memory_order_relaxed);
+    tern__group_finish_fn hook = atomic_load_explicit(&tern__group_finishing, memory_order_relaxed);
+    if (TERN_UNLIKELY(hook != NULL))
+        hook(g);
     kick(g, NULL);
 }
 
@@ -586,8 +596,15 @@ static bool idle_wait(struct member *m)
         tern__loop_awake(loop);
         /* Pairs with the release fence in kick(). */
         atomic_exchange_explicit(&loop->stop_requested, false, memory_order_acquire);
-        if (atomic_load_explicit(&g->finished, memory_order_relaxed))
+        if (atomic_load_explicit(&g->finished, memory_order_relaxed)) {
+            /* A wake from before the finish can show `finished` while
+             * try_finish is still kicking the loops, this one perhaps
+             * among them, under the lock. The caller frees the loop
+             * next: wait until that kick is over. */
+            pthread_mutex_lock(&g->lock);
+            pthread_mutex_unlock(&g->lock);
             return true;
+        }
         if (tern__inbound_pending(loop)) {
             pthread_mutex_lock(&g->lock);
             bool finished = g->state == STATE_FINISHED;

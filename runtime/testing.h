@@ -76,6 +76,15 @@ static inline int tern__test_cancel_now(tern_loop *loop, tern_id id)
 void tern__test_heap_seq(tern_loop *loop, uint32_t next);
 tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen);
 
+/*
+ * A hook a group calls when phase one of its shutdown ends, on the member
+ * that ends it, with the group's lock held: after every member can see the
+ * end, before that member wakes the others (runtime/group.c, try_finish).
+ * A test widens that window with it. Set it before the group starts.
+ */
+typedef void (*tern__group_finish_fn)(tern_group *group);
+extern _Atomic(tern__group_finish_fn) tern__group_finishing;
+
 /* Whether the process-wide pool is running now (pool/pool.h declares it too). */
 bool tern__pool_running(void);
 
