@@ -1450,6 +1450,15 @@ static const char *scratch_path(unsigned which)
     return paths[which];
 }
 
+/* The regular file an external wait watches: no file request or rename
+ * of the inputs names it, so it is always a file. */
+static const char *wait_path(void)
+{
+    static char path[96];
+    snprintf(path, sizeof path, "%s/w", scratch);
+    return path;
+}
+
 static void fs_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, void *arg)
 {
     struct rec *r = arg;
@@ -1565,19 +1574,38 @@ static void step_fs(struct input *in)
     }
 }
 
-/* Nothing a finished input did may remain: no temporary, no descriptor. */
-static void scratch_clean(void)
+/*
+ * Remove what dir holds (one level of subdirectories is all the inputs
+ * can make: "d/x", or "d" renamed to "a" or "b"), checking that no
+ * request left a temporary behind.
+ */
+static void scratch_empty(const char *dir, bool top)
 {
-    DIR *d = opendir(scratch);
+    DIR *d = opendir(dir);
     ENSURE(d != NULL, "the scratch directory went away");
     struct dirent *e;
-    while ((e = readdir(d)) != NULL)
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
         ENSURE(strstr(e->d_name, ".tern-") == NULL, "a temporary was left: %s", e->d_name);
+        char path[384];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0 && top) { /* a directory */
+            scratch_empty(path, false);
+            rmdir(path);
+        }
+    }
     closedir(d);
-    unlink(scratch_path(3));
-    rmdir(scratch_path(2));
-    unlink(scratch_path(0));
-    unlink(scratch_path(1));
+}
+
+/*
+ * Nothing a finished input did may remain: no temporary, no file and no
+ * directory, so the next input starts from an empty scratch directory
+ * whatever renames this one made (a failure replays from its input alone).
+ */
+static void scratch_clean(void)
+{
+    scratch_empty(scratch, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2929,7 +2957,7 @@ static void step_wait(struct input *in)
         case 4: fd = -1; bad = true; break;
         case 5: fd = tern_loop_backend_fd(loop); break;
         default: /* a regular file: epoll refuses it; poll may watch it */
-            fd = open(scratch_path(1), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+            fd = open(wait_path(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
             ENSURE(fd >= 0, "open a regular file");
             break;
         }
