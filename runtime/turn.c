@@ -250,10 +250,14 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     loop->last_wait = wait;
 
     loop->step = TERN__STEP_WAIT;
+    /* A zero wait with no descriptor to ask about makes step 4 do nothing
+     * at all (wait_backend), so step 3's reading still holds for step 5. */
+    bool step4_empty = wait == 0 && loop->io_count == 0;
     uint64_t idle_from = wait_backend(loop, wait);
 
     loop->step = TERN__STEP_FIRE;
-    __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
+    if (!step4_empty)
+        __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
     uint64_t idle = idle_from != 0 && loop->now > idle_from ? loop->now - idle_from : 0;
     if (idle != 0)
         atomic_fetch_add_explicit(&loop->st_idle_ns, idle, memory_order_relaxed);
