@@ -359,6 +359,41 @@ BACKEND_TEST(wait, deadline_gives_etimedout)
     loop_free_clean(loop);
 }
 
+/*
+ * A cancel after the timeout came and before done ran: the wait was
+ * stopped, so the answer is STOPPED, and done keeps the first reason,
+ * -ETIMEDOUT (as a job the timeout stopped does). Two waits with one
+ * deadline time out in the same step 5; the first done cancels the other.
+ */
+BACKEND_TEST(wait, cancel_after_the_timeout_says_stopped_and_done_keeps_etimedout)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int a[2], b[2];
+    make_pipe(a);
+    make_pipe(b);
+    struct waited wa = {0}, wb = {0};
+    tern_job_options o;
+    tern_job_options_init(&o);
+    o.timeout_ns = 20 * MS;
+    tern_id ia = 0, ib = 0;
+    cr_assert_eq(tern_wait_fd(loop, a[0], waited_done, &wa, &o, &ia), 0);
+    cr_assert_eq(tern_wait_fd(loop, b[0], waited_done, &wb, &o, &ib), 0);
+    wa.cancel_other = ib;
+    wb.cancel_other = ia;
+    cr_assert(run_until_nothing_live(loop));
+    cr_assert_eq(atomic_load(&wa.calls), 1);
+    cr_assert_eq(atomic_load(&wb.calls), 1);
+    cr_assert_eq(wa.status, -ETIMEDOUT);
+    cr_assert_eq(wb.status, -ETIMEDOUT, "done keeps -ETIMEDOUT after the late cancel");
+    int first_rc = wa.cancel_rc == -ENOENT ? wb.cancel_rc : wa.cancel_rc;
+    int second_rc = wa.cancel_rc == -ENOENT ? wa.cancel_rc : wb.cancel_rc;
+    cr_assert_eq(first_rc, TERN_CANCEL_STOPPED, "a timed-out wait was stopped: %d", first_rc);
+    cr_assert_eq(second_rc, -ENOENT, "the delivered wait's id is stale");
+    close_pipe(a);
+    close_pipe(b);
+    loop_free_clean(loop);
+}
+
 BACKEND_TEST(wait, owner_cap_refuses_and_close_cancels)
 {
     tern_loop *loop = loop_new_backend(backend);

@@ -30,7 +30,9 @@ extern "C" {
  *   -ECANCELED: tern_cancel (TERN_CANCEL_STOPPED), an owner closed, or the
  *     loop freed; -ETIMEDOUT: the timeout came first. result is NULL.
  * tern_cancel after the event and before done answers TERN_CANCEL_FINISHED
- * and done still gets 0. fd is no longer watched when done starts, so done
+ * and done still gets 0; after the timeout and before done it answers
+ * TERN_CANCEL_STOPPED and done still gets -ETIMEDOUT (the first reason
+ * stands, as for a job its timeout stopped). fd is no longer watched when done starts, so done
  * may close it or wait on it again.
  * Requires: loop != NULL.
  * Returns: 0 and *idp (if idp != NULL); -EINVAL for fd < 0, a NULL done,
