@@ -18,11 +18,23 @@
  * it took the lock, and holds before its next job. A worker that goes to
  * sleep does not announce it to us (park() is worker.c's), so the holder
  * counts again every millisecond as well as whenever a worker arrives.
+ * Every other worker is counted as running: one that read the count just
+ * before our add and has not yet taken its job (or is spinning, or runs
+ * a job, or a chain of waiting lookups, lookup.c) is waited for, and it
+ * runs what it took to the end before it holds. So the hold returns only
+ * after every job taken before it has finished, and none starts after.
+ *
+ * The pool that is starting. Finding no pool is not enough to return: a
+ * start may have created its workers (one may have read the count open
+ * already) without having published the pool yet. The holder therefore
+ * asks for the pool under start_lock (tern__pool_current_settled): either
+ * the start is over and its workers are counted here, or it begins after
+ * our add and its workers, created after it, read the hold first.
  *
  * Cost while the gate is open: the one relaxed load per job in worker.c.
- * Limits: a pool shut down while a hold is taken cannot drain (its workers
- * hold); a pool started while a hold is taken has its workers hold before
- * their first job.
+ * Each hold takes start_lock once. Limits: a pool shut down while a hold
+ * is taken cannot drain (its workers hold); a pool started while a hold is
+ * taken has its workers hold before their first job.
  */
 #include <time.h>
 
@@ -38,9 +50,17 @@ void tern__pool_hold(void)
      * lock, and leaves its sleep through the same lock (top comment).
      */
     atomic_fetch_add_explicit(&tern__pool_holds, 1, memory_order_seq_cst);
-    struct tern__pool *p = tern__pool_current();
+    /*
+     * Settled, not merely current: a pool being started has workers that
+     * may have read the count before our add and be about to take a job,
+     * and the plain load would find no pool and wait for none of them.
+     * Through start_lock, either that start has finished (we count its
+     * workers below) or it begins after our add (its workers are created
+     * after it, so they read the hold before their first job).
+     */
+    struct tern__pool *p = tern__pool_current_settled();
     if (p == NULL)
-        return; /* no worker runs anything */
+        return; /* no worker runs anything, and any started from now on holds */
     pthread_mutex_lock(&p->park_lock);
     /* Overflow workers are bounded workers too, counted under the same lock. */
     while (p->held + atomic_load_explicit(&p->sleepers, memory_order_relaxed) <
@@ -55,8 +75,8 @@ void tern__pool_hold(void)
 void tern__pool_unhold(void)
 {
     unsigned before = atomic_fetch_sub_explicit(&tern__pool_holds, 1, memory_order_seq_cst);
-    TERN_INSIST(before > 0);
-    if (before != 1)
+    TERN_INSIST((before & TERN__HOLDS_COUNT) > 0);
+    if ((before & TERN__HOLDS_COUNT) != 1)
         return; /* another holder still holds */
     struct tern__pool *p = tern__pool_current();
     if (p == NULL)

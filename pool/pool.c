@@ -127,6 +127,8 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
         return rc;
     }
     shape_set(p);
+    if (TERN_UNLIKELY(tern__stop_armed(TERN__STOP_START_UNPUBLISHED)))
+        tern__stop_at(TERN__STOP_START_UNPUBLISHED); /* a test holds the start here */
     /* Pairs with the acquire load in pool_get(). */
     atomic_store_explicit(&current, p, memory_order_release);
     *poolp = p;
@@ -137,6 +139,15 @@ struct tern__pool *tern__pool_current(void)
 {
     /* Pairs with the release store in start_locked(). */
     return atomic_load_explicit(&current, memory_order_acquire);
+}
+
+struct tern__pool *tern__pool_current_settled(void)
+{
+    /* Rare (once per exclusive-mode hold): start_lock is never held across a wait. */
+    pthread_mutex_lock(&start_lock);
+    struct tern__pool *p = atomic_load_explicit(&current, memory_order_relaxed);
+    pthread_mutex_unlock(&start_lock);
+    return p;
 }
 
 static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)

@@ -195,6 +195,23 @@ bool tern__pool_active(void);
 bool tern__pool_running(void);
 /* Bounded workers parked now (a test seam: runtime/testing.h). */
 unsigned tern__test_pool_sleepers(void);
+/*
+ * The pause gate's windows, held open by a test (pool/stops.c). Hold a
+ * window, let a thread walk into it (the count of threads waiting there
+ * says when), then release it:
+ *   past gate:  the next bounded workers to pass the pause gate stop as
+ *               if they had read it open, before they take their job;
+ *   pool start: the next pool start stops with its workers running and
+ *               the pool not yet published (start_lock held).
+ * tern__test_pool_holds: exclusive-mode holds taken now.
+ */
+void tern__test_hold_past_gate(void);
+void tern__test_release_past_gate(void);
+unsigned tern__test_waiting_past_gate(void);
+void tern__test_hold_pool_start(void);
+void tern__test_release_pool_start(void);
+unsigned tern__test_waiting_pool_start(void);
+unsigned tern__test_pool_holds(void);
 
 /*
  * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes

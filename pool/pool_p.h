@@ -27,6 +27,7 @@
  *   bounded.c    the bounded queue: admission, reservations, the wake
  *   work.c       a job's state word: claim, run, hand back, stop
  *   histogram.c  the statistics' histograms
+ *   stops.c      stop points where a test holds a pool thread
  *
  * Shared state (tern__pool_stats, the `current` pool) is read where it is
  * needed; only calls go one way.
@@ -421,6 +422,12 @@ static inline uint64_t tern__pool_in_flight(void)
 
 /* The running pool or NULL (an acquire load; no start). */
 struct tern__pool *tern__pool_current(void);
+/*
+ * The running pool or NULL, once any start under way has finished
+ * (start_lock): a caller that finds NULL is ordered before every start
+ * that follows, so what it wrote before the call, those workers see.
+ */
+struct tern__pool *tern__pool_current_settled(void);
 
 /* Start the bounded workers (and the queue they take from); stop them (worker.c). */
 int tern__bounded_start(struct tern__pool *p);
@@ -505,11 +512,47 @@ void tern__bounded_wake_all(struct tern__pool *p);
 
 /*
  * The pause gate (gate.c): while any hold is taken, bounded workers stop
- * before their next job. A worker reads the count once per job (relaxed)
- * and, when it is non-zero, holds (worker.c) until every hold is given
- * back (or the pool exits).
+ * before their next job. A worker reads the word once per job (relaxed)
+ * and, when its count is non-zero, holds (worker.c) until every hold is
+ * given back (or the pool exits). The word's top bit is a test's stop
+ * point (stops.c), not a hold: a worker that finds only it stops as if it
+ * had read the gate open, before it takes its job.
  */
 extern _Atomic unsigned tern__pool_holds;
+#define TERN__HOLDS_STOP (1u << 31)
+#define TERN__HOLDS_COUNT (~TERN__HOLDS_STOP)
+
+/*
+ * Stop points (stops.c): one list, one bit each in tern__stops_armed.
+ *   WORKER_PAST_GATE  a bounded worker has read the pause gate open and
+ *                     not yet taken its job (armed together with
+ *                     TERN__HOLDS_STOP, which is how the worker looks);
+ *   START_UNPUBLISHED a pool start has its workers running and is not
+ *                     yet the running pool (start_lock held).
+ */
+#define TERN__STOP_POINTS(X) \
+    X(WORKER_PAST_GATE)      \
+    X(START_UNPUBLISHED)
+
+enum tern__stop_point {
+#define TERN__STOP_ENUM(name) TERN__STOP_##name,
+    TERN__STOP_POINTS(TERN__STOP_ENUM)
+#undef TERN__STOP_ENUM
+        TERN__STOP_COUNT
+};
+
+extern _Atomic unsigned tern__stops_armed;
+/* Wait here while the point is armed (any pool thread). */
+void tern__stop_at(enum tern__stop_point point);
+/* Whether the point is armed: one relaxed load, for a caller's cold path. */
+static inline bool tern__stop_armed(enum tern__stop_point point)
+{
+    return atomic_load_explicit(&tern__stops_armed, memory_order_relaxed) & (1u << point);
+}
+/* The test's side (pool/seams.c): arm, release, count the threads stopped. */
+void tern__stop_arm(enum tern__stop_point point);
+void tern__stop_release(enum tern__stop_point point);
+unsigned tern__stop_waiting(enum tern__stop_point point);
 
 int tern__long_init(struct tern__pool *p);
 int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal *cause);

@@ -15,3 +15,42 @@ uint64_t tern__test_pool_wake_checks(void)
 {
     return atomic_load_explicit(&tern__pool_wake_checks, memory_order_relaxed);
 }
+
+void tern__test_hold_past_gate(void)
+{
+    /* Armed first: a worker that sees the bit in the gate's word finds the point armed. */
+    tern__stop_arm(TERN__STOP_WORKER_PAST_GATE);
+    atomic_fetch_or_explicit(&tern__pool_holds, TERN__HOLDS_STOP, memory_order_seq_cst);
+}
+
+void tern__test_release_past_gate(void)
+{
+    /* Out of the gate's word first, so a released worker does not stop again. */
+    atomic_fetch_and_explicit(&tern__pool_holds, TERN__HOLDS_COUNT, memory_order_seq_cst);
+    tern__stop_release(TERN__STOP_WORKER_PAST_GATE);
+}
+
+unsigned tern__test_waiting_past_gate(void)
+{
+    return tern__stop_waiting(TERN__STOP_WORKER_PAST_GATE);
+}
+
+void tern__test_hold_pool_start(void)
+{
+    tern__stop_arm(TERN__STOP_START_UNPUBLISHED);
+}
+
+void tern__test_release_pool_start(void)
+{
+    tern__stop_release(TERN__STOP_START_UNPUBLISHED);
+}
+
+unsigned tern__test_waiting_pool_start(void)
+{
+    return tern__stop_waiting(TERN__STOP_START_UNPUBLISHED);
+}
+
+unsigned tern__test_pool_holds(void)
+{
+    return atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) & TERN__HOLDS_COUNT;
+}

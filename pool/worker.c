@@ -79,7 +79,8 @@ static void hold(struct tern__pool *p, bool *busy)
     pthread_mutex_lock(&p->park_lock);
     p->held++;
     pthread_cond_broadcast(&p->quiet_cond);
-    while (atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0 &&
+    while ((atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) & TERN__HOLDS_COUNT) !=
+               0 &&
            !atomic_load_explicit(&p->exiting, memory_order_relaxed))
         pthread_cond_wait(&p->park_cond, &p->park_lock);
     p->held--;
@@ -275,8 +276,13 @@ static void *worker_main(void *argp)
     bool parked = false; /* back from park(), `tern__pool_waking` not yet cleared */
     for (;;) {
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
-        if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0))
-            hold(p, &busy);
+        unsigned holds = atomic_load_explicit(&tern__pool_holds, memory_order_relaxed);
+        if (TERN_UNLIKELY(holds != 0)) {
+            if (holds & TERN__HOLDS_COUNT)
+                hold(p, &busy);
+            else /* only a test's stop: the gate read open, the job not yet taken */
+                tern__stop_at(TERN__STOP_WORKER_PAST_GATE);
+        }
         struct tern__work *job = tern__bounded_take(p);
         if (job != NULL) {
             if (!busy) {

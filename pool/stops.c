@@ -1,0 +1,60 @@
+/*
+ * Stop points: places where a test holds a pool thread, to open a race
+ * window on purpose and keep it open as long as it likes (the pause
+ * gate's windows, test/pause_window_test.c). Each point is one bit of
+ * `tern__stops_armed`; a thread that reaches an armed point waits there,
+ * counted, until the test releases the point. Nothing arms a point
+ * outside the tests (pool/seams.c, runtime/testing.h).
+ *
+ * Cost while disarmed: the pool start's point is one relaxed load per
+ * start; the worker's point costs no job anything, as it is folded into
+ * the word the worker reads once per job anyway (tern__pool_holds, see
+ * pool_p.h and worker.c).
+ *
+ * Lock: stops_lock is a leaf, held by the stopped thread only while it
+ * waits on stops_cond (never across a call into the pool).
+ */
+#include "pool_p.h"
+
+_Atomic unsigned tern__stops_armed;
+
+static pthread_mutex_t stops_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stops_cond = PTHREAD_COND_INITIALIZER;
+static unsigned stopped[TERN__STOP_COUNT]; /* threads waiting at each point, under stops_lock */
+
+void tern__stop_at(enum tern__stop_point point)
+{
+    unsigned bit = 1u << point;
+    pthread_mutex_lock(&stops_lock);
+    if (atomic_load_explicit(&tern__stops_armed, memory_order_relaxed) & bit) {
+        stopped[point]++;
+        pthread_cond_broadcast(&stops_cond);
+        while (atomic_load_explicit(&tern__stops_armed, memory_order_relaxed) & bit)
+            pthread_cond_wait(&stops_cond, &stops_lock);
+        stopped[point]--;
+    }
+    pthread_mutex_unlock(&stops_lock);
+}
+
+void tern__stop_arm(enum tern__stop_point point)
+{
+    pthread_mutex_lock(&stops_lock);
+    atomic_fetch_or_explicit(&tern__stops_armed, 1u << point, memory_order_relaxed);
+    pthread_mutex_unlock(&stops_lock);
+}
+
+void tern__stop_release(enum tern__stop_point point)
+{
+    pthread_mutex_lock(&stops_lock);
+    atomic_fetch_and_explicit(&tern__stops_armed, ~(1u << point), memory_order_relaxed);
+    pthread_cond_broadcast(&stops_cond);
+    pthread_mutex_unlock(&stops_lock);
+}
+
+unsigned tern__stop_waiting(enum tern__stop_point point)
+{
+    pthread_mutex_lock(&stops_lock);
+    unsigned n = stopped[point];
+    pthread_mutex_unlock(&stops_lock);
+    return n;
+}
