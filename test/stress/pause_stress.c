@@ -4,7 +4,8 @@
  * bounded jobs streaming through the pool (each done submits the next).
  *
  * Each round builds a group of 2..4 loops and a pool of 1..4 bounded
- * workers from the run's seed (TERN_SEED replays another). Every loop runs
+ * workers from the run's seed (TERN_SEED replays another); the outside
+ * pauser is already pausing while the pool starts. Every loop runs
  * a repeating timer; now and then a tick pauses the group from inside the
  * callback, submits a few bounded jobs (they must wait for the resume),
  * watches for a random window of up to 2 ms, and resumes. An outside
@@ -162,8 +163,8 @@ static void *outside_main(void *arg)
 {
     struct outside *o = arg;
     while (!atomic_load(&stopping)) {
+        exclusive_round(o->g, NULL, NULL, &o->rng); /* the first one at once: it races the start */
         window(stress_below(&o->rng, 3 * STRESS_MS));
-        exclusive_round(o->g, NULL, NULL, &o->rng);
     }
     return NULL;
 }
@@ -183,10 +184,6 @@ static void round_run(int round)
     tern_pool_config_init(&pc);
     pc.threads = 1 + (unsigned)stress_below(&rng, 4);
     job_spins = stress_below(&rng, 2) ? 20000 : 400000;
-    int rc = tern_pool_start(&pc);
-    STRESS_CHECK(rc == 0, "round %d: pool of %u bounded workers: %s", round, pc.threads,
-                 tern_strerror(rc));
-
     atomic_store(&stopping, false);
     atomic_store(&jobs_accepted, 0);
     atomic_store(&jobs_started, 0);
@@ -200,7 +197,7 @@ static void round_run(int round)
     go.loops = n;
     go.name = "pause";
     tern_group *g = NULL;
-    rc = tern_group_new(&g, &go);
+    int rc = tern_group_new(&g, &go);
     STRESS_CHECK(rc == 0, "round %d: a group of %u loops: %s", round, n, tern_strerror(rc));
     if (rc != 0)
         return;
@@ -209,14 +206,18 @@ static void round_run(int round)
         tern_group_on_shutdown(g, i, teardown, &members[i]);
     }
     tern_group_start(g);
-    for (unsigned i = 0; i < n; i++)
-        while (tern_post(tern_group_loop(g, i), setup, &members[i]) == -EAGAIN)
-            sched_yield();
 
     stress_phase("a round of pauses racing bounded submissions", 60 * STRESS_SEC);
+    /* The outside pauser begins before the pool exists, so its first pauses race the start. */
     struct outside o = {g, stress_seed(1000 + round)};
     pthread_t t;
     pthread_create(&t, NULL, outside_main, &o);
+    rc = tern_pool_start(&pc);
+    STRESS_CHECK(rc == 0, "round %d: pool of %u bounded workers: %s", round, pc.threads,
+                 tern_strerror(rc));
+    for (unsigned i = 0; i < n; i++)
+        while (tern_post(tern_group_loop(g, i), setup, &members[i]) == -EAGAIN)
+            sched_yield();
     window(ROUND_NS);
     atomic_store(&stopping, true);
     pthread_join(t, NULL);
