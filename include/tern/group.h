@@ -130,10 +130,14 @@ TERN_EXTERN int tern_group_shutdown(tern_group *group);
 /*
  * tern_group_pause: enter exclusive mode. Returns once every other loop of
  * the group has stopped at a turn boundary (none runs a callback until
- * tern_group_resume) and no bounded pool job runs (workers hold before
- * their next job). Paused loop threads and held workers are RCU-offline,
- * so synchronize_rcu() inside exclusive mode returns. Long jobs are not
- * paused: they must not write what exclusive mode protects. While another
+ * tern_group_resume) and no bounded pool job runs: every bounded job a
+ * worker had taken before has returned, and none starts until
+ * tern_group_resume (workers hold before their next job; jobs submitted
+ * meanwhile, the pauser's too, wait in the queue), also in a pool that
+ * starts during the pause. Paused loop threads and held workers are
+ * RCU-offline, so synchronize_rcu() inside exclusive mode returns. Long
+ * jobs are not paused: they must not write what exclusive mode protects.
+ * While another
  * thread holds exclusive mode, a loop thread that calls pause is paused
  * for it first (it takes part, inside its callback), then gets its own
  * turn: two pauses are serialised, never deadlocked.
