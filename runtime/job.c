@@ -35,10 +35,10 @@ static bool job_handback(struct tern__work *w)
 {
     tern_job *job = (tern_job *)w; /* the header comes first */
     if (!tern__work_finished(w)) {
-        free(job); /* stopped, and the loop let go first: never touch the loop */
+        tern__job_returned(job); /* stopped, and the loop let go first: never touch the loop */
         return false;
     }
-    tern_loop *loop = job->loop;
+    tern_loop *loop = job->chunk->loop;
     /*
      * Pin the loop across push + wake: once the job is on the ring the loop
      * may deliver it and tern_loop_free may run; the free waits for pins
@@ -66,33 +66,15 @@ static void release_credit(tern_loop *loop, const tern_job *job)
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
 }
 
-/*
- * Job records are malloc'd (a worker may be the one to free a tombstone),
- * and the loop keeps the ones it frees on a small cache of its own, so a
- * steady stream of jobs costs no malloc or free.
- */
-#define JOB_CACHE_MAX 1024
-
+/* Job records come from the loop's chunks (job_slab.c). */
 static tern_job *job_alloc(tern_loop *loop)
 {
-    tern_job *job = loop->job_cache;
-    if (job != NULL) {
-        loop->job_cache = (tern_job *)job->op.ready_next;
-        loop->job_cache_len--;
-        return job;
-    }
-    return tern__malloc(sizeof(*job));
+    return tern__job_alloc(loop);
 }
 
 static void job_release(tern_loop *loop, tern_job *job)
 {
-    if (loop->job_cache_len >= JOB_CACHE_MAX) {
-        free(job);
-        return;
-    }
-    job->op.ready_next = (struct tern__op *)loop->job_cache;
-    loop->job_cache = job;
-    loop->job_cache_len++;
+    tern__job_release(loop, job);
 }
 
 /* ------------------------------------------------------------------ */
@@ -117,7 +99,9 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     TERN_PROBE(job_done, loop, id, job, status);
     job->done(loop, id, status, job->work.result, job->work.arg);
     if (tern__work_let_go(&job->work))
-        job_release(loop, job); /* else the queue still holds it; the pool hands it back */
+        job_release(loop, job);
+    else
+        tern__job_held(loop, job); /* the queue still holds it; the pool hands it back */
 }
 
 /*
@@ -185,12 +169,7 @@ void tern__jobs_destroy(tern_loop *loop)
     /* Pool threads may still be inside a hand-over to us; wait them out. */
     while (atomic_load_explicit(&loop->result_pins, memory_order_acquire) != 0)
         sched_yield();
-    while (loop->job_cache != NULL) {
-        tern_job *job = loop->job_cache;
-        loop->job_cache = (tern_job *)job->op.ready_next;
-        free(job);
-    }
-    loop->job_cache_len = 0;
+    tern__job_records_destroy(loop);
     if (loop->ring != NULL) {
         tern__ring_destroy(loop->ring);
         free(loop->ring);
@@ -304,7 +283,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     }
     *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
                                .arg = arg, .handback = job_handback},
-                      .loop = loop, .done = done, .has_deadline = timeout != 0};
+                      .chunk = job->chunk, .done = done, .has_deadline = timeout != 0};
     if (jobp != NULL) {
         tern__op_add_anon(loop, &job->op, &job_class);
     } else if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
@@ -546,7 +525,7 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
         }
         *job = (tern_job){.work = {.occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN,
                                    .fn = work, .arg = args[made], .handback = job_handback},
-                          .loop = loop, .done = done, .has_deadline = timeout != 0};
+                          .chunk = job->chunk, .done = done, .has_deadline = timeout != 0};
         if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
             job_release(loop, job);
             goto undo;

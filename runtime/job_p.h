@@ -16,16 +16,19 @@
 
 struct tern__owner;
 
+struct tern__job_chunk;
+
 /*
- * A job record. malloc'd (the hand-back of a dropped tombstone may free it
- * on a pool thread), and kept on a per-loop cache once done has run.
+ * A job record, from its loop's chunks (job_slab.c): the loop reuses it
+ * once done has run, unless a pool thread still holds it (a tombstone the
+ * queue has not yet dropped), which then hands it back to the chunk.
  */
 struct tern_job {
     struct tern__work work;       /* first: the pool's view, and the public tern_job * */
     struct tern__op op;           /* id, ready link, deadline */
     bool has_deadline;            /* holds a heap claim (a timeout) */
     bool timed_out;               /* the deadline took effect */
-    tern_loop *loop;
+    struct tern__job_chunk *chunk; /* where it lives, and its loop */
     struct tern__owner *owner;    /* whose cap it counts against, or NULL */
     tern_job *owner_prev, *owner_next; /* the owner's jobs in flight */
     tern_done_fn done;
@@ -36,9 +39,39 @@ _Static_assert(offsetof(struct tern_job, work) == 0, "the work header comes firs
 /* Two lines and the op's birth stamp: the work header (what a worker
  * touches) and the op header start the record. The stamp tern_loop_walk
  * reads already pushed the record 8 bytes past two lines; a further field
- * here makes every job (malloc'd, cached in their thousands) dearer still. */
-_Static_assert(sizeof(struct tern_job) <= 2 * TERN_CACHELINE + 8,
+ * here makes every job (cached in their thousands) dearer still. */
+_Static_assert(sizeof(struct tern_job) == 2 * TERN_CACHELINE + 8,
                "a job record is two lines and the op's birth stamp");
+
+/*
+ * A chunk of a loop's job records (job_slab.c). `returned` and `held` are
+ * the only fields a pool thread touches: the records it hands back, and
+ * twice the count of records it still holds, bit 0 set once the loop is
+ * gone (the last hand-back then frees the chunk).
+ */
+struct tern__job_chunk {
+    struct tern__job_chunk *next; /* the loop's chunks */
+    tern_loop *loop;
+    uint32_t cap; /* records in recs */
+    _Atomic uint32_t held;
+    _Atomic(tern_job *) returned;
+    tern_job recs[];
+};
+
+/*
+ * The records (job_slab.c), loop thread unless said: alloc takes a free
+ * one (NULL: out of memory); release gives one back for reuse; held
+ * says the loop let go of one the pool still holds (tern__work_let_go
+ * said false); returned is the hand-back of such a one, on a pool
+ * thread; bytes is what the chunks take; records_destroy frees the
+ * chunks, leaving any still held to the hand-back of their last record.
+ */
+tern_job *tern__job_alloc(tern_loop *loop);
+void tern__job_release(tern_loop *loop, tern_job *job);
+void tern__job_held(tern_loop *loop, tern_job *job);
+void tern__job_returned(tern_job *job);
+uint64_t tern__job_bytes(const tern_loop *loop);
+void tern__job_records_destroy(tern_loop *loop);
 
 /*
  * Admit and hand over a job of any kind (tern_submit, tern_resolve, file

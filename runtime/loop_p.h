@@ -122,8 +122,11 @@ struct tern_loop {
     unsigned long_undelivered; /* of the credits, those held by TERN_LONG jobs */
     unsigned last_refusal;  /* tern_refusal of the last submission (tern_loop_last_refusal) */
     struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
-    struct tern_job *job_cache; /* freed job records kept for reuse */
-    unsigned job_cache_len;
+    struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */
+    struct tern_job *job_free;          /* free records, linked through op.ready_next */
+    uint64_t job_bytes;                 /* the chunks' bytes */
+    uint32_t job_chunk_next;            /* records in the next chunk (0: the first) */
+    unsigned jobs_held; /* records let go by the loop that the pool still holds */
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
     bool kick_owed;   /* a job queued in this turn without a wake (job.c, tern__jobs_kick) */
     uint64_t pool_checked; /* the pool start (generation) this loop's config matched */

@@ -23,9 +23,9 @@ uint64_t tern_loop_memory_bytes(const tern_loop *loop)
     bytes += (uint64_t)l->fds_len * sizeof(*l->fds);
     /* Posts waiting on the inbound queue: their records, carved from the producers' blocks. */
     bytes += tern__posts_pending(l) * sizeof(struct tern__inbound);
-    /* Job records: accepted and not yet done (in flight, or handed back and
-     * undelivered), and freed ones kept for reuse; the result ring. */
-    bytes += ((uint64_t)l->jobs_live + l->job_cache_len) * sizeof(struct tern_job);
+    /* Job records: the loop's chunks of them (in flight, held by the pool
+     * as tombstones, or free for reuse); the result ring. */
+    bytes += tern__job_bytes(l);
     if (l->ring != NULL)
         bytes += sizeof(*l->ring) + (l->ring->mask + 1) * sizeof(struct tern__ring_slot);
     return bytes;

@@ -1,0 +1,136 @@
+/*
+ * Job records: a loop's own chunks of them, with a free list threaded
+ * through the free ones, as slab.c does for timers' and defers' records,
+ * but with one difference that slab.c cannot absorb: a pool thread may be
+ * the last to hold a record.
+ *
+ * A job cancelled while queued is delivered (its done runs) at once, but
+ * the bounded queue still points at it until a worker or a shutdown meets
+ * the tombstone and hands it back. Such a record is "held": the loop has
+ * let go of it, and it is neither free nor the loop's to reuse. The hand-
+ * back (a pool thread) pushes it onto its chunk's `returned` stack, which
+ * the loop empties into its free list when it runs out of free records.
+ * A chunk counts its held records in `held` (two per record; bit 0 says
+ * the loop is gone): when the loop is freed, a chunk with none held goes
+ * at once, and one with records still held is left to the hand-back of
+ * its last one. So the loop never waits for the pool, and the pool never
+ * touches a freed loop.
+ *
+ * Chunks grow from 64 records to 256 and go back only when the loop is
+ * freed: a loop keeps the records of its peak, as it keeps its timers'.
+ */
+#include <stdlib.h>
+
+#include "job_p.h"
+
+#define FIRST_CHUNK 64u
+#define LAST_CHUNK 256u
+#define ORPHANED 1u
+
+static uint64_t chunk_bytes(uint32_t cap)
+{
+    return sizeof(struct tern__job_chunk) + (uint64_t)cap * sizeof(tern_job);
+}
+
+/* Take back every record the pool returned; true if any came back. */
+static bool reclaim(tern_loop *loop)
+{
+    bool any = false;
+    for (struct tern__job_chunk *c = loop->job_chunks; c != NULL && loop->jobs_held > 0;
+         c = c->next) {
+        if (atomic_load_explicit(&c->returned, memory_order_relaxed) == NULL)
+            continue;
+        /* Acquire: pairs with the hand-back's release push. */
+        tern_job *job = atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire);
+        while (job != NULL) {
+            tern_job *next = (tern_job *)job->op.ready_next;
+            tern__job_release(loop, job);
+            TERN_DECREMENT(loop->jobs_held);
+            any = true;
+            job = next;
+        }
+    }
+    return any;
+}
+
+static bool grow(tern_loop *loop)
+{
+    uint32_t cap = loop->job_chunk_next != 0 ? loop->job_chunk_next : FIRST_CHUNK;
+    struct tern__job_chunk *c = tern__malloc(chunk_bytes(cap));
+    if (c == NULL)
+        return false;
+    c->next = loop->job_chunks;
+    c->loop = loop;
+    c->cap = cap;
+    atomic_init(&c->returned, NULL);
+    atomic_init(&c->held, 0);
+    loop->job_chunks = c;
+    loop->job_bytes += chunk_bytes(cap);
+    loop->job_chunk_next = cap < LAST_CHUNK ? 2 * cap : LAST_CHUNK;
+    for (uint32_t i = cap; i-- > 0;) {
+        c->recs[i].chunk = c;
+        tern__job_release(loop, &c->recs[i]);
+    }
+    return true;
+}
+
+tern_job *tern__job_alloc(tern_loop *loop)
+{
+    if (TERN_UNLIKELY(loop->job_free == NULL)) {
+        if (!(loop->jobs_held > 0 && reclaim(loop)) && !grow(loop))
+            return NULL;
+    }
+    tern_job *job = loop->job_free;
+    loop->job_free = (tern_job *)job->op.ready_next;
+    return job;
+}
+
+void tern__job_release(tern_loop *loop, tern_job *job)
+{
+    job->op.ready_next = (struct tern__op *)loop->job_free;
+    loop->job_free = job;
+}
+
+void tern__job_held(tern_loop *loop, tern_job *job)
+{
+    loop->jobs_held++;
+    atomic_fetch_add_explicit(&job->chunk->held, 2, memory_order_relaxed);
+}
+
+void tern__job_returned(tern_job *job)
+{
+    struct tern__job_chunk *c = job->chunk;
+    tern_job *head = atomic_load_explicit(&c->returned, memory_order_relaxed);
+    do
+        job->op.ready_next = (struct tern__op *)head;
+    while (!atomic_compare_exchange_weak_explicit(&c->returned, &head, job, memory_order_release,
+                                                  memory_order_relaxed));
+    /*
+     * The count may dip below zero for a moment (this hand-back raced the
+     * loop's tern__job_held for the same record); it is 2 * held | ORPHANED
+     * once the loop is gone, and then only hand-backs change it. Acq_rel:
+     * the freeing side sees every other side's last touch of the chunk.
+     */
+    uint32_t was = atomic_fetch_sub_explicit(&c->held, 2, memory_order_acq_rel);
+    if (was == (2 | ORPHANED))
+        free(c);
+}
+
+uint64_t tern__job_bytes(const tern_loop *loop)
+{
+    return loop->job_bytes;
+}
+
+void tern__job_records_destroy(tern_loop *loop)
+{
+    while (loop->job_chunks != NULL) {
+        struct tern__job_chunk *c = loop->job_chunks;
+        loop->job_chunks = c->next;
+        if (atomic_fetch_or_explicit(&c->held, ORPHANED, memory_order_acq_rel) == 0)
+            free(c); /* else the hand-back of its last held record frees it */
+    }
+    loop->job_free = NULL;
+    loop->jobs_held = 0;
+    loop->job_bytes = 0;
+    loop->job_chunk_next = 0;
+}
