@@ -12,8 +12,8 @@
 void tern__loop_check_books(tern_loop *loop)
 {
     BOOKS(loop->undelivered <= loop->max_undelivered, "undelivered > max_undelivered");
-    BOOKS(loop->ops_local == loop->ids.count + loop->anon + loop->timers.live,
-          "live operations (ops_local) != id map count + anonymous ops + live timers");
+    BOOKS(loop->ops_local == loop->ids.count + loop->anon + loop->tabled + loop->timers.live,
+          "live operations (ops_local) != id map count + anonymous ops + jobs + live timers");
     BOOKS(atomic_load_explicit(&loop->ops_count, memory_order_relaxed) == loop->ops_local,
           "published ops_count != ops_local");
     BOOKS(loop->refs <= loop->ops_local, "refs > live operations");

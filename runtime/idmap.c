@@ -9,10 +9,12 @@
  * consecutive slots, but then a million timers form one run a million long
  * and every backward-shift deletion scans it: tried, and it hung.)
  *
- * Why not a slot+generation id? Ids must never repeat in the process and
- * must not name another loop's operation; a 64-bit counter gives that
- * exactly, and the map turns it back into a pointer for the few calls
- * that take an id (cancel, stop, modify, ref).
+ * Why not a slot+generation id for every op? Ids must never repeat in the
+ * process and must not name another loop's operation; a 64-bit counter
+ * gives that exactly, and the map turns it back into a pointer for the few
+ * calls that take an id (cancel, stop, modify, ref). The two kinds that
+ * come in millions, timers and jobs, pay for a table of their own instead
+ * (timer_table.c, job_slab.c), with the same guarantees.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -283,13 +283,12 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     }
     *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
                                .arg = arg, .handback = job_handback},
-                      .chunk = job->chunk, .done = done, .has_deadline = timeout != 0};
-    if (jobp != NULL) {
+                      .chunk = job->chunk, .gen = job->gen, .done = done,
+                      .has_deadline = timeout != 0};
+    if (jobp != NULL)
         tern__op_add_anon(loop, &job->op, &job_class);
-    } else if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
-        job_release(loop, job);
-        goto unadmit;
-    }
+    else
+        tern__op_add_tabled(loop, &job->op, &job_class, tern__job_id_issue(job));
     tern_id id = job->op.id;
     /*
      * The job is registered; hand it over. Stamp the queue-wait start here,
@@ -525,11 +524,9 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
         }
         *job = (tern_job){.work = {.occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN,
                                    .fn = work, .arg = args[made], .handback = job_handback},
-                          .chunk = job->chunk, .done = done, .has_deadline = timeout != 0};
-        if ((rc = tern__op_add(loop, &job->op, &job_class)) < 0) {
-            job_release(loop, job);
-            goto undo;
-        }
+                          .chunk = job->chunk, .gen = job->gen, .done = done,
+                          .has_deadline = timeout != 0};
+        tern__op_add_tabled(loop, &job->op, &job_class, tern__job_id_issue(job));
         /* The queue-wait stamp of one job in four, as tern__submit_job_with. */
         job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
         works[made] = &job->work;

@@ -28,6 +28,7 @@ struct tern_job {
     struct tern__op op;           /* id, ready link, deadline */
     bool has_deadline;            /* holds a heap claim (a timeout) */
     bool timed_out;               /* the deadline took effect */
+    uint32_t gen;                 /* the generation its next id gets (job_slab.c) */
     struct tern__job_chunk *chunk; /* where it lives, and its loop */
     struct tern__owner *owner;    /* whose cap it counts against, or NULL */
     tern_job *owner_prev, *owner_next; /* the owner's jobs in flight */
@@ -36,6 +37,9 @@ struct tern_job {
 /* The header first: the pool's tern__work * and the public tern_job * are
  * the record's address (job_handback and tern_job_cancelled cast it). */
 _Static_assert(offsetof(struct tern_job, work) == 0, "the work header comes first");
+/* The generation sits in the padding after the two flags: it costs nothing. */
+_Static_assert(offsetof(struct tern_job, chunk) == sizeof(struct tern__work) + sizeof(struct tern__op) + 8,
+               "the generation fills the flags' word");
 /* Two lines and the op's birth stamp: the work header (what a worker
  * touches) and the op header start the record. The stamp tern_loop_walk
  * reads already pushed the record 8 bytes past two lines; a further field
@@ -53,6 +57,7 @@ struct tern__job_chunk {
     struct tern__job_chunk *next; /* the loop's chunks */
     tern_loop *loop;
     uint32_t cap; /* records in recs */
+    uint32_t no;  /* its number, in its records' ids (numbers.c) */
     _Atomic uint32_t held;
     _Atomic(tern_job *) returned;
     tern_job recs[];
@@ -69,6 +74,8 @@ struct tern__job_chunk {
 tern_job *tern__job_alloc(tern_loop *loop);
 void tern__job_release(tern_loop *loop, tern_job *job);
 void tern__job_held(tern_loop *loop, tern_job *job);
+/* A new id for job, which names its place (op.h, TERN__JOB_ID). */
+tern_id tern__job_id_issue(tern_job *job);
 void tern__job_returned(tern_job *job);
 uint64_t tern__job_bytes(const tern_loop *loop);
 void tern__job_records_destroy(tern_loop *loop);

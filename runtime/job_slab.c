@@ -18,7 +18,19 @@
  *
  * Chunks grow from 64 records to 256 and go back only when the loop is
  * freed: a loop keeps the records of its peak, as it keeps its timers'.
+ *
+ * Ids. A job's id names its record: the chunk's number, the offset in
+ * it, and the record's generation (op.h, TERN__JOB_ID), laid out and
+ * kept unique as timer ids are (timer_table.c says how): a record's
+ * generation goes up with each id it is given, a record whose generation
+ * reaches 2^30 is retired (never reused), and chunk numbers come from a
+ * process-wide registry (numbers.c) that hands a freed loop's numbers on
+ * with the floor their generations reached. So finding a job is a probe
+ * of a small per-loop map of chunk numbers, an index and a compare with
+ * the id the record holds (zeroed when the op finishes): no entry per
+ * job in the loop's id map.
  */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "job_p.h"
@@ -53,25 +65,94 @@ static bool reclaim(tern_loop *loop)
     return any;
 }
 
+static uint32_t map_hash(uint32_t no, uint32_t mask)
+{
+    return (uint32_t)((no * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & mask;
+}
+
+static void map_place(struct tern__job_chunk **map, uint32_t mask, struct tern__job_chunk *c)
+{
+    uint32_t i = map_hash(c->no, mask);
+    while (map[i] != NULL)
+        i = (i + 1) & mask;
+    map[i] = c;
+}
+
+/* Room for one more chunk: the map stays at most half full. */
+static bool map_reserve(tern_loop *loop)
+{
+    uint32_t cap = loop->job_map != NULL ? loop->job_map_mask + 1 : 0;
+    if (2 * (loop->job_nchunks + 1) <= cap)
+        return true;
+    uint32_t ncap = cap ? 2 * cap : 16;
+    struct tern__job_chunk **map = tern__calloc(ncap, sizeof(*map));
+    if (map == NULL)
+        return false;
+    for (uint32_t i = 0; i < cap; i++)
+        if (loop->job_map[i] != NULL)
+            map_place(map, ncap - 1, loop->job_map[i]);
+    free(loop->job_map);
+    loop->job_map = map;
+    loop->job_map_mask = ncap - 1;
+    return true;
+}
+
 static bool grow(tern_loop *loop)
 {
     uint32_t cap = loop->job_chunk_next != 0 ? loop->job_chunk_next : FIRST_CHUNK;
+    if (!map_reserve(loop))
+        return false;
     struct tern__job_chunk *c = tern__malloc(chunk_bytes(cap));
     if (c == NULL)
         return false;
+    uint32_t floor;
+    if (tern__numbers_take(&tern__job_numbers, &c->no, &floor) < 0) {
+        free(c);
+        return false;
+    }
     c->next = loop->job_chunks;
     c->loop = loop;
     c->cap = cap;
     atomic_init(&c->returned, NULL);
     atomic_init(&c->held, 0);
     loop->job_chunks = c;
+    map_place(loop->job_map, loop->job_map_mask, c);
+    loop->job_nchunks++;
     loop->job_bytes += chunk_bytes(cap);
     loop->job_chunk_next = cap < LAST_CHUNK ? 2 * cap : LAST_CHUNK;
     for (uint32_t i = cap; i-- > 0;) {
         c->recs[i].chunk = c;
+        c->recs[i].gen = floor;
+        c->recs[i].op.id = 0;
         tern__job_release(loop, &c->recs[i]);
     }
     return true;
+}
+
+tern_id tern__job_id_issue(tern_job *job)
+{
+    const struct tern__job_chunk *c = job->chunk;
+    uint64_t offset = (uint64_t)(job - c->recs);
+    return TERN__JOB_ID | (uint64_t)c->no << TERN__JOB_NO_SHIFT |
+           offset << TERN__JOB_OFFSET_SHIFT | job->gen++;
+}
+
+struct tern__op *tern__job_find(const tern_loop *loop, tern_id id)
+{
+    if (loop->job_map == NULL)
+        return NULL;
+    uint32_t no = (uint32_t)(id >> TERN__JOB_NO_SHIFT) & ((UINT32_C(1) << TERN__JOB_NO_BITS) - 1);
+    uint32_t offset = (uint32_t)(id >> TERN__JOB_OFFSET_SHIFT) &
+                      ((UINT32_C(1) << TERN__JOB_OFFSET_BITS) - 1);
+    for (uint32_t i = map_hash(no, loop->job_map_mask); loop->job_map[i] != NULL;
+         i = (i + 1) & loop->job_map_mask) {
+        struct tern__job_chunk *c = loop->job_map[i];
+        if (c->no != no)
+            continue;
+        /* A free, held or anonymous record holds id 0, never a job id. */
+        return offset < c->cap && c->recs[offset].op.id == id ? &c->recs[offset].op : NULL;
+    }
+    return NULL;
 }
 
 tern_job *tern__job_alloc(tern_loop *loop)
@@ -87,6 +168,8 @@ tern_job *tern__job_alloc(tern_loop *loop)
 
 void tern__job_release(tern_loop *loop, tern_job *job)
 {
+    if (TERN_UNLIKELY(job->gen >= TERN__GEN_LIMIT))
+        return; /* retired: its ids would come round again */
     job->op.ready_next = (struct tern__op *)loop->job_free;
     loop->job_free = job;
 }
@@ -126,9 +209,16 @@ void tern__job_records_destroy(tern_loop *loop)
     while (loop->job_chunks != NULL) {
         struct tern__job_chunk *c = loop->job_chunks;
         loop->job_chunks = c->next;
+        uint32_t floor = 0;
+        for (uint32_t i = 0; i < c->cap; i++)
+            floor = c->recs[i].gen > floor ? c->recs[i].gen : floor;
+        tern__numbers_give_back(&tern__job_numbers, c->no, floor);
         if (atomic_fetch_or_explicit(&c->held, ORPHANED, memory_order_acq_rel) == 0)
             free(c); /* else the hand-back of its last held record frees it */
     }
+    free(loop->job_map);
+    loop->job_map = NULL;
+    loop->job_map_mask = loop->job_nchunks = 0;
     loop->job_free = NULL;
     loop->jobs_held = 0;
     loop->job_bytes = 0;

@@ -134,6 +134,11 @@ fail:
 static void cancel_all(tern_loop *loop)
 {
     tern__timers_cancel_all(loop);
+    /* Jobs: cancelling one finishes nothing at once (done comes in step 2). */
+    for (struct tern__job_chunk *c = loop->job_chunks; c != NULL; c = c->next)
+        for (uint32_t i = 0; i < c->cap; i++)
+            if (c->recs[i].op.id != 0)
+                c->recs[i].op.cls->cancel(loop, &c->recs[i].op);
     size_t before;
     do {
         before = loop->ids.count;
@@ -182,7 +187,8 @@ void tern_loop_free(tern_loop *loop)
     drain(loop);
     tern__rcu_leave(loop);
     /* Every kind's cancel must end its op or arrange its final callback. */
-    TERN_INSIST(loop->ids.count == 0 && loop->timers.live == 0 && loop->ready_head == NULL &&
+    TERN_INSIST(loop->ids.count == 0 && loop->tabled == 0 && loop->timers.live == 0 &&
+                loop->ready_head == NULL &&
                 loop->undelivered == 0);
 
     tern__loop_release(loop, prev);

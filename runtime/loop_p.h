@@ -97,7 +97,8 @@ struct tern_loop {
     _Atomic unsigned ops_count;    /* ops_local, published for producers */
     _Atomic uint64_t posts_done;   /* posts taken off the inbound queue, ever */
     unsigned refs;       /* referenced ops (keep run() going) */
-    unsigned anon;       /* live ops without an id (defers): ops_local - ids.count */
+    unsigned anon;       /* live ops without an id (defers) */
+    unsigned tabled;     /* live ops whose id names their record, not in the map (jobs) */
     bool check_books;    /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
     unsigned io_count;   /* fds (and signals the backend reads) registered besides the wake fd */
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
@@ -126,6 +127,8 @@ struct tern_loop {
     struct tern_job *job_free;          /* free records, linked through op.ready_next */
     uint64_t job_bytes;                 /* the chunks' bytes */
     uint32_t job_chunk_next;            /* records in the next chunk (0: the first) */
+    struct tern__job_chunk **job_map;   /* chunk number -> chunk, at most half full */
+    uint32_t job_map_mask, job_nchunks;
     unsigned jobs_held; /* records let go by the loop that the pool still holds */
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
     bool kick_owed;   /* a job queued in this turn without a wake (job.c, tern__jobs_kick) */
@@ -239,6 +242,12 @@ void tern__loop_release(tern_loop *loop, tern_loop *prev);
 
 /* Register an admitted op (id assigned, referenced). 0 or -ENOMEM. */
 int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
+/* Register an admitted op whose id its kind's table resolves (a job:
+ * tern__job_find), never in the map; finishing it zeroes op->id. */
+void tern__op_add_tabled(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls,
+                         tern_id id);
+/* The live job a job id names in this loop, or NULL (job_slab.c). */
+struct tern__op *tern__job_find(const tern_loop *loop, tern_id id);
 /* Register an admitted op that has no id (never in the map). */
 void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls);
 static inline void tern__op_ready(tern_loop *loop, struct tern__op *op)

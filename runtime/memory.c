@@ -26,6 +26,8 @@ uint64_t tern_loop_memory_bytes(const tern_loop *loop)
     /* Job records: the loop's chunks of them (in flight, held by the pool
      * as tombstones, or free for reuse); the result ring. */
     bytes += tern__job_bytes(l);
+    if (l->job_map != NULL)
+        bytes += ((uint64_t)l->job_map_mask + 1) * sizeof(*l->job_map);
     if (l->ring != NULL)
         bytes += sizeof(*l->ring) + (l->ring->mask + 1) * sizeof(struct tern__ring_slot);
     return bytes;

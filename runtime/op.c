@@ -19,8 +19,9 @@ tern_id tern__id_next(tern_loop *loop)
     if (TERN_UNLIKELY(loop->id_next == loop->id_end)) {
         loop->id_next = atomic_fetch_add_explicit(&id_counter, ID_BLOCK, memory_order_relaxed);
         loop->id_end = loop->id_next + ID_BLOCK;
-        /* Timer ids have the top bit (timer_table.c); 2^63 is centuries away. */
-        TERN_INSIST(!tern__timer_id(loop->id_end));
+        /* Timer ids have the top bit (timer_table.c) and job ids the next
+         * (job_slab.c); 2^62 is centuries away. */
+        TERN_INSIST(loop->id_end < TERN__JOB_ID);
     }
     return loop->id_next++;
 }
@@ -40,6 +41,19 @@ int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_cla
     return 0;
 }
 
+void tern__op_add_tabled(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls,
+                         tern_id id)
+{
+    op->id = id;
+    op->cls = cls;
+    op->ready_next = NULL;
+    op->flags = TERN__OP_TABLED;
+    op->aux = UINT32_MAX;
+    op->born = loop->now;
+    loop->tabled++;
+    loop->refs++; /* ops_local counted it at admission */
+}
+
 void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__op_class *cls)
 {
     op->id = 0;
@@ -54,7 +68,10 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
 {
     TERN_INSIST(!(op->flags & TERN__OP_DEAD));
-    if (!(op->flags & TERN__OP_ANON))
+    if (op->flags & TERN__OP_TABLED) {
+        op->id = 0; /* what its kind's table matches an id against: stale from now */
+        TERN_DECREMENT(loop->tabled);
+    } else if (!(op->flags & TERN__OP_ANON))
         tern__idmap_remove(&loop->ids, op);
     else
         TERN_DECREMENT(loop->anon);
@@ -86,8 +103,10 @@ void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
 
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
 {
-    /* Timers are not ops: their ids never reach the map. */
-    return id == 0 || tern__timer_id(id) ? NULL : tern__idmap_find(&loop->ids, id);
+    /* Timers are not ops, and jobs' ids name their records: neither is in the map. */
+    if (id == 0 || tern__timer_id(id))
+        return NULL;
+    return tern__job_id(id) ? tern__job_find(loop, id) : tern__idmap_find(&loop->ids, id);
 }
 
 static int ref_common(tern_loop *loop, tern_id id, bool ref)

@@ -19,6 +19,7 @@
 #ifndef TERN_OP_H
 #define TERN_OP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -61,6 +62,7 @@ enum {
     TERN__OP_DEAD = 1u << 1,   /* finished while queued: free when popped */
     TERN__OP_UNREF = 1u << 2,  /* does not keep tern_loop_run() alive */
     TERN__OP_ANON = 1u << 3,   /* has no id (a defer): not in the id map */
+    TERN__OP_TABLED = 1u << 4, /* its id names its record's place (a job): not in the id map */
 };
 
 struct tern__op {
@@ -238,6 +240,46 @@ static inline bool tern__timer_id(tern_id id)
 #define TERN__TIMER_NO_BITS 25
 #define TERN__TIMER_OFFSET_SHIFT TERN__TIMER_GEN_BITS
 #define TERN__TIMER_NO_SHIFT (TERN__TIMER_GEN_BITS + TERN__TIMER_CHUNK_BITS)
+
+/* ------------------------------------------------------------------ */
+/* Chunk numbers, for ids that name a record's place (numbers.c).     */
+/* ------------------------------------------------------------------ */
+
+/* A slot whose generation reaches this is retired (timers and jobs alike). */
+#define TERN__GEN_LIMIT TERN__TIMER_GEN_LIMIT
+
+struct tern__numbers_returned {
+    uint32_t no, floor;
+};
+
+struct tern__numbers {
+    pthread_mutex_t lock;
+    uint32_t fresh; /* numbers below it have been handed out */
+    uint32_t limit; /* numbers stay below it */
+    struct tern__numbers_returned *back;
+    size_t back_len, back_cap;
+};
+
+extern struct tern__numbers tern__timer_numbers, tern__job_numbers;
+/* A number for a new chunk and the generation its slots start at: 0 or -ENOMEM. */
+int tern__numbers_take(struct tern__numbers *r, uint32_t *no, uint32_t *floor);
+/* A freed chunk's number, with the highest generation any of its slots reached. */
+void tern__numbers_give_back(struct tern__numbers *r, uint32_t no, uint32_t floor);
+
+/*
+ * Job ids (job_slab.c): bit 63 clear and bit 62 set, the chunk's number
+ * (24 bits), the record's offset in it (8 bits) and the slot's generation
+ * (30 bits), as timer ids are laid out below their tag.
+ */
+#define TERN__JOB_ID (UINT64_C(1) << 62)
+#define TERN__JOB_NO_BITS 24
+#define TERN__JOB_OFFSET_BITS 8
+#define TERN__JOB_OFFSET_SHIFT TERN__TIMER_GEN_BITS
+#define TERN__JOB_NO_SHIFT (TERN__TIMER_GEN_BITS + TERN__JOB_OFFSET_BITS)
+static inline bool tern__job_id(tern_id id)
+{
+    return (id >> 62) == 1;
+}
 
 /* The table (timer_table.c). slot_alloc: 0 or -ENOMEM. */
 int tern__timer_slot_alloc_slow(struct tern__timer_table *t, uint32_t *slot);

@@ -24,7 +24,7 @@
  *   reaches 2^30 is retired for good (never reused; 32 bytes stay with
  *   the loop), instead of wrapping.
  * - Chunk numbers belong to one loop at a time. A process-wide registry
- *   hands them out; a loop that is freed gives them back with a floor,
+ *   (numbers.c) hands them out; a loop that is freed gives them back with a floor,
  *   the highest generation any slot of the chunk reached, and the next
  *   owner starts every slot of it there. So a (number, offset,
  *   generation) triple is never issued twice, and another loop's id names
@@ -44,91 +44,9 @@
 #include "testing.h"
 
 #define GEN_LIMIT TERN__TIMER_GEN_LIMIT
-#define GEN_BURN (TERN__TIMER_GEN_LIMIT / 2)
 #define NO_LIMIT (UINT32_C(1) << TERN__TIMER_NO_BITS)
 #define OFFSET_SHIFT TERN__TIMER_OFFSET_SHIFT
 #define NO_SHIFT TERN__TIMER_NO_SHIFT
-
-/* ------------------------------------------------------------------ */
-/* The process-wide registry of chunk numbers                          */
-/* ------------------------------------------------------------------ */
-
-struct returned {
-    uint32_t no, floor;
-};
-
-/*
- * Taken only when a loop adds a chunk or is freed: once per 256 timers at
- * most. The list of returned numbers holds at most the process's peak
- * count of chunks; it is freed at exit.
- */
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t registry_fresh; /* numbers below it have been handed out */
-static struct returned *registry_back;
-static size_t registry_back_len, registry_back_cap;
-
-/* fork(): never let the child inherit the lock held by a vanished thread. */
-static void registry_before_fork(void)
-{
-    pthread_mutex_lock(&registry_lock);
-}
-
-static void registry_after_fork(void)
-{
-    pthread_mutex_unlock(&registry_lock);
-}
-
-__attribute__((constructor)) static void registry_fork_handlers(void)
-{
-    pthread_atfork(registry_before_fork, registry_after_fork, registry_after_fork);
-}
-
-/* Give the list back at exit, so the process ends valgrind-clean. */
-__attribute__((destructor)) static void registry_free(void)
-{
-    pthread_mutex_lock(&registry_lock);
-    free(registry_back);
-    registry_back = NULL;
-    registry_back_len = registry_back_cap = 0;
-    pthread_mutex_unlock(&registry_lock);
-}
-
-static int number_take(uint32_t *no, uint32_t *floor)
-{
-    int rc = 0;
-    pthread_mutex_lock(&registry_lock);
-    if (registry_back_len > 0) {
-        struct returned r = registry_back[--registry_back_len];
-        *no = r.no;
-        *floor = r.floor;
-    } else if (registry_fresh < NO_LIMIT) {
-        *no = registry_fresh++;
-        *floor = 0;
-    } else {
-        rc = -ENOMEM;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return rc;
-}
-
-static void number_give_back(uint32_t no, uint32_t floor)
-{
-    if (floor > GEN_BURN)
-        return; /* burned: never handed out again */
-    pthread_mutex_lock(&registry_lock);
-    if (registry_back_len == registry_back_cap) {
-        size_t ncap = registry_back_cap ? 2 * registry_back_cap : 64;
-        /* A failure here only burns the number. */
-        struct returned *v = tern__realloc(registry_back, ncap * sizeof(*v));
-        if (v != NULL) {
-            registry_back = v;
-            registry_back_cap = ncap;
-        }
-    }
-    if (registry_back_len < registry_back_cap)
-        registry_back[registry_back_len++] = (struct returned){no, floor};
-    pthread_mutex_unlock(&registry_lock);
-}
 
 /* ------------------------------------------------------------------ */
 /* Chunk numbers -> chunk index (per loop)                             */
@@ -208,7 +126,7 @@ static int add_chunk(struct tern__timer_table *t)
     if (map_reserve(t) < 0)
         return -ENOMEM;
     uint32_t no, floor;
-    if (number_take(&no, &floor) < 0)
+    if (tern__numbers_take(&tern__timer_numbers, &no, &floor) < 0)
         return -ENOMEM;
     for (uint32_t i = first; i < first + TERN__TIMER_CHUNK; i++)
         t->rec[i] = (struct tern__timer){.heap = UINT32_MAX, .next = TERN__SLOT_NONE, .gen = floor};
@@ -295,7 +213,7 @@ void tern__timer_table_destroy(struct tern__timer_table *t)
         for (uint32_t i = c * TERN__TIMER_CHUNK; i < (c + 1) * TERN__TIMER_CHUNK; i++)
             if (t->rec[i].gen > floor)
                 floor = t->rec[i].gen;
-        number_give_back(t->chunk_no[c], floor);
+        tern__numbers_give_back(&tern__timer_numbers, t->chunk_no[c], floor);
     }
     free(t->rec);
     free(t->born);

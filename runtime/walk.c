@@ -3,10 +3,12 @@
  * a program (tern_loop_walk, tern_loop_print_live), as libuv's uv_walk and
  * uv_print_active_handles.
  *
- * A loop keeps its ops in two places: every op with an id sits in the id
- * map, and timers, which are no ops, sit in the timer table (a live one
- * has a callback). The walk reads both and never changes either, so its
- * cost is one pass over the map's slots and the table's used slots; it is
+ * A loop keeps its ops in three places: jobs sit in their loop's chunks
+ * of records (a live one holds its id), every other op with an id sits
+ * in the id map, and timers, which are no ops, sit in the timer table (a
+ * live one has a callback). The walk reads all three and changes none, so
+ * its cost is one pass over the records, the map's slots and the table's
+ * used slots; it is
  * meant for diagnosis (a shutdown that does not finish), not a hot path.
  *
  * The age of an op is loop time since it was registered (op->born, set by
@@ -18,6 +20,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "job_p.h"
 #include "loop_p.h"
 
 /* Deferred functions (anonymous ops) have no id: tern_defer's records. */
@@ -32,7 +35,7 @@ int tern_loop_walk(tern_loop *loop, tern_walk_cb cb, void *arg)
     TERN_REQUIRE(cb != NULL);
     TERN__LOOP_ONLY(loop);
     uint64_t now = loop->now;
-    size_t ids_before = loop->ids.count;
+    size_t ids_before = loop->ids.count + loop->tabled;
     uint32_t timers_before = loop->timers.live;
     int n = 0;
     /*
@@ -41,26 +44,35 @@ int tern_loop_walk(tern_loop *loop, tern_walk_cb cb, void *arg)
      * counts catch it right after the callback that did it.
      */
 #define WALK_UNCHANGED()                                                        \
-    TERN_REQUIRE_SAID(loop->ids.count == ids_before &&                          \
+    TERN_REQUIRE_SAID(loop->ids.count + loop->tabled == ids_before &&           \
                           loop->timers.live == timers_before,                   \
                       "tern_loop_walk's callback started or ended an operation " \
                       "(collect ids and act after the walk)")
 
+#define WALK_OP(op)                                                             \
+    do {                                                                        \
+        tern_op_info info = {                                                   \
+            .id = (op)->id,                                                     \
+            .kind = (op)->cls->name,                                            \
+            .age_ns = now >= (op)->born ? now - (op)->born : 0,                 \
+            .referenced = !((op)->flags & TERN__OP_UNREF),                      \
+        };                                                                      \
+        cb(loop, &info, arg);                                                   \
+        WALK_UNCHANGED();                                                       \
+        n++;                                                                    \
+    } while (0)
+
+    for (const struct tern__job_chunk *c = loop->job_chunks; c != NULL; c = c->next)
+        for (uint32_t i = 0; i < c->cap; i++)
+            if (c->recs[i].op.id != 0 && shown(&c->recs[i].op))
+                WALK_OP(&c->recs[i].op);
     const struct tern__idmap *m = &loop->ids;
     for (size_t i = 0; m->slots != NULL && i <= m->mask; i++) {
         const struct tern__op *op = m->slots[i].op;
-        if (!shown(op))
-            continue;
-        tern_op_info info = {
-            .id = op->id,
-            .kind = op->cls->name,
-            .age_ns = now >= op->born ? now - op->born : 0,
-            .referenced = !(op->flags & TERN__OP_UNREF),
-        };
-        cb(loop, &info, arg);
-        WALK_UNCHANGED();
-        n++;
+        if (shown(op))
+            WALK_OP(op);
     }
+#undef WALK_OP
     const struct tern__timer_table *t = &loop->timers;
     for (uint32_t slot = 0; slot < t->used; slot++) {
         const struct tern__timer *r = tern__timer_at(t, slot);

@@ -110,3 +110,83 @@ Test(job_records, a_loop_freed_before_the_pool_drops_its_tombstones)
     cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
     ph_gate_destroy(&gate);
 }
+
+/* What tern_cancel and tern_ref answer for an id, asked from the loop's thread. */
+struct asked {
+    tern_id id;
+    int cancel, ref;
+    bool done;
+};
+
+static void ask(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)id;
+    struct asked *a = arg;
+    a->cancel = tern_cancel(loop, a->id);
+    a->ref = tern_ref(loop, a->id);
+    a->done = true;
+}
+
+/*
+ * Ids name records, which the loop reuses at once: the id of a job whose
+ * done has run names nothing, even while a new job lives in its record.
+ */
+Test(job_records, a_reused_record_gets_a_new_id_and_the_old_one_is_stale)
+{
+    start_one_worker();
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    ph_job_init(&probe, NULL);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &probe), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&probe.done_calls) == 1);
+    cr_assert(ok);
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job_init(&blocker, &gate);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &blocker), 0);
+    cr_assert_neq(blocker.id, probe.id, "a record's next job must get a new id");
+    struct asked a = {.id = probe.id};
+    cr_assert_eq(tern_timer_start(loop, 0, 0, ask, &a, NULL), 0);
+    PH_PUMP_UNTIL(ok, loop, a.done);
+    cr_assert(ok);
+    cr_assert_eq(a.cancel, -ENOENT, "a done job's id still names a job (%d)", a.cancel);
+    cr_assert_eq(a.ref, -ENOENT);
+    ph_gate_open(&gate);
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&blocker.done_calls) == 1);
+    cr_assert(ok);
+    cr_assert_eq(blocker.status, 0, "the stale id's cancel reached the new job");
+    tern_loop_free(loop);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+    ph_gate_destroy(&gate);
+}
+
+/*
+ * A freed loop's chunk numbers go to the next loop that needs one, with
+ * the generations its records reached: no id is ever issued twice.
+ */
+Test(job_records, a_freed_loops_numbers_never_issue_its_ids_again)
+{
+    enum { ROUNDS = 20 };
+    static tern_id first[ROUNDS], second[ROUNDS];
+    start_one_worker();
+    for (int pass = 0; pass < 2; pass++) {
+        tern_id *ids = pass == 0 ? first : second;
+        tern_loop *loop = NULL;
+        cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+        for (int i = 0; i < ROUNDS; i++) {
+            ph_job_init(&probe, NULL);
+            cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &probe), 0);
+            ids[i] = probe.id;
+            bool ok;
+            PH_PUMP_UNTIL(ok, loop, atomic_load(&probe.done_calls) == 1);
+            cr_assert(ok);
+        }
+        tern_loop_free(loop);
+    }
+    for (int i = 0; i < ROUNDS; i++)
+        for (int j = 0; j < ROUNDS; j++)
+            cr_assert_neq(first[i], second[j], "id %#llx issued twice",
+                          (unsigned long long)first[i]);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
