@@ -281,6 +281,11 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         rc = -ENOMEM;
         goto unadmit;
     }
+    /* An owned job's links live beside its record: room for them first. */
+    if (owner != NULL && (rc = tern__job_owned_reserve(loop, job)) < 0) {
+        job_release(loop, job);
+        goto unadmit;
+    }
     *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
                                .arg = arg, .handback = job_handback},
                       .chunk = job->chunk, .gen = job->gen, .done = done,
@@ -520,6 +525,10 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
         tern_job *job = job_alloc(loop);
         if (job == NULL) {
             rc = -ENOMEM;
+            goto undo;
+        }
+        if (owner != NULL && (rc = tern__job_owned_reserve(loop, job)) < 0) {
+            job_release(loop, job);
             goto undo;
         }
         *job = (tern_job){.work = {.occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN,

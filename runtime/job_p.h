@@ -30,8 +30,6 @@ struct tern_job {
     bool timed_out;               /* the deadline took effect */
     uint32_t gen;                 /* the generation its next id gets (job_slab.c) */
     struct tern__job_chunk *chunk; /* where it lives, and its loop */
-    struct tern__owner *owner;    /* whose cap it counts against, or NULL */
-    tern_job *owner_prev, *owner_next; /* the owner's jobs in flight */
     tern_done_fn done;
 };
 /* The header first: the pool's tern__work * and the public tern_job * are
@@ -40,12 +38,17 @@ _Static_assert(offsetof(struct tern_job, work) == 0, "the work header comes firs
 /* The generation sits in the padding after the two flags: it costs nothing. */
 _Static_assert(offsetof(struct tern_job, chunk) == sizeof(struct tern__work) + sizeof(struct tern__op) + 8,
                "the generation fills the flags' word");
-/* Two lines and the op's birth stamp: the work header (what a worker
- * touches) and the op header start the record. The stamp tern_loop_walk
- * reads already pushed the record 8 bytes past two lines; a further field
- * here makes every job (cached in their thousands) dearer still. */
-_Static_assert(sizeof(struct tern_job) == 2 * TERN_CACHELINE + 8,
-               "a job record is two lines and the op's birth stamp");
+/* The work header (what a worker touches) and the op header start the
+ * record, then its chunk and done: 112 bytes. An owner's links are kept
+ * beside the chunk's records (struct tern__job_owned), for owned jobs
+ * only; a further field here makes every job (in their millions) dearer. */
+_Static_assert(sizeof(struct tern_job) == 112, "a job record is 112 bytes");
+
+/* An owned job's place on its owner's list (owner.c), beside its record. */
+struct tern__job_owned {
+    struct tern__owner *owner; /* whose cap it counts against, or NULL */
+    tern_job *prev, *next;     /* the owner's jobs in flight */
+};
 
 /*
  * A chunk of a loop's job records (job_slab.c). `returned` and `held` are
@@ -58,6 +61,7 @@ struct tern__job_chunk {
     tern_loop *loop;
     uint32_t cap; /* records in recs */
     uint32_t no;  /* its number, in its records' ids (numbers.c) */
+    struct tern__job_owned *owned; /* by record; NULL until one is owned */
     _Atomic uint32_t held;
     _Atomic(tern_job *) returned;
     tern_job recs[];
@@ -74,6 +78,14 @@ struct tern__job_chunk {
 tern_job *tern__job_alloc(tern_loop *loop);
 void tern__job_release(tern_loop *loop, tern_job *job);
 void tern__job_held(tern_loop *loop, tern_job *job);
+/* Room for job's owner links: 0 or -ENOMEM. Then tern__job_owned_of finds them. */
+int tern__job_owned_reserve(tern_loop *loop, tern_job *job);
+/* job's owner links, or NULL when none of its chunk's jobs was ever owned. */
+static inline struct tern__job_owned *tern__job_owned_of(const tern_job *job)
+{
+    struct tern__job_chunk *c = job->chunk;
+    return c->owned != NULL ? &c->owned[job - c->recs] : NULL;
+}
 /* A new id for job, which names its place (op.h, TERN__JOB_ID). */
 tern_id tern__job_id_issue(tern_job *job);
 void tern__job_returned(tern_job *job);

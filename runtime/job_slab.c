@@ -44,6 +44,24 @@ static uint64_t chunk_bytes(uint32_t cap)
     return sizeof(struct tern__job_chunk) + (uint64_t)cap * sizeof(tern_job);
 }
 
+static void chunk_free(struct tern__job_chunk *c)
+{
+    free(c->owned);
+    free(c);
+}
+
+int tern__job_owned_reserve(tern_loop *loop, tern_job *job)
+{
+    struct tern__job_chunk *c = job->chunk;
+    if (c->owned != NULL)
+        return 0;
+    c->owned = tern__calloc(c->cap, sizeof(*c->owned));
+    if (c->owned == NULL)
+        return -ENOMEM;
+    loop->job_bytes += (uint64_t)c->cap * sizeof(*c->owned);
+    return 0;
+}
+
 /* Take back every record the pool returned; true if any came back. */
 static bool reclaim(tern_loop *loop)
 {
@@ -113,6 +131,7 @@ static bool grow(tern_loop *loop)
     c->next = loop->job_chunks;
     c->loop = loop;
     c->cap = cap;
+    c->owned = NULL;
     atomic_init(&c->returned, NULL);
     atomic_init(&c->held, 0);
     loop->job_chunks = c;
@@ -196,7 +215,7 @@ void tern__job_returned(tern_job *job)
      */
     uint32_t was = atomic_fetch_sub_explicit(&c->held, 2, memory_order_acq_rel);
     if (was == (2 | ORPHANED))
-        free(c);
+        chunk_free(c);
 }
 
 uint64_t tern__job_bytes(const tern_loop *loop)
@@ -214,7 +233,7 @@ void tern__job_records_destroy(tern_loop *loop)
             floor = c->recs[i].gen > floor ? c->recs[i].gen : floor;
         tern__numbers_give_back(&tern__job_numbers, c->no, floor);
         if (atomic_fetch_or_explicit(&c->held, ORPHANED, memory_order_acq_rel) == 0)
-            free(c); /* else the hand-back of its last held record frees it */
+            chunk_free(c); /* else the hand-back of its last held record frees it */
     }
     free(loop->job_map);
     loop->job_map = NULL;

@@ -22,7 +22,7 @@ struct tern__owner {
     unsigned cap, in_flight;
     uint64_t accepted, refused;
     bool closed;
-    tern_job *jobs; /* in flight, doubly linked through owner_prev/owner_next */
+    tern_job *jobs; /* in flight, doubly linked through their tern__job_owned */
     struct tern__owned *others; /* other kinds' ops in flight (external waits) */
 };
 
@@ -30,11 +30,12 @@ static const struct tern__op_class owner_class;
 
 void tern__owner_link(struct tern__owner *o, tern_job *job)
 {
-    job->owner = o;
-    job->owner_prev = NULL;
-    job->owner_next = o->jobs;
+    struct tern__job_owned *l = tern__job_owned_of(job);
+    l->owner = o;
+    l->prev = NULL;
+    l->next = o->jobs;
     if (o->jobs != NULL)
-        o->jobs->owner_prev = job;
+        tern__job_owned_of(o->jobs)->prev = job;
     o->jobs = job;
     o->in_flight++;
     o->accepted++;
@@ -42,16 +43,17 @@ void tern__owner_link(struct tern__owner *o, tern_job *job)
 
 void tern__owner_unlink(tern_job *job)
 {
-    struct tern__owner *o = job->owner;
+    struct tern__job_owned *l = tern__job_owned_of(job);
+    struct tern__owner *o = l != NULL ? l->owner : NULL;
     if (o == NULL)
         return;
-    if (job->owner_prev != NULL)
-        job->owner_prev->owner_next = job->owner_next;
+    if (l->prev != NULL)
+        tern__job_owned_of(l->prev)->next = l->next;
     else
-        o->jobs = job->owner_next;
-    if (job->owner_next != NULL)
-        job->owner_next->owner_prev = job->owner_prev;
-    job->owner = NULL;
+        o->jobs = l->next;
+    if (l->next != NULL)
+        tern__job_owned_of(l->next)->prev = l->prev;
+    l->owner = NULL;
     TERN_DECREMENT(o->in_flight);
     if (o->closed && o->in_flight == 0)
         free(o);
@@ -61,7 +63,7 @@ void tern__owner_unlink(tern_job *job)
 static int owner_cancel(tern_loop *loop, struct tern__op *op)
 {
     struct tern__owner *o = (struct tern__owner *)op;
-    for (tern_job *job = o->jobs; job != NULL; job = job->owner_next)
+    for (tern_job *job = o->jobs; job != NULL; job = tern__job_owned_of(job)->next)
         (void)job->op.cls->cancel(loop, &job->op);
     for (struct tern__owned *l = o->others; l != NULL; l = l->next)
         (void)l->op->cls->cancel(loop, l->op);
