@@ -6,7 +6,8 @@
  *
  * How. backends/fault.h lets a test make the nth checked call fail. Each
  * scenario below is a function of n: it arms the seam with every site
- * (TERN__FAULT_ALL) at n, runs its calls, disarms, and checks:
+ * (the stream seam's scenarios: that site alone) at n, runs its calls,
+ * disarms, and checks:
  *   - the call during which the failure was injected returned -ENOMEM,
  *     -EMFILE or -EAGAIN, and every other call succeeded;
  *   - what was accepted before or after the failure completes exactly once
@@ -133,11 +134,17 @@ static bool armed_outcome(const char *what, bool fired_before, int rc)
 }
 #define ARMED(what, expr) (fired_mark = tern__fault_fired(), armed_outcome((what), fired_mark, (expr)))
 
-/* Make the nth checked call from now on fail. */
+/*
+ * Make the nth checked call from now on fail, over every site but the
+ * stream seam's system calls: those have scenarios of their own (the
+ * stream seam section at the end), which arm that site alone so each of
+ * its calls fails with the errno they choose.
+ */
+#define BASE_SITES (TERN__FAULT_ALL & ~(unsigned)TERN__FAULT_STREAM)
 static void arm(uint64_t n)
 {
     refusals = 0;
-    tern__fault_arm(TERN__FAULT_ALL, n);
+    tern__fault_arm(BASE_SITES, n);
 }
 
 /*
