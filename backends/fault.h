@@ -26,8 +26,10 @@ enum tern__fault_site {
     TERN__FAULT_ALL = 63u,
 };
 
-/* The sites armed now (0: disarmed). Read by the inline seams below. */
-extern _Atomic unsigned tern__fault_armed_mask;
+/* The sites armed now (0: disarmed). Read by the inline seams below;
+ * hidden, so position-independent code reaches it directly, not through
+ * the GOT: the disarmed check stays one load. */
+extern __attribute__((visibility("hidden"))) _Atomic unsigned tern__fault_armed_mask;
 
 /*
  * Make the nth checked call (1-based, counted over the sites in mask from
