@@ -1,7 +1,8 @@
 /*
  * The fault seam (see fault.h). A test arms it with a mask of sites and
  * an ordinal; every checked call over those sites counts, and the nth one
- * fails. Disarmed, a site costs one relaxed load of `armed_mask`.
+ * fails. Disarmed, a site costs one relaxed load of
+ * `tern__fault_armed_mask` (inline for a stream's system calls).
  */
 #include <errno.h>
 #include <signal.h>
@@ -12,20 +13,21 @@
 
 #include "fault.h"
 
-static _Atomic unsigned armed_mask;
+_Atomic unsigned tern__fault_armed_mask;
 static _Atomic uint64_t target;
 static _Atomic uint64_t counted;
 static _Atomic bool fired;
 static _Atomic int fs_errno = -EIO;
+static _Atomic int net_errno = -ENOBUFS;
 
 void tern__fault_arm(unsigned mask, uint64_t nth)
 {
-    atomic_store(&armed_mask, 0);
+    atomic_store(&tern__fault_armed_mask, 0);
     atomic_store(&counted, 0);
     atomic_store(&fired, false);
     atomic_store(&target, nth);
     if (nth != 0)
-        atomic_store(&armed_mask, mask);
+        atomic_store(&tern__fault_armed_mask, mask);
 }
 
 bool tern__fault_fired(void)
@@ -35,7 +37,7 @@ bool tern__fault_fired(void)
 
 bool tern__fault_hit(enum tern__fault_site site)
 {
-    if (__builtin_expect(!(atomic_load_explicit(&armed_mask, memory_order_relaxed) & site), 1))
+    if (__builtin_expect(!(atomic_load_explicit(&tern__fault_armed_mask, memory_order_relaxed) & site), 1))
         return false;
     uint64_t n = atomic_fetch_add(&counted, 1) + 1;
     if (n != atomic_load(&target))
@@ -174,5 +176,15 @@ int tern__fs_fault(void)
 
 int tern__net_fault(void)
 {
-    return tern__fault_hit(TERN__FAULT_NET) ? -ENOBUFS : 0;
+    return tern__fault_hit(TERN__FAULT_NET) ? atomic_load(&net_errno) : 0;
+}
+
+void tern__fault_net_errno(int err)
+{
+    atomic_store(&net_errno, err < 0 ? err : -err);
+}
+
+int tern__stream_fault_slow(void)
+{
+    return tern__fault_hit(TERN__FAULT_STREAM) ? atomic_load(&net_errno) : 0;
 }

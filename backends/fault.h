@@ -11,6 +11,7 @@
 #define TERN_FAULT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,8 +22,14 @@ enum tern__fault_site {
     TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe, open */
     TERN__FAULT_FS = 1u << 3,     /* each system call of a file request (runtime/fs*.c) */
     TERN__FAULT_NET = 1u << 4,    /* each system call of a UDP socket (runtime/net/udp*.c) */
-    TERN__FAULT_ALL = 31u,
+    TERN__FAULT_STREAM = 1u << 5, /* each system call of a stream, listener or TTY (runtime/net/) */
+    TERN__FAULT_ALL = 63u,
 };
+
+/* The sites armed now (0: disarmed). Read by the inline seams below;
+ * hidden, so position-independent code reaches it directly, not through
+ * the GOT: the disarmed check stays one load. */
+extern __attribute__((visibility("hidden"))) _Atomic unsigned tern__fault_armed_mask;
 
 /*
  * Make the nth checked call (1-based, counted over the sites in mask from
@@ -89,10 +96,36 @@ void tern__fault_fs_release(void);
 
 /*
  * Called just before each system call of a UDP socket (bind, setsockopt,
- * connect, the receives and the sends): 0 to go ahead, or -ENOBUFS when a
- * failure is injected — an error every one of those calls can really
- * return, so each error path is walked with a cause it must handle.
+ * connect, the receives and the sends): 0 to go ahead, or the negative
+ * errno set with tern__fault_net_errno when a failure is injected. Unless
+ * set, -ENOBUFS: an error every one of those calls can really return, so
+ * each error path is walked with a cause it must handle.
  */
 int tern__net_fault(void);
+
+/*
+ * Called just before each system call of a stream, a listener or a TTY
+ * (runtime/net/ outside udp*.c: the reads, writes, descriptor passing,
+ * accept, connect and its SO_ERROR, shutdown, bind, listen, the TCP
+ * options, the peer's credentials, tcgetattr, tcsetattr and TIOCGWINSZ):
+ * 0 to go ahead, or the same chosen errno as the UDP site's. A test so
+ * makes a write meet -EAGAIN (and queue), a read meet -ECONNRESET, an
+ * accept meet -ECONNABORTED, or any of them fail with -ENOBUFS.
+ *
+ * Inline, because a stream's read and write are the hot path: disarmed,
+ * the seam is one relaxed load and a branch, no call.
+ */
+int tern__stream_fault_slow(void);
+/* The errno both network sites inject from now on (-ENOBUFS by default). */
+void tern__fault_net_errno(int err);
+
+static inline int tern__stream_fault(void)
+{
+    if (__builtin_expect(!(atomic_load_explicit(&tern__fault_armed_mask, memory_order_relaxed) &
+                           TERN__FAULT_STREAM),
+                         1))
+        return 0;
+    return tern__stream_fault_slow();
+}
 
 #endif

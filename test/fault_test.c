@@ -6,7 +6,8 @@
  *
  * How. backends/fault.h lets a test make the nth checked call fail. Each
  * scenario below is a function of n: it arms the seam with every site
- * (TERN__FAULT_ALL) at n, runs its calls, disarms, and checks:
+ * (the stream seam's scenarios: that site alone) at n, runs its calls,
+ * disarms, and checks:
  *   - the call during which the failure was injected returned -ENOMEM,
  *     -EMFILE or -EAGAIN, and every other call succeeded;
  *   - what was accepted before or after the failure completes exactly once
@@ -133,11 +134,17 @@ static bool armed_outcome(const char *what, bool fired_before, int rc)
 }
 #define ARMED(what, expr) (fired_mark = tern__fault_fired(), armed_outcome((what), fired_mark, (expr)))
 
-/* Make the nth checked call from now on fail. */
+/*
+ * Make the nth checked call from now on fail, over every site but the
+ * stream seam's system calls: those have scenarios of their own (the
+ * stream seam section at the end), which arm that site alone so each of
+ * its calls fails with the errno they choose.
+ */
+#define BASE_SITES (TERN__FAULT_ALL & ~(unsigned)TERN__FAULT_STREAM)
 static void arm(uint64_t n)
 {
     refusals = 0;
-    tern__fault_arm(TERN__FAULT_ALL, n);
+    tern__fault_arm(BASE_SITES, n);
 }
 
 /*
@@ -2557,5 +2564,491 @@ Test(fault, tty_open_raw_winsize_write, .timeout = TEST_TIMEOUT)
             continue;
         warm_up(tern__backend_names[i]);
         walk(tern__backend_names[i], step_tty, (void *)tern__backend_names[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The stream seam: every system call of a stream, listener and TTY    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * These scenarios arm the stream site alone (TERN__FAULT_STREAM), with the
+ * errno tern__fault_net_errno chose (-ENOBUFS, or -EAGAIN in the walk that
+ * makes writes queue), so each system call of runtime/net/'s streams is
+ * made to fail once: listen (bind, listen, SO_REUSEADDR), accept, connect
+ * and its SO_ERROR, the port, no-delay and keep-alive, the peer's
+ * credentials, try_write, each write (with descriptors on a Unix stream),
+ * shutdown, each read (recvmsg on a Unix stream), a pipe's open (fstat)
+ * and, on a TTY, tcgetattr, tcsetattr and TIOCGWINSZ.
+ *
+ * A connection: the writer sends "try" (tern_stream_try_write), "hello"
+ * (with a descriptor on a Unix stream) and "world" queued behind it,
+ * shuts its side, and closes once those are done; the reader reads until
+ * the end or an error. Whatever failed: each write's done comes exactly
+ * once, and when one failed every write queued after it failed with it;
+ * the reader is told an error at most once and then nothing more; what
+ * it read is exactly what was written, in order, up to where a failure
+ * cut it; every stream closes once and no descriptor stays open.
+ */
+enum conn_kind { CONN_TCP, CONN_UNIX, CONN_PIPE };
+
+struct conn_ctx {
+    const char *backend;
+    enum conn_kind kind;
+    int err; /* the injected errno (positive) */
+};
+
+struct connrec {
+    const struct conn_ctx *ctx;
+    tern_id listener, w, r; /* writer (connecting side), reader (accepted side) */
+    bool connected, connect_told, accepted;
+    unsigned accept_errors;
+    int connect_status;
+    unsigned done[2];       /* the callbacks of "hello" and "world" */
+    bool world_refused;     /* "world" refused (-EPIPE) because "hello" had failed */
+    int status[2];
+    unsigned shut;          /* shutdown callbacks */
+    int shut_status;
+    char got[32];
+    size_t got_len;
+    unsigned read_errors, eofs, after_end; /* after_end: reads after an error or the end */
+    int passed_fd;          /* the descriptor received with "hello", or -1 */
+    unsigned streams;       /* streams and listeners that were opened: each closes once */
+    atomic_uint closed;
+};
+
+static const char conn_try[] = "try", conn_hello[] = "hello", conn_world[] = "world";
+
+static bool conn_injected(const struct connrec *c, int status)
+{
+    return status == -c->ctx->err;
+}
+
+static void conn_done(struct connrec *c, unsigned i, int status)
+{
+    cr_assert(status == 0 || conn_injected(c, status), "write %u ended with %s", i,
+              tern_err_name(status));
+    cr_assert(status != -EAGAIN, "a write that met EAGAIN failed instead of waiting for room");
+    c->status[i] = status;
+    c->done[i]++;
+}
+
+static void conn_done0(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    conn_done(arg, 0, status);
+}
+
+static void conn_done1(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    conn_done(arg, 1, status);
+}
+
+static void conn_shut(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    struct connrec *c = arg;
+    cr_assert(status == 0 || conn_injected(c, status), "shutdown: %s", tern_err_name(status));
+    c->shut_status = status;
+    c->shut++;
+}
+
+static void conn_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                      void *arg)
+{
+    struct connrec *c = arg;
+    if (c->read_errors > 0 || c->eofs > 0) {
+        c->after_end++;
+        return;
+    }
+    if (status < 0) {
+        cr_assert(conn_injected(c, status), "read: %s", tern_err_name(status));
+        cr_assert(status != -EAGAIN, "a read that met EAGAIN failed instead of waiting");
+        c->read_errors++;
+        return;
+    }
+    if (len == 0) {
+        c->eofs++;
+        return;
+    }
+    cr_assert_leq(c->got_len + len, sizeof(c->got));
+    memcpy(c->got + c->got_len, data, len);
+    c->got_len += len;
+    int fd;
+    while (c->ctx->kind == CONN_UNIX && (fd = tern_unix_take_fd(loop, id)) >= 0) {
+        cr_assert_eq(c->passed_fd, -1, "one descriptor was passed, two arrived");
+        c->passed_fd = fd;
+    }
+}
+
+static void conn_closed(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id;
+    atomic_fetch_add(&((struct connrec *)arg)->closed, 1);
+}
+
+static void conn_connected(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    struct connrec *c = arg;
+    cr_assert(!c->connect_told, "a connect was told twice");
+    cr_assert(status == 0 || conn_injected(c, status), "connect: %s", tern_err_name(status));
+    c->connect_told = true;
+    c->connected = status == 0;
+    c->connect_status = status;
+}
+
+static void conn_accepted(tern_loop *loop, tern_id listener, int status, tern_id stream,
+                          void *arg)
+{
+    (void)listener;
+    struct connrec *c = arg;
+    if (status < 0) { /* the listener pauses, then accepts the connection still queued */
+        cr_assert(conn_injected(c, status), "accept: %s", tern_err_name(status));
+        c->accept_errors++;
+        return;
+    }
+    cr_assert(!c->accepted, "one connection was accepted twice");
+    c->accepted = true;
+    c->r = stream;
+    c->streams++;
+    cr_assert_eq(tern_stream_on_close(loop, stream, conn_closed, c), 0);
+}
+
+static bool conn_set_up(void *arg)
+{
+    struct connrec *c = arg;
+    return c->connect_told && (!c->connected || c->accepted);
+}
+
+static bool conn_writer_settled(void *arg)
+{
+    struct connrec *c = arg;
+    return c->done[0] == 1 && c->done[1] == !c->world_refused && (c->ctx->kind == CONN_PIPE || c->shut == 1);
+}
+
+static bool conn_reader_settled(void *arg)
+{
+    struct connrec *c = arg;
+    return c->read_errors + c->eofs > 0;
+}
+
+static void conn_path(char *path, size_t size)
+{
+    snprintf(path, size, "/tmp/tern-fault-stream-%d.sock", (int)getpid());
+}
+
+/* Listen and connect (TCP, Unix) or open a pipe's ends, armed. False when
+ * no connection came of it (refused or told): then nothing is left. */
+static bool conn_open(tern_loop *loop, struct connrec *c, unsigned *notices)
+{
+    const struct conn_ctx *x = c->ctx;
+    if (x->kind == CONN_PIPE) {
+        int p[2];
+        pipe_cloexec(p);
+        bool r_ok = ARMED("tern_stream_open(pipe read end)", tern_stream_open(loop, p[0], &c->r));
+        bool w_ok = ARMED("tern_stream_open(pipe write end)", tern_stream_open(loop, p[1], &c->w));
+        /* A refused open left the descriptor with the caller. */
+        if (r_ok)
+            cr_assert_eq(tern_stream_on_close(loop, c->r, conn_closed, c), 0);
+        else
+            close(p[0]);
+        if (w_ok)
+            cr_assert_eq(tern_stream_on_close(loop, c->w, conn_closed, c), 0);
+        else
+            close(p[1]);
+        c->streams = r_ok + w_ok;
+        c->connected = c->accepted = r_ok && w_ok;
+        c->r = r_ok ? c->r : 0;
+        c->w = w_ok ? c->w : 0;
+        return c->connected;
+    }
+    char path[64];
+    conn_path(path, sizeof(path));
+    bool listening;
+    if (x->kind == CONN_TCP)
+        listening = ARMED("tern_tcp_listen", tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT,
+                                                             0, conn_accepted, c, &c->listener));
+    else
+        listening = ARMED("tern_unix_listen", tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT,
+                                                               conn_accepted, c, &c->listener));
+    if (!listening) {
+        c->listener = 0;
+        cr_assert_neq(access(path, F_OK), 0, "a refused listen left its socket file");
+        return false;
+    }
+    cr_assert_eq(tern_stream_on_close(loop, c->listener, conn_closed, c), 0);
+    c->streams++;
+    if (x->kind == CONN_TCP) {
+        unsigned port = 0;
+        if (!ARMED("tern_tcp_port", tern_tcp_port(loop, c->listener, &port)))
+            cr_assert_eq(tern_tcp_port(loop, c->listener, &port), 0, "the port is there all the same");
+        cr_assert_eq(tern_tcp_connect(loop, "127.0.0.1", port, 0, conn_connected, c, &c->w), 0);
+    } else {
+        cr_assert_eq(tern_unix_connect(loop, path, conn_connected, c, &c->w), 0);
+    }
+    cr_assert_eq(tern_stream_on_close(loop, c->w, conn_closed, c), 0);
+    c->streams++;
+    cr_assert(run_until(loop, conn_set_up, c), "the connection was neither made nor refused");
+    *notices += c->accept_errors + (c->connect_status < 0);
+    if (!c->connected)
+        c->w = 0; /* closed by the failed connect; its close callback still comes */
+    return c->connected;
+}
+
+/* The options of a connected pair, armed: each is returned or changes nothing. */
+static void conn_options(tern_loop *loop, struct connrec *c)
+{
+    if (c->ctx->kind == CONN_TCP) {
+        (void)ARMED("tern_tcp_nodelay", tern_tcp_nodelay(loop, c->w, true));
+        (void)ARMED("tern_tcp_keepalive", tern_tcp_keepalive(loop, c->w, true, 60, 10));
+    } else if (c->ctx->kind == CONN_UNIX) {
+        tern_unix_cred cred = {.pid = 0, .uid = 12345, .gid = 12345};
+        if (ARMED("tern_unix_peer_cred", tern_unix_peer_cred(loop, c->r, &cred)))
+            cr_assert_eq(cred.uid, (unsigned long)getuid());
+        else
+            cr_assert(cred.pid == 0 && cred.uid == 12345, "a refused credential call wrote its answer");
+    }
+}
+
+/* ARMED for try_write: the bytes written (> 0) are a success. */
+static int try_written(tern_loop *loop, tern_id id, const tern_buf *b, bool *wrote)
+{
+    int rc = tern_stream_try_write(loop, id, b, 1);
+    *wrote = rc > 0;
+    if (rc > 0)
+        cr_assert_eq(rc, (int)b->len, "a short try_write of a few bytes into an empty stream");
+    return rc > 0 ? 0 : rc;
+}
+
+static bool step_conn(uint64_t n, void *ctx)
+{
+    const struct conn_ctx *x = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(x->backend);
+    char path[64];
+    conn_path(path, sizeof(path));
+    (void)unlink(path);
+    int passing = open("/dev/null", O_RDONLY | O_CLOEXEC); /* handed over a Unix stream */
+    cr_assert_geq(passing, 0);
+    struct connrec c = {.ctx = x, .passed_fd = -1};
+    unsigned notices = 0;
+    static const tern_buf try_buf = {conn_try, 3}, hello_buf = {conn_hello, 5},
+                          world_buf = {conn_world, 5};
+    char want[16];
+    size_t want_len = 0;
+    bool wrote_try = false;
+
+    tern__fault_net_errno(-x->err);
+    refusals = 0;
+    tern__fault_arm(TERN__FAULT_STREAM, n);
+    if (conn_open(loop, &c, &notices)) {
+        conn_options(loop, &c);
+        bool reading = ARMED("tern_stream_read_start", tern_stream_read_start(loop, c.r, conn_read, &c));
+        if (ARMED("tern_stream_try_write", try_written(loop, c.w, &try_buf, &wrote_try)) && wrote_try) {
+            memcpy(want, conn_try, 3);
+            want_len = 3;
+        }
+        fired_mark = tern__fault_fired();
+        int rc = x->kind == CONN_UNIX
+                     ? tern_unix_write_fds(loop, c.w, &hello_buf, 1, &passing, 1, conn_done0, &c)
+                     : tern_stream_write(loop, c.w, &hello_buf, 1, conn_done0, &c);
+        cr_assert_eq(rc, 0, "write: %s", tern_err_name(rc));
+        size_t left = 0;
+        cr_assert_eq(tern_stream_write_queue_size(loop, c.w, &left), 0);
+        /* An injected EAGAIN on the first write leaves it queued; a failure ends it. */
+        if (!fired_mark && tern__fault_fired() && x->err == EAGAIN)
+            cr_assert_eq(left, 5, "a write that met EAGAIN was not queued whole");
+        bool hello_failed = !fired_mark && tern__fault_fired() && x->err != EAGAIN;
+        rc = tern_stream_write(loop, c.w, &world_buf, 1, conn_done1, &c);
+        if (rc == -EPIPE && hello_failed) { /* refused after the failure, as documented */
+            c.world_refused = true;
+            c.status[1] = rc;
+        } else {
+            cr_assert_eq(rc, 0, "write behind: %s", tern_err_name(rc));
+        }
+        if (x->kind != CONN_PIPE)
+            cr_assert_eq(tern_stream_shutdown(loop, c.w, conn_shut, &c), 0);
+        cr_assert(run_until(loop, conn_writer_settled, &c), "the writes were not all told");
+        /* The end for the reader: the writer closes (a failed write shuts nothing). */
+        cr_assert_eq(tern_stream_close(loop, c.w), 0);
+        c.w = 0;
+        if (!reading) /* the one failure was spent on the first try */
+            cr_assert_eq(tern_stream_read_start(loop, c.r, conn_read, &c), 0);
+        cr_assert(run_until(loop, conn_reader_settled, &c), "the reader was told neither the end nor an error");
+        /* The writer is gone, so a reader still reading would be told again now. */
+        for (int i = 0; i < 3; i++)
+            tern_loop_run_once(loop, 5 * (int64_t)MS);
+        notices += c.read_errors + (c.status[0] < 0) + (c.status[1] < 0 && !c.world_refused) +
+                   (c.shut_status < 0);
+    }
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    tern__fault_net_errno(-ENOBUFS);
+    if (fired && x->err != EAGAIN)
+        cr_assert_gt(refusals + notices, 0, "the injected failure was swallowed (n %llu)",
+                     (unsigned long long)n);
+    else if (!fired)
+        cr_assert_eq(refusals + notices, 0, "a failure was reported but none was injected");
+
+    if (c.connected) {
+        /* Each write told once; a failure takes every write queued after it. */
+        cr_assert_eq(c.done[0], 1);
+        cr_assert_eq(c.done[1], !c.world_refused);
+        if (c.status[0] < 0)
+            cr_assert(c.status[1] == c.status[0] || c.world_refused,
+                      "a write queued after a failed one ended with %s", tern_err_name(c.status[1]));
+        cr_assert_leq(c.read_errors, 1, "a read error was told twice");
+        cr_assert_eq(c.after_end, 0, "the reader was called after its end or its error");
+        if (c.status[0] == 0) {
+            memcpy(want + want_len, conn_hello, 5);
+            want_len += 5;
+        }
+        if (c.status[1] == 0) {
+            memcpy(want + want_len, conn_world, 5);
+            want_len += 5;
+        }
+        /* What was read is what was written, in order, cut only by a read error. */
+        if (c.read_errors == 0)
+            cr_assert_eq(c.got_len, want_len, "read %zu bytes, %zu written", c.got_len, want_len);
+        cr_assert_leq(c.got_len, want_len);
+        cr_assert_eq(memcmp(c.got, want, c.got_len), 0, "the bytes read are not the bytes written");
+        if (x->err == EAGAIN && !(fired && refusals + notices > 0)) {
+            /* EAGAIN on a read or a write delays; it loses nothing. */
+            cr_assert_eq(c.status[0], 0);
+            cr_assert_eq(c.status[1], 0);
+            cr_assert_eq(c.read_errors, 0);
+        }
+        if (x->kind == CONN_UNIX && c.status[0] == 0 && c.got_len >= want_len)
+            cr_assert_geq(c.passed_fd, 0, "the descriptor did not come with its bytes");
+    }
+    if (c.passed_fd >= 0)
+        close(c.passed_fd);
+    if (c.r != 0)
+        cr_assert_eq(tern_stream_close(loop, c.r), 0);
+    if (c.w != 0)
+        cr_assert_eq(tern_stream_close(loop, c.w), 0);
+    if (c.listener != 0)
+        cr_assert_eq(tern_stream_close(loop, c.listener), 0);
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&c.closed), c.streams, "%u streams, %u close callbacks", c.streams,
+                 atomic_load(&c.closed));
+    close(passing);
+    (void)unlink(path);
+    cr_assert_eq(count_open_fds(), fds, "a stream left a descriptor open");
+    return fired;
+}
+
+static void conn_walk(enum conn_kind kind, int err, const char *what)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        struct conn_ctx x = {.backend = tern__backend_names[i], .kind = kind, .err = err};
+        char name[96];
+        snprintf(name, sizeof(name), "%s %s (%s)", what, tern__backend_names[i], tern_err_name(-err));
+        walk(name, step_conn, &x);
+    }
+}
+
+Test(fault, stream_calls_tcp, .timeout = TEST_TIMEOUT)
+{
+    conn_walk(CONN_TCP, ENOBUFS, "TCP stream");
+}
+
+Test(fault, stream_calls_unix, .timeout = TEST_TIMEOUT)
+{
+    conn_walk(CONN_UNIX, ENOBUFS, "Unix stream");
+}
+
+Test(fault, stream_calls_pipe, .timeout = TEST_TIMEOUT)
+{
+    conn_walk(CONN_PIPE, ENOBUFS, "pipe");
+}
+
+/* EAGAIN where a write meets it: the write queues and goes out later; on a
+ * read, the reader waits for the next readiness. Nothing is lost. */
+Test(fault, stream_calls_eagain, .timeout = TEST_TIMEOUT)
+{
+    conn_walk(CONN_PIPE, EAGAIN, "pipe");
+    conn_walk(CONN_TCP, EAGAIN, "TCP stream");
+    conn_walk(CONN_UNIX, EAGAIN, "Unix stream");
+}
+
+/*
+ * A terminal's calls, armed at the stream site: the stream's open (fstat),
+ * raw mode (tcgetattr, tcsetattr), the window size (TIOCGWINSZ), normal
+ * mode and raw again. A call that fails returns the injected errno and
+ * changes nothing: the terminal keeps the mode it had, the size's out
+ * values keep theirs. Closing the stream puts back the first mode.
+ */
+static bool step_tty_calls(uint64_t n, void *ctx)
+{
+    const char *backend = ctx;
+    int fds = count_open_fds();
+    tern_loop *loop = new_loop(backend);
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    cr_assert_geq(m, 0, "posix_openpt: %s", strerror(errno));
+    cr_assert_eq(fcntl(m, F_SETFD, FD_CLOEXEC), 0);
+    cr_assert_eq(grantpt(m), 0);
+    cr_assert_eq(unlockpt(m), 0);
+    int t = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    cr_assert_geq(t, 0, "open(%s): %s", ptsname(m), strerror(errno));
+    struct winsize ws = {.ws_row = 40, .ws_col = 100};
+    cr_assert_eq(ioctl(m, TIOCSWINSZ, &ws), 0);
+    struct termios first, before, now;
+    cr_assert_eq(tcgetattr(t, &first), 0);
+    int keep = dup(t);
+    cr_assert_geq(keep, 0);
+    tern_id ts = 0;
+    struct pairrec p = {0}; /* for its close count */
+
+    refusals = 0;
+    tern__fault_arm(TERN__FAULT_STREAM, n);
+    if (!ARMED("tern_stream_open(tty)", tern_stream_open(loop, t, &ts)))
+        cr_assert_eq(tern_stream_open(loop, t, &ts), 0, "the terminal opens all the same");
+    cr_assert_eq(tern_stream_on_close(loop, ts, pair_closed, &p), 0);
+    static const int modes[3] = {TERN_TTY_RAW, TERN_TTY_NORMAL, TERN_TTY_RAW};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(tcgetattr(keep, &before), 0);
+        bool ok = ARMED(modes[i] == TERN_TTY_RAW ? "tern_tty_set_mode(raw)" : "tern_tty_set_mode(normal)",
+                        tern_tty_set_mode(loop, ts, modes[i]));
+        cr_assert_eq(tcgetattr(keep, &now), 0);
+        if (!ok)
+            cr_assert(tty_same(&before, &now), "a refused mode change changed the terminal");
+        else if (modes[i] == TERN_TTY_NORMAL)
+            cr_assert(tty_same(&first, &now), "normal mode is not the first mode");
+        else
+            cr_assert(!(now.c_lflag & (ICANON | ECHO)) && !(now.c_oflag & OPOST), "not raw");
+        if (i == 0) {
+            unsigned cols = 7, rows = 7;
+            if (ARMED("tern_tty_winsize", tern_tty_winsize(loop, ts, &cols, &rows)))
+                cr_assert(cols == 100 && rows == 40, "window %ux%u, set 100x40", cols, rows);
+            else
+                cr_assert(cols == 7 && rows == 7, "a refused window size wrote its answer");
+        }
+    }
+    bool fired = end_armed(0);
+
+    cr_assert_eq(tern_stream_close(loop, ts), 0);
+    cr_assert_eq(tcgetattr(keep, &now), 0);
+    cr_assert(tty_same(&first, &now), "closing the stream did not put the first mode back");
+    free_clean(loop);
+    cr_assert_eq(atomic_load(&p.closed), 1);
+    close(keep);
+    close(m);
+    cr_assert_eq(count_open_fds(), fds, "the terminal's stream left a descriptor open");
+    return fired;
+}
+
+Test(fault, tty_calls, .timeout = TEST_TIMEOUT)
+{
+    for (size_t i = 0; tern__backend_names[i] != NULL; i++) {
+        if (!selected(tern__backend_names[i]))
+            continue;
+        warm_up(tern__backend_names[i]);
+        walk(tern__backend_names[i], step_tty_calls, (void *)tern__backend_names[i]);
     }
 }

@@ -7,7 +7,9 @@
  * callback of the loop ever runs. Pipe streams closed or freed with writes
  * queued and a read pending complete each write once (-ECANCELED) before
  * their one close callback, and close the pipe ends they own (UDP's and
- * Unix sockets' own cases are in udp_test.c and unix_test.c).
+ * Unix sockets' own cases are in udp_test.c and unix_test.c; UDP sends
+ * waiting for room, which only the fault seam can hold back on loopback,
+ * are here).
  */
 #include "loop_helpers.h"
 
@@ -364,4 +366,108 @@ BACKEND_TEST(teardown, free_with_pipe_writes_queued_and_a_read_pending)
     close(w[0]);
     close(r[1]);
     cr_assert_eq(count_open_fds_settled(), fds, "a pipe end the streams owned stayed open");
+}
+
+/*
+ * UDP sends waiting for room: the fault seam makes the first send meet
+ * EAGAIN (what a full socket buffer answers; loopback otherwise takes
+ * every datagram at once), so it and every send behind it stay queued
+ * with the socket waiting to become writable. Closing it then, or freeing
+ * the loop, completes each queued send exactly once with -ECANCELED, in
+ * order, before the one close callback, and closes the descriptor.
+ */
+#define UDP_QUEUED 6
+
+struct udp_log {
+    int status[UDP_QUEUED]; /* 1: pending */
+    unsigned order[UDP_QUEUED], done;
+    unsigned pending_at_close;
+    atomic_uint closed;
+};
+
+static void udp_sent_once(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)loop, (void)id;
+    int *slot = arg;
+    cr_assert_eq(*slot, 1, "a send completed twice");
+    *slot = status;
+}
+
+static void udp_closed_last(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop, (void)id;
+    struct udp_log *l = arg;
+    for (unsigned i = 0; i < UDP_QUEUED; i++)
+        l->pending_at_close += l->status[i] == 1;
+    atomic_fetch_add(&l->closed, 1);
+}
+
+/* A bound socket with UDP_QUEUED sends queued behind one that met EAGAIN. */
+static tern_id udp_queue_sends(tern_loop *loop, struct udp_log *l)
+{
+    tern_id u = 0, peer = 0;
+    cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &u), 0);
+    cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &peer), 0);
+    unsigned port = 0;
+    cr_assert_eq(tern_udp_port(loop, peer, &port), 0);
+    struct sockaddr_storage to;
+    cr_assert_eq(tern_sockaddr_parse("127.0.0.1", port, &to), 0);
+    cr_assert_eq(tern_udp_on_close(loop, u, udp_closed_last, l), 0);
+    static const tern_buf m = {"datagram", 8};
+    tern__fault_net_errno(-EAGAIN);
+    tern__fault_arm(TERN__FAULT_NET, 1);
+    for (unsigned i = 0; i < UDP_QUEUED; i++) {
+        l->status[i] = 1;
+        cr_assert_geq(tern_udp_send(loop, u, &m, 1, (struct sockaddr *)&to, udp_sent_once,
+                                    &l->status[i]),
+                      0);
+    }
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    tern__fault_net_errno(-ENOBUFS);
+    cr_assert(fired, "the first send never reached the seam");
+    size_t bytes = 0, count = 0;
+    cr_assert_eq(tern_udp_send_queue_size(loop, u, &bytes, &count), 0);
+    cr_assert_eq(count, UDP_QUEUED, "%zu sends queued, %u made", count, UDP_QUEUED);
+    cr_assert_eq(bytes, UDP_QUEUED * 8);
+    cr_assert_eq(tern_udp_close(loop, peer), 0);
+    return u;
+}
+
+static void udp_check_cancelled(const struct udp_log *l)
+{
+    for (unsigned i = 0; i < UDP_QUEUED; i++)
+        cr_assert_eq(l->status[i], -ECANCELED, "send %u: %s", i, tern_err_name(l->status[i]));
+    cr_assert_eq(atomic_load(&l->closed), 1, "the close callback, once");
+    cr_assert_eq(l->pending_at_close, 0, "the close callback came before the cancelled sends");
+}
+
+BACKEND_TEST(teardown, udp_close_with_sends_waiting_for_room_cancels_each_once)
+{
+    backend_warm_up(backend);
+    int fds = count_open_fds_settled();
+    tern_loop *loop = loop_new_backend(backend);
+    static struct udp_log l;
+    memset(&l, 0, sizeof(l));
+    tern_id u = udp_queue_sends(loop, &l);
+    cr_assert_eq(tern_udp_close(loop, u), 0); /* before any turn could flush them */
+    cr_assert(run_until_count(loop, &l.closed, 1, 10 * (int64_t)MS, 1000));
+    for (int t = 0; t < 3; t++)
+        tern_loop_run_once(loop, 0);
+    udp_check_cancelled(&l);
+    loop_free_clean(loop);
+    cr_assert_eq(count_open_fds_settled(), fds, "a socket's descriptor stayed open");
+}
+
+BACKEND_TEST(teardown, free_with_udp_sends_waiting_for_room)
+{
+    backend_warm_up(backend);
+    int fds = count_open_fds_settled();
+    tern_loop *loop = loop_new_backend(backend);
+    static struct udp_log l;
+    memset(&l, 0, sizeof(l));
+    (void)udp_queue_sends(loop, &l);
+    tern_loop_free(loop);
+    udp_check_cancelled(&l);
+    cr_assert_eq(count_open_fds_settled(), fds, "a socket's descriptor stayed open");
 }

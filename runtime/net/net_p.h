@@ -214,8 +214,9 @@ void tern__wreq_attach_fds(struct msghdr *msg, const struct tern__wreq *w,
 /* Close a request's duplicates (sent, failed or cancelled) exactly once. */
 void tern__wreq_fds_close(struct tern__wreq *w);
 
-/* unix.c: read once with recvmsg, keeping passed descriptors; the
- * result is recv's. Close every descriptor still held. */
+/* unix.c: read once with recvmsg, keeping passed descriptors: bytes
+ * read, 0 at the end, or a negative errno. Close every descriptor still
+ * held. */
 ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len);
 void tern__unix_close_fds(struct tern__stream *s);
 

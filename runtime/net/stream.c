@@ -54,19 +54,19 @@ static int socket_prepare(int fd)
 }
 
 /* One system call: recv for a socket, recvmsg for a Unix-domain one (it may
- * carry descriptors), read for a pipe or a TTY. */
+ * carry descriptors), read for a pipe or a TTY. Bytes read, 0 at the end,
+ * or a negative errno. */
 static ssize_t read_some(struct tern__stream *s, void *buf, size_t len)
 {
-    ssize_t n;
-    do {
-        if (s->unix_sock)
+    for (;;) {
+        ssize_t n = tern__stream_fault();
+        if (n == 0 && s->unix_sock)
             n = tern__unix_recv(s, buf, len);
-        else if (s->not_socket)
-            n = read(s->fd, buf, len);
-        else
-            n = recv(s->fd, buf, len, 0);
-    } while (n < 0 && errno == EINTR);
-    return n;
+        else if (n == 0 && (n = s->not_socket ? read(s->fd, buf, len) : recv(s->fd, buf, len, 0)) < 0)
+            n = -errno;
+        if (n != -EINTR)
+            return n;
+    }
 }
 
 static void read_result(struct tern__stream *s, const void *buf, ssize_t n)
@@ -75,9 +75,9 @@ static void read_result(struct tern__stream *s, const void *buf, ssize_t n)
         s->read_cb(s->loop, s->op.id, 0, buf, (size_t)n, s->read_arg);
         return;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    if (n == -EAGAIN || n == -EWOULDBLOCK)
         return;
-    int status = n == 0 ? 0 : -errno;
+    int status = (int)n;
     s->state = (s->state & ~TERN__S_READING) | TERN__S_READ_DONE;
     tern__stream_rewatch(s);
     s->read_cb(s->loop, s->op.id, status, NULL, 0, s->read_arg);
@@ -281,13 +281,18 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
 static int stream_fd_kind(int fd)
 {
     struct stat st;
-    if (fstat(fd, &st) < 0)
-        return -errno;
+    int rc = tern__stream_fault();
+    if (rc == 0 && fstat(fd, &st) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return rc;
     if (S_ISSOCK(st.st_mode)) {
         int type;
         socklen_t len = sizeof(type);
-        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-            return -errno;
+        if ((rc = tern__stream_fault()) == 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+            rc = -errno;
+        if (rc < 0)
+            return rc;
         return type == SOCK_STREAM ? 0 : -EINVAL;
     }
     if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))

@@ -112,26 +112,28 @@ static int bind_listener(const struct sockaddr *addr, socklen_t len, int backlog
     if (flags & TERN_TCP_REUSEPORT)
         return -ENOTSUP;
 #endif
-    int rc;
     int fd = tern__socket(addr->sa_family, SOCK_STREAM);
     if (fd < 0)
         return fd;
     int one = 1;
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
-        goto fail;
+    int rc = tern__stream_fault();
+    if (rc == 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+        rc = -errno;
 #ifdef SO_REUSEPORT
-    if ((flags & TERN_TCP_REUSEPORT) &&
+    if (rc == 0 && (flags & TERN_TCP_REUSEPORT) && (rc = tern__stream_fault()) == 0 &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
-        goto fail;
+        rc = -errno;
 #endif
-    if (bind(fd, addr, len) < 0 ||
+    if (rc == 0 && (rc = tern__stream_fault()) == 0 && bind(fd, addr, len) < 0)
+        rc = -errno;
+    if (rc == 0 && (rc = tern__stream_fault()) == 0 &&
         listen(fd, backlog == TERN_TCP_BACKLOG_DEFAULT ? SOMAXCONN : backlog) < 0)
-        goto fail;
+        rc = -errno;
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
     return fd;
-fail:
-    rc = -errno;
-    close(fd);
-    return rc;
 }
 
 static int open_listener(const char *host, unsigned port, int backlog, unsigned flags)
@@ -210,8 +212,9 @@ void tern__tcp_accept_ready(struct tern__stream *s)
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         if (s->state & (TERN__S_CLOSING | TERN__S_BACKOFF))
             return;
-        int fd = tern__accept(s->fd);
-        int rc = fd < 0 ? fd : 0;
+        int rc = tern__stream_fault();
+        int fd = rc < 0 ? rc : tern__accept(s->fd);
+        rc = fd < 0 ? fd : 0;
         if (rc == -EAGAIN || rc == -EWOULDBLOCK)
             return;
         if (rc < 0 && accept_retryable(-rc))
@@ -241,8 +244,11 @@ int tern_tcp_port(tern_loop *loop, tern_id id, unsigned *portp)
         return -ENOTCONN;
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    if (getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
-        return -errno;
+    int rc = tern__stream_fault();
+    if (rc == 0 && getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return rc;
     if (ss.ss_family == AF_INET)
         *portp = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     else if (ss.ss_family == AF_INET6)
@@ -326,14 +332,17 @@ static void connect_next(struct tern__stream *s, int last)
             last = fd;
             continue;
         }
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        int rc = tern__stream_fault();
+        if (rc == 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+            rc = -errno;
+        if (rc == 0) {
             s->fd = fd;
             connect_done(s, 0);
             return;
         }
-        if (errno == EINPROGRESS || errno == EINTR) {
+        if (rc == -EINPROGRESS || rc == -EINTR) {
             s->fd = fd;
-            int rc = tern__stream_watch(s, TERN_WRITABLE);
+            rc = tern__stream_watch(s, TERN_WRITABLE);
             if (rc == 0)
                 return;
             s->fd = -1;
@@ -341,7 +350,7 @@ static void connect_next(struct tern__stream *s, int last)
             connect_done(s, rc);
             return;
         }
-        last = -errno;
+        last = rc;
         close(fd);
     }
     connect_done(s, last != 0 ? last : -ECONNREFUSED);
@@ -351,7 +360,10 @@ void tern__tcp_connect_ready(struct tern__stream *s, unsigned events)
 {
     int err = 0;
     socklen_t len = sizeof(err);
-    if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+    int rc = tern__stream_fault();
+    if (rc < 0)
+        err = -rc;
+    else if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
     if (err == 0 && (events & (TERN_HANGUP | TERN_ERROR))) {
         /*

@@ -35,7 +35,10 @@ static int connected_stream(tern_loop *loop, tern_id id, struct tern__stream **s
 
 static int set_int(int fd, int level, int name, int value)
 {
-    return setsockopt(fd, level, name, &value, sizeof(value)) < 0 ? -errno : 0;
+    int rc = tern__stream_fault();
+    if (rc == 0 && setsockopt(fd, level, name, &value, sizeof(value)) < 0)
+        rc = -errno;
+    return rc;
 }
 
 int tern_tcp_nodelay(tern_loop *loop, tern_id id, bool on)

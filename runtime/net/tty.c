@@ -24,6 +24,23 @@ void tern__tty_restore(struct tern__stream *s)
     s->tty_saved = NULL;
 }
 
+/* The terminal's calls, each through the stream seam: 0 or a negative errno. */
+static int tty_get(int fd, struct termios *t)
+{
+    int rc = tern__stream_fault();
+    if (rc == 0 && tcgetattr(fd, t) < 0)
+        rc = -errno; /* ENOTTY for a pipe or a socket */
+    return rc;
+}
+
+static int tty_set(int fd, const struct termios *t)
+{
+    int rc = tern__stream_fault();
+    if (rc == 0 && tcsetattr(fd, TCSADRAIN, t) < 0)
+        rc = -errno;
+    return rc;
+}
+
 /* Raw: what cfmakeraw does, spelt out (it is not POSIX). */
 static void make_raw(struct termios *t)
 {
@@ -48,13 +65,11 @@ int tern_tty_set_mode(tern_loop *loop, tern_id id, int mode)
     if (s->fd < 0)
         return -ENOTTY;
     struct termios now;
-    if (tcgetattr(s->fd, &now) < 0)
-        return -errno; /* ENOTTY for a pipe or a socket */
-    if (mode == TERN_TTY_NORMAL) {
-        if (s->tty_saved != NULL && tcsetattr(s->fd, TCSADRAIN, s->tty_saved) < 0)
-            return -errno;
-        return 0;
-    }
+    int rc = tty_get(s->fd, &now);
+    if (rc < 0)
+        return rc;
+    if (mode == TERN_TTY_NORMAL)
+        return s->tty_saved != NULL ? tty_set(s->fd, s->tty_saved) : 0;
     if (s->tty_saved == NULL) {
         struct termios *saved = tern__malloc(sizeof(*saved));
         if (saved == NULL)
@@ -63,9 +78,7 @@ int tern_tty_set_mode(tern_loop *loop, tern_id id, int mode)
         s->tty_saved = saved;
     }
     make_raw(&now);
-    if (tcsetattr(s->fd, TCSADRAIN, &now) < 0)
-        return -errno;
-    return 0;
+    return tty_set(s->fd, &now);
 }
 
 int tern_tty_winsize(tern_loop *loop, tern_id id, unsigned *cols, unsigned *rows)
@@ -79,8 +92,11 @@ int tern_tty_winsize(tern_loop *loop, tern_id id, unsigned *cols, unsigned *rows
     struct winsize ws;
     if (s->fd < 0 || !isatty(s->fd))
         return -ENOTTY;
-    if (ioctl(s->fd, TIOCGWINSZ, &ws) < 0)
-        return -errno;
+    int rc = tern__stream_fault();
+    if (rc == 0 && ioctl(s->fd, TIOCGWINSZ, &ws) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return rc;
     *cols = ws.ws_col;
     *rows = ws.ws_row;
     return 0;

@@ -79,13 +79,17 @@ static int open_listener(const char *path, int backlog)
     int fd = tern__socket(AF_UNIX, SOCK_STREAM);
     if (fd < 0)
         return fd;
-    if (bind(fd, (struct sockaddr *)&sun, len) < 0) {
+    rc = tern__stream_fault();
+    if (rc == 0 && bind(fd, (struct sockaddr *)&sun, len) < 0)
         rc = -errno;
+    if (rc < 0) {
         close(fd);
         return rc;
     }
-    if (listen(fd, backlog == TERN_TCP_BACKLOG_DEFAULT ? SOMAXCONN : backlog) < 0) {
+    rc = tern__stream_fault();
+    if (rc == 0 && listen(fd, backlog == TERN_TCP_BACKLOG_DEFAULT ? SOMAXCONN : backlog) < 0)
         rc = -errno;
+    if (rc < 0) {
         close(fd);
         if (path[0] != '@')
             (void)unlink(path);
@@ -149,9 +153,10 @@ int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb, void
     s->connect_arg = arg;
     int r;
     do
-        r = connect(fd, (struct sockaddr *)&sun, len);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && errno == EINPROGRESS) {
+        if ((r = tern__stream_fault()) == 0 && connect(fd, (struct sockaddr *)&sun, len) < 0)
+            r = -errno;
+    while (r == -EINTR);
+    if (r == -EINPROGRESS) {
         /* Some systems finish it later: tcp.c's connect path waits for it. */
         s->state |= TERN__S_CONNECTING;
         if ((rc = tern__stream_watch(s, TERN_WRITABLE)) < 0) {
@@ -163,7 +168,7 @@ int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb, void
         /* Known now; told in step 2. A failure closes the stream there
          * (CONNECTING holds queued writes back until then). */
         s->connect_due = true;
-        s->connect_status = r == 0 ? 0 : -errno;
+        s->connect_status = r;
         if (r < 0)
             s->state |= TERN__S_CONNECTING;
         tern__stream_owe(s);
@@ -188,14 +193,20 @@ int tern_unix_peer_cred(tern_loop *loop, tern_id id, tern_unix_cred *out)
 #if defined(SO_PEERCRED)
     struct ucred uc;
     socklen_t len = sizeof(uc);
-    if (getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0)
-        return -errno;
+    int rc = tern__stream_fault();
+    if (rc == 0 && getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return rc;
     *out = (tern_unix_cred){.pid = uc.pid, .uid = uc.uid, .gid = uc.gid};
 #else
     uid_t uid;
     gid_t gid;
-    if (getpeereid(s->fd, &uid, &gid) < 0)
-        return -errno;
+    int rc = tern__stream_fault();
+    if (rc == 0 && getpeereid(s->fd, &uid, &gid) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return rc;
     *out = (tern_unix_cred){.pid = -1, .uid = uid, .gid = gid};
 #endif
     return 0;
@@ -265,12 +276,13 @@ ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len)
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
                          .msg_controllen = sizeof(cbuf.buf)};
 #ifdef MSG_CMSG_CLOEXEC
-    ssize_t n = recvmsg(s->fd, &msg, MSG_CMSG_CLOEXEC);
+    const int flags = MSG_CMSG_CLOEXEC;
 #else
-    ssize_t n = recvmsg(s->fd, &msg, 0);
+    const int flags = 0;
 #endif
+    ssize_t n = recvmsg(s->fd, &msg, flags);
     if (n < 0)
-        return n;
+        return -errno;
     bool lost = false;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
@@ -288,11 +300,8 @@ ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len)
             }
         }
     }
-    if (lost) {
-        /* The data is read but its descriptors are gone: fail the read. */
-        errno = ENOMEM;
-        return -1;
-    }
+    if (lost) /* the data is read but its descriptors are gone: fail the read */
+        return -ENOMEM;
     return n;
 }
 

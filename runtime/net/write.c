@@ -145,14 +145,17 @@ void tern__write_flush(struct tern__stream *s)
         union tern__fds_cmsg cbuf;
         if (s->wq->fds != NULL)
             tern__wreq_attach_fds(&msg, s->wq, &cbuf);
-        ssize_t r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+        ssize_t r = tern__stream_fault();
+        if (r == 0 &&
+            (r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) < 0)
+            r = -errno;
         if (r > 0 && s->wq->fds != NULL) /* the kernel took them with the first byte */
             tern__wreq_fds_close(s->wq);
         if (r < 0) {
-            if (errno == EINTR)
+            if (r == -EINTR)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                tern__write_fail(s, -errno);
+            if (r != -EAGAIN && r != -EWOULDBLOCK)
+                tern__write_fail(s, (int)r);
             break;
         }
         advance(s, (size_t)r);
@@ -220,7 +223,8 @@ void tern__write_maybe_shutdown(struct tern__stream *s)
         return;
     s->state |= TERN__S_SHUT_DONE;
     s->shut_status = s->write_error;
-    if (s->shut_status == 0 && shutdown(s->fd, SHUT_WR) < 0)
+    if (s->shut_status == 0 && (s->shut_status = tern__stream_fault()) == 0 &&
+        shutdown(s->fd, SHUT_WR) < 0)
         s->shut_status = -errno;
     s->shut_due = true;
     tern__stream_owe(s);
@@ -350,11 +354,11 @@ int tern_stream_try_write(tern_loop *loop, tern_id id, const tern_buf *bufs, uns
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
     ssize_t r;
     do
-        r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL);
-    while (r < 0 && errno == EINTR);
-    if (r < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    return (int)r;
+        if ((r = tern__stream_fault()) == 0 &&
+            (r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) < 0)
+            r = -errno;
+    while (r == -EINTR);
+    return r == -EWOULDBLOCK ? -EAGAIN : (int)r;
 }
 
 int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,

@@ -73,7 +73,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <termios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -186,6 +188,7 @@ struct rec {
     bool signalled;     /* process: tern_process_kill sent it a signal */
     bool said_stopped;  /* process, wait: a cancel answered TERN_CANCEL_STOPPED */
     bool said_finished; /* process, wait: a cancel answered TERN_CANCEL_FINISHED */
+    bool tty;           /* stream: over a terminal (step_tty) */
 };
 
 static struct rec recs[MAX_RECS];
@@ -2405,6 +2408,76 @@ static void step_pipe(struct input *in)
     }
 }
 
+/*
+ * A terminal: a pseudo-terminal opened here, its terminal end adopted as a
+ * stream (which step_stream_more, writes and closes then reach like any
+ * other), made raw or left alone, its window size read back as the master
+ * set it, and sometimes closed at once: closing puts back the mode the
+ * terminal had (read through the master, which shares it). The master
+ * stays open until the input ends.
+ */
+static bool tty_same(const struct termios *a, const struct termios *b)
+{
+    return a->c_iflag == b->c_iflag && a->c_oflag == b->c_oflag && a->c_cflag == b->c_cflag &&
+           a->c_lflag == b->c_lflag;
+}
+
+static void step_tty(struct input *in)
+{
+    int s = slot_of(in);
+    tern_loop *loop = slots[s].loop;
+    if (loop == NULL)
+        return;
+    unsigned c = u8(in);
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0)
+        return; /* no pseudo-terminals here */
+    ENSURE(fcntl(m, F_SETFD, FD_CLOEXEC) == 0 && grantpt(m) == 0 && unlockpt(m) == 0,
+           "preparing a pseudo-terminal");
+    int t = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    ENSURE(t >= 0, "opening a pseudo-terminal's terminal end");
+    extra_fd_keep(m);
+    struct winsize ws = {.ws_row = (unsigned short)(1 + (c >> 4)), .ws_col = (unsigned short)(80 + c)};
+    ENSURE(ioctl(m, TIOCSWINSZ, &ws) == 0, "setting a window size");
+    struct termios first, now;
+    ENSURE(tcgetattr(t, &first) == 0, "tcgetattr");
+    tern_loop_stats before;
+    tern_loop_stats_get(loop, &before);
+    tern_id id;
+    int rc = tern_stream_open(loop, t, &id);
+    start_refusal_check(s, rc, &before, false, "tern_stream_open(a terminal)");
+    ENSURE(rc == 0 || rc == -EAGAIN || (fault_armed && injected(rc)),
+           "tern_stream_open of a terminal: %s", tern_err_name(rc));
+    if (rc != 0) {
+        close(t); /* still ours */
+        return;
+    }
+    struct rec *r = rec_new(K_STREAM, s);
+    stream_init(r, loop, id, false);
+    if (r == NULL)
+        return; /* closed at once */
+    r->tty = true;
+    if (c & 1) {
+        rc = tern_tty_set_mode(loop, id, TERN_TTY_RAW);
+        ENSURE(rc == 0 || (fault_armed && injected(rc)), "raw mode: %s", tern_err_name(rc));
+        ENSURE(tcgetattr(m, &now) == 0, "tcgetattr");
+        if (rc == 0)
+            ENSURE(!(now.c_lflag & (ICANON | ECHO)), "raw mode left the terminal cooked");
+        else
+            ENSURE(tty_same(&first, &now), "a refused raw mode changed the terminal");
+    }
+    unsigned cols = 0, rows = 0;
+    rc = tern_tty_winsize(loop, id, &cols, &rows);
+    ENSURE(rc == 0 && cols == ws.ws_col && rows == ws.ws_row, "the window size: %s, %ux%u",
+           tern_err_name(rc), cols, rows);
+    if (c & 2) {
+        r->closing = true;
+        ENSURE(tern_stream_close(loop, id) == 0, "closing a terminal's stream");
+        ENSURE(tcgetattr(m, &now) == 0 && tty_same(&first, &now),
+               "closing a terminal's stream did not put its mode back");
+    }
+}
+
 static char alloc_mem[4096];
 
 static void *stream_alloc(tern_loop *loop, tern_id stream, size_t *len, void *arg)
@@ -2482,8 +2555,11 @@ static void step_stream_more(struct input *in)
         int mode = (d & 1) ? TERN_TTY_RAW : (d & 2) ? 7 : TERN_TTY_NORMAL;
         rc = tern_tty_set_mode(loop, id, mode);
         sane_rc(rc, "tern_tty_set_mode");
-        /* No stream here is a TTY: nothing changes, whatever the mode. */
-        if (live)
+        /* Only step_tty's streams are terminals: on the others nothing changes. */
+        if (live && st->tty)
+            ENSURE(rc == 0 || (mode == 7 && rc == -EINVAL) || (fault_armed && injected(rc)),
+                   "tern_tty_set_mode on a terminal: %s", tern_err_name(rc));
+        else if (live)
             ENSURE(rc == -ENOTTY || rc == -EINVAL || rc == -ENOTCONN,
                    "tern_tty_set_mode on a socket or pipe: %s", tern_err_name(rc));
         break;
@@ -2492,7 +2568,9 @@ static void step_stream_more(struct input *in)
         unsigned cols, rows;
         rc = tern_tty_winsize(loop, id, &cols, &rows);
         sane_rc(rc, "tern_tty_winsize");
-        if (live)
+        if (live && st->tty)
+            ENSURE(rc == 0, "tern_tty_winsize on a terminal: %s", tern_err_name(rc));
+        else if (live)
             ENSURE(rc == -ENOTTY || rc == -EINVAL || rc == -ENOTCONN,
                    "tern_tty_winsize on a socket or pipe: %s", tern_err_name(rc));
         break;
@@ -3052,7 +3130,8 @@ static void step_wait_cancel(struct input *in)
     X(step_touch)                                                              \
     X(step_wait)                                                               \
     X(step_wait)                                                               \
-    X(step_wait_cancel)
+    X(step_wait_cancel)                                                        \
+    X(step_tty)
 
 static void (*const extended_steps[])(struct input *) = {
 #define EXTENDED_STEP_ENTRY(fn) fn,
