@@ -46,7 +46,7 @@ static void put_program(const char *name, const char *text)
 
 static void teardown(void)
 {
-    const char *names[] = {"tern-here", "tern-junk"};
+    const char *names[] = {"tern-here", "tern-junk", "true"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char path[128];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -182,6 +182,43 @@ Test(launch, an_exec_error_other_than_absence_ends_the_search, .init = setup,
     int rc = tern_process_spawn(loop, &o, on_exit_cb, &e, NULL);
     path_restore(keep);
     cr_assert_eq(rc, -ENOEXEC, "spawn: %s", tern_err_name(rc));
+    int st;
+    cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a failed spawn left a child");
+    cr_assert_eq(loop_live(loop), 0);
+    loop_free_clean(loop);
+}
+
+/*
+ * A candidate the kernel will not run for want of permission (EACCES) does
+ * not end the search, as execvp's does not: a later one that runs wins, and
+ * only when none runs is the spawn's error -EACCES (not -ENOENT).
+ */
+Test(launch, a_candidate_without_permission_is_passed_over_and_reported_last, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put_program("true", "#!/bin/sh\nexit 7\n");
+    char path[160];
+    snprintf(path, sizeof path, "%s/true", dir);
+    cr_assert_eq(chmod(path, 0644), 0); /* no execute bit: EACCES, even for root */
+    tern_process_options o;
+    tern_process_options_init(&o);
+    o.file = "true";
+
+    snprintf(path, sizeof path, "%s:/bin:/usr/bin", dir);
+    char *keep = path_env(path);
+    struct exit_seen e = {0};
+    int rc = tern_process_spawn(loop, &o, on_exit_cb, &e, NULL);
+    path_restore(keep);
+    cr_assert_eq(rc, 0, "spawn past the refused candidate: %s", tern_err_name(rc));
+    cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 2000));
+    cr_assert_eq(e.code, 0, "the refused candidate ran (exit %d), not true", e.code);
+
+    snprintf(path, sizeof path, "/nonexistent-a:%s:/nonexistent-b", dir);
+    keep = path_env(path);
+    rc = tern_process_spawn(loop, &o, on_exit_cb, &e, NULL);
+    path_restore(keep);
+    cr_assert_eq(rc, -EACCES, "spawn with only the refused candidate: %s", tern_err_name(rc));
     int st;
     cr_assert_eq(waitpid(-1, &st, WNOHANG), -1, "a failed spawn left a child");
     cr_assert_eq(loop_live(loop), 0);

@@ -1,0 +1,306 @@
+/*
+ * File requests the kernel itself refuses (include/tern/fs.h): not an
+ * injected failure but the system call's own errno, which reaches the
+ * callback unchanged, once, with nothing done: a descriptor that is not
+ * open (EBADF), a descriptor opened for reading given a write or a
+ * truncation, a copy into a descriptor that cannot be written (through
+ * the kernel and through the buffer), and a copy or a whole-file write
+ * that meets the file size limit (RLIMIT_FSIZE, EFBIG) part way, where
+ * the count says how far the copy got and the write leaves the old file.
+ * Also the edges that end well: a copy of exactly the source's length,
+ * and an empty file read with max_bytes 0.
+ */
+#include "loop_helpers.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+struct rec {
+    atomic_uint n;
+    int status;
+    int64_t value;
+    struct stat st;
+    void *data;
+};
+
+static void rec_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, void *arg)
+{
+    (void)loop, (void)id;
+    struct rec *r = arg;
+    r->status = status;
+    r->value = res->value;
+    r->st = res->st;
+    r->data = res->data;
+    atomic_fetch_add(&r->n, 1);
+}
+
+static char dir[64];
+
+static const char *at(const char *name)
+{
+    static char paths[4][128];
+    static unsigned next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 128, "%s/%s", dir, name);
+    return p;
+}
+
+static void put(const char *name, const char *text)
+{
+    FILE *f = fopen(at(name), "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static off_t size_of(const char *name)
+{
+    struct stat st;
+    return stat(at(name), &st) == 0 ? st.st_size : -1;
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tern_fs_kernel.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    const char *names[] = {"a", "b", "copy", "empty", "big"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        (void)unlink(at(names[i]));
+    cr_assert_eq(rmdir(dir), 0, "the scratch directory is not empty (a temporary left?)");
+}
+
+/* A descriptor number that is not open now, and stays so: it is far above
+ * the lowest free number that every open in this process takes. */
+static int closed_fd(void)
+{
+    int low = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    cr_assert_geq(low, 0);
+    int fd = fcntl(low, F_DUPFD_CLOEXEC, 500);
+    cr_assert_geq(fd, 500);
+    close(fd);
+    close(low);
+    cr_assert(fcntl(fd, F_GETFD) < 0 && errno == EBADF);
+    return fd;
+}
+
+/* Wait for exactly one callback, and check that no second one follows. */
+static void wait_one(tern_loop *loop, struct rec *r)
+{
+    cr_assert(run_until_count(loop, &r->n, 1, 10 * (int64_t)MS, 2000), "no callback");
+    cr_assert(run_until_nothing_live(loop));
+    cr_assert_eq(atomic_load(&r->n), 1, "the callback ran %u times", atomic_load(&r->n));
+}
+
+Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put("a", "hello");
+    int bad = closed_fd();
+    int good = open(at("a"), O_RDWR | O_CLOEXEC);
+    cr_assert_geq(good, 0);
+    int fds = count_open_fds();
+    char buf[8];
+    struct iovec iov = {buf, sizeof buf};
+
+    for (int which = 0; which < 9; which++) {
+        struct rec r = {0};
+        int rc = -1;
+        switch (which) {
+        case 0: rc = tern_fs_fstat(loop, bad, NULL, rec_cb, &r, NULL); break;
+        case 1: rc = tern_fs_fsync(loop, bad, NULL, rec_cb, &r, NULL); break;
+        case 2: rc = tern_fs_fdatasync(loop, bad, NULL, rec_cb, &r, NULL); break;
+        case 3: rc = tern_fs_read(loop, bad, buf, sizeof buf, 0, NULL, rec_cb, &r, NULL); break;
+        case 4: rc = tern_fs_writev(loop, bad, &iov, 1, 0, NULL, rec_cb, &r, NULL); break;
+        case 5: rc = tern_fs_ftruncate(loop, bad, 0, NULL, rec_cb, &r, NULL); break;
+        case 6: rc = tern_fs_sendfile(loop, good, bad, 0, 5, NULL, rec_cb, &r, NULL); break;
+        case 7: rc = tern_fs_copy_range(loop, bad, 0, good, 0, 5, NULL, rec_cb, &r, NULL); break;
+        case 8: rc = tern_fs_copy_range(loop, good, 0, bad, 0, 5, NULL, rec_cb, &r, NULL); break;
+        }
+        cr_assert_eq(rc, 0, "request %d: %s", which, tern_err_name(rc));
+        wait_one(loop, &r);
+        cr_assert_eq(r.status, -EBADF, "request %d: %s, not EBADF", which,
+                     tern_err_name(r.status));
+    }
+    char back[8] = {0};
+    cr_assert_eq(pread(good, back, sizeof back, 0), 5);
+    cr_assert_str_eq(back, "hello", "a refused request changed the file");
+    close(good);
+    cr_assert_eq(count_open_fds(), fds - 1, "a refused request left a descriptor open");
+    loop_free_clean(loop);
+}
+
+Test(fs_kernel_errors, a_read_only_descriptor_refuses_writes_truncation_and_copies_into_it,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put("a", "hello");
+    put("b", "world");
+    int ro = open(at("a"), O_RDONLY | O_CLOEXEC);
+    int src = open(at("b"), O_RDONLY | O_CLOEXEC);
+    int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+    cr_assert(ro >= 0 && src >= 0 && zero >= 0);
+
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_write(loop, ro, "zz", 2, 0, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EBADF, "write: %s", tern_err_name(r.status));
+
+    r = (struct rec){0};
+    cr_assert_eq(tern_fs_ftruncate(loop, ro, 1, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert(r.status == -EINVAL || r.status == -EBADF, "ftruncate: %s",
+              tern_err_name(r.status));
+
+    /* Regular to regular: the kernel's copy refuses, and no buffer is tried. */
+    r = (struct rec){0};
+    cr_assert_eq(tern_fs_copy_range(loop, src, 0, ro, 0, 5, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EBADF, "kernel copy: %s", tern_err_name(r.status));
+
+    /* From a device: the kernel cannot copy it, the buffer's write refuses. */
+    r = (struct rec){0};
+    cr_assert_eq(tern_fs_copy_range(loop, zero, 0, ro, 0, 5, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EBADF, "buffered copy: %s", tern_err_name(r.status));
+
+    cr_assert_eq(size_of("a"), 5, "a refused request changed the size");
+    char back[8] = {0};
+    cr_assert_eq(pread(ro, back, sizeof back, 0), 5);
+    cr_assert_str_eq(back, "hello", "a refused request changed the bytes");
+    close(ro);
+    close(src);
+    close(zero);
+    loop_free_clean(loop);
+}
+
+/* The file size limit, with SIGXFSZ ignored so the write returns EFBIG. */
+#define LIMIT 65536
+
+static void limit_file_size(void)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &rl), 0);
+    rl.rlim_cur = LIMIT;
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+}
+
+/*
+ * A copy that meets EFBIG after some bytes reports how far it got (the
+ * bytes up to the limit), as a short write(2) does; the next copy from
+ * there meets the error itself. Both ways: in the kernel (regular file to
+ * regular file) and through the buffer (from /dev/zero).
+ */
+Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+    int big = open(at("big"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(zero >= 0 && big >= 0);
+    static char block[3 * LIMIT];
+    memset(block, 'x', sizeof block);
+    cr_assert_eq(pwrite(big, block, sizeof block, 0), (ssize_t)sizeof block);
+    limit_file_size();
+
+    for (int kernel = 0; kernel < 2; kernel++) {
+        int in = kernel ? big : zero;
+        int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        cr_assert_geq(out, 0);
+        struct rec r = {0};
+        cr_assert_eq(tern_fs_copy_range(loop, in, 0, out, 0, 2 * LIMIT, NULL, rec_cb, &r, NULL),
+                     0);
+        wait_one(loop, &r);
+        cr_assert_eq(r.status, 0, "%s copy: %s", kernel ? "kernel" : "buffered",
+                     tern_err_name(r.status));
+        cr_assert_eq(r.value, LIMIT, "%s copy counted %lld bytes", kernel ? "kernel" : "buffered",
+                     (long long)r.value);
+        cr_assert_eq(size_of("copy"), LIMIT);
+
+        r = (struct rec){0};
+        cr_assert_eq(tern_fs_copy_range(loop, in, LIMIT, out, LIMIT, LIMIT, NULL, rec_cb, &r,
+                                        NULL), 0);
+        wait_one(loop, &r);
+        cr_assert_eq(r.status, -EFBIG, "%s copy past the limit: %s",
+                     kernel ? "kernel" : "buffered", tern_err_name(r.status));
+        cr_assert_eq(size_of("copy"), LIMIT, "a refused copy grew the file");
+        close(out);
+    }
+    close(zero);
+    close(big);
+    loop_free_clean(loop);
+}
+
+/* A whole-file write over the size limit fails with EFBIG and leaves the
+ * old file as it was, with no temporary beside it (teardown checks). */
+Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put("a", "old");
+    limit_file_size();
+    static char data[2 * LIMIT];
+    memset(data, 'n', sizeof data);
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_write_file(loop, at("a"), data, sizeof data, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EFBIG, "write_file: %s", tern_err_name(r.status));
+    cr_assert_eq(size_of("a"), 3, "the old file changed");
+    loop_free_clean(loop);
+}
+
+/* A copy of exactly the source's length copies all of it and stops. */
+Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put("a", "hello");
+    int in = open(at("a"), O_RDONLY | O_CLOEXEC);
+    int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(in >= 0 && out >= 0);
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_copy_range(loop, in, 0, out, 0, 5, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, 0);
+    cr_assert_eq(r.value, 5);
+    char back[8] = {0};
+    cr_assert_eq(pread(out, back, sizeof back, 0), 5);
+    cr_assert_str_eq(back, "hello");
+    close(in);
+    close(out);
+    loop_free_clean(loop);
+}
+
+/* max_bytes 0: an empty file is read (0 bytes and the NUL); a one-byte
+ * file is -EFBIG. */
+Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    put("empty", "");
+    put("a", "x");
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.max_bytes = 0;
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_read_file(loop, at("empty"), &o, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, 0, "empty file: %s", tern_err_name(r.status));
+    cr_assert_eq(r.value, 0);
+    cr_assert_not_null(r.data);
+    cr_assert_eq(((char *)r.data)[0], '\0');
+    tern_fs_free(r.data);
+
+    r = (struct rec){0};
+    cr_assert_eq(tern_fs_read_file(loop, at("a"), &o, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EFBIG, "one byte: %s", tern_err_name(r.status));
+    cr_assert_null(r.data);
+    loop_free_clean(loop);
+}
