@@ -310,10 +310,14 @@ int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
     if (kind < 0)
         return kind;
     /* A refused open must leave the caller's fd as it was: note its flags. */
+    int rc = tern__stream_fault();
+    if (rc < 0)
+        return rc;
     int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
     if (fl < 0 || fdfl < 0)
         return -errno;
-    int rc = kind == 0 ? socket_prepare(fd) : tern__fd_nonblock_cloexec(fd);
+    if ((rc = tern__stream_fault()) == 0)
+        rc = kind == 0 ? socket_prepare(fd) : tern__fd_nonblock_cloexec(fd);
     struct tern__stream *s;
     if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &s)) == 0) {
         s->not_socket = kind == 1;

@@ -479,8 +479,11 @@ int tern_udp_port(tern_loop *loop, tern_id id, unsigned *portp)
         return -ENOENT;
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    if (getsockname(u->fd, (struct sockaddr *)&ss, &len) < 0)
-        return -errno;
+    int rc = tern__net_fault();
+    if (rc == 0 && getsockname(u->fd, (struct sockaddr *)&ss, &len) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return rc;
     *portp = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
                                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
     return 0;
