@@ -10,55 +10,11 @@
  * Also the edges that end well: a copy of exactly the source's length,
  * and an empty file read with max_bytes 0.
  */
-#include "loop_helpers.h"
+#include "fs_helpers.h"
 
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-
-struct rec {
-    atomic_uint n;
-    int status;
-    int64_t value;
-    struct stat st;
-    void *data;
-};
-
-static void rec_cb(tern_loop *loop, tern_id id, int status, tern_fs_result *res, void *arg)
-{
-    (void)loop, (void)id;
-    struct rec *r = arg;
-    r->status = status;
-    r->value = res->value;
-    r->st = res->st;
-    r->data = res->data;
-    atomic_fetch_add(&r->n, 1);
-}
-
-static char dir[64];
-
-static const char *at(const char *name)
-{
-    static char paths[4][128];
-    static unsigned next;
-    char *p = paths[next++ % 4];
-    snprintf(p, 128, "%s/%s", dir, name);
-    return p;
-}
-
-static void put(const char *name, const char *text)
-{
-    FILE *f = fopen(at(name), "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static off_t size_of(const char *name)
-{
-    struct stat st;
-    return stat(at(name), &st) == 0 ? st.st_size : -1;
-}
 
 static void setup(void)
 {
