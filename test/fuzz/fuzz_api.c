@@ -2937,8 +2937,10 @@ static void step_fswatch(struct input *in)
     if (path == NULL || null_cb || interval > (UINT64_C(1) << 62))
         ENSURE(rc == -EINVAL, "tern_watch_start with a bad argument: %s", tern_err_name(rc));
     else if (missing)
-        /* Under an armed fault the watch's own descriptor may fail first. */
-        ENSURE(rc == -ENOENT || rc == 0 || (fault_armed && injected(rc)),
+        /* Admission comes before the path is looked at (a full loop's
+         * -EAGAIN, checked above), and under an armed fault the watch's
+         * own descriptor may fail first. */
+        ENSURE(rc == -ENOENT || rc == 0 || rc == -EAGAIN || (fault_armed && injected(rc)),
                "tern_watch_start of a missing path: %s", tern_err_name(rc));
     else
         ENSURE(rc == 0 || rc == -EAGAIN || rc == -ENOENT || rc == -ENOSPC ||
