@@ -2680,6 +2680,15 @@ static void step_stop_new(struct input *in)
     enum kind k = kinds[c % 3];
     struct rec *r;
     tern_id id = pick_kind_id(in, k, s, &r);
+    /* Ids are per loop: a record of a loop since freed in this slot is not
+     * what the id names now. Look for the slot's current loop's, if any. */
+    if (r != NULL && (r->dead || r->loop != loop)) {
+        r = NULL;
+        for (unsigned i = 0; i < nrecs; i++)
+            if (recs[i].accepted && recs[i].id == id && recs[i].kind == k && recs[i].slot == s &&
+                recs[i].loop == loop && !recs[i].dead)
+                r = &recs[i];
+    }
     bool live = r != NULL && !r->stopped;
     struct rec *other = rec_find(id);
     if ((c & 0x80) && other != NULL && (other->kind != k || other->slot != s))
@@ -2704,6 +2713,8 @@ static void step_stop_new(struct input *in)
     if (rc == 0) {
         ENSURE(live || (c & 0x80), "a stop succeeded on no live watcher of the kind");
         stopped_by_id(id, s, true);
+        if (r != NULL)
+            r->stopped = true;
     }
 }
 
