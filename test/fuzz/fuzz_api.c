@@ -2539,7 +2539,10 @@ static void step_stream_more(struct input *in)
         if (live && (nfds == 0 || nfds > TERN_UNIX_FDS_MAX))
             ENSURE(rc == -EINVAL, "tern_unix_write_fds of %u fds: %s", nfds, tern_err_name(rc));
         else if (live && (d & 4) && rc != -EINVAL)
-            ENSURE(rc == -EBADF, "tern_unix_write_fds of a closed fd: %s", tern_err_name(rc));
+            /* A stream whose writing has ended (shut down, or a write
+             * failed) refuses any write first, as tern_stream_write does. */
+            ENSURE(rc == -EBADF || rc == -EPIPE, "tern_unix_write_fds of a closed fd: %s",
+                   tern_err_name(rc));
         w->accepted = rc == 0 || rc == 1;
         ENSURE(live || !w->accepted, "a descriptor write accepted on no open stream");
         rc = rc == 1 ? 0 : rc;
