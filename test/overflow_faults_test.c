@@ -1,0 +1,102 @@
+/*
+ * An overflow worker that cannot be started (docs/pool.md, "Stalled
+ * work"): when the watchdog's first try fails (no memory for the worker's
+ * record, or no thread), nothing is counted as started and the watchdog
+ * tries again at its next look, so the queue behind the stalled job still
+ * moves. An overflow worker still alive at shutdown (a long idle bound)
+ * is joined by the shutdown and counted out.
+ *
+ * The stalled job blocks on a pipe the test holds, never on a sleep.
+ */
+#include <criterion/criterion.h>
+
+#include "pool_helpers.h"
+
+static int fds[2];
+static atomic_uint blocked_started;
+
+static void *block_work(tern_job *job, void *arg)
+{
+    (void)job, (void)arg;
+    atomic_fetch_add(&blocked_started, 1);
+    char c;
+    while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    return NULL;
+}
+
+static void count_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id, (void)result;
+    cr_assert_eq(status, 0);
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void overflow_fails_once(unsigned site)
+{
+    cr_assert_eq(pipe(fds), 0);
+    tern_pool_watch w;
+    tern_pool_watch_init(&w);
+    w.stall_ns = 20 * PH_MS;
+    w.overflow_max = 1;
+    w.overflow_idle_ns = 3600 * PH_SEC; /* alive until the shutdown joins it */
+    cr_assert_eq(tern_pool_watch_set(&w), 0);
+    tern_pool_config cfg = ph_config(1, 64, 0);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+
+    /* A first job, so the loop's records and ring exist before the fault
+     * is armed: the submissions below allocate nothing. */
+    ph_job warm;
+    ph_job_init(&warm, NULL);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &warm), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&warm.done_calls) == 1);
+    cr_assert(ok);
+
+    atomic_int blocked_done = 0;
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
+    PH_WAIT_UNTIL(ok, atomic_load(&blocked_started) == 1);
+    cr_assert(ok);
+    tern__fault_arm(site, 1);
+    ph_job quick[8];
+    for (int i = 0; i < 8; i++) {
+        ph_job_init(&quick[i], NULL);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &quick[i]), 0);
+    }
+    /* The only worker is blocked: these run only once an overflow worker does. */
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(quick, 8) == 8);
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(ok, "the queue behind a stalled job did not move after a failed start");
+    cr_assert(fired, "the watchdog's first overflow start met the injected failure");
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.overflow_started, 1, "the failed start is not counted: %" PRIu64,
+                 s.overflow_started);
+    cr_assert_eq(s.overflow_now, 1);
+    cr_assert_eq(s.stalls, 1);
+
+    cr_assert_eq(write(fds[1], "x", 1), 1);
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&blocked_done) == 1);
+    cr_assert(ok);
+    tern_loop_free(loop);
+    /* The overflow worker idles for an hour: the shutdown joins it. */
+    cr_assert_eq(ph_stats().overflow_now, 1);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+    s = ph_stats();
+    cr_assert_eq(s.overflow_now, 0, "the joined overflow worker is counted out");
+    cr_assert_eq(s.overflow_retired, 0, "joined, not retired");
+    close(fds[0]);
+    close(fds[1]);
+}
+
+Test(overflow_faults, no_thread_for_the_first_overflow_worker, .timeout = 60)
+{
+    overflow_fails_once(TERN__FAULT_THREAD);
+}
+
+Test(overflow_faults, no_memory_for_the_first_overflow_worker, .timeout = 60)
+{
+    overflow_fails_once(TERN__FAULT_ALLOC);
+}
