@@ -25,7 +25,10 @@ static bool all_zero(const unsigned char *p, size_t n)
 
 Test(fault_alloc_edges, a_lazy_array_whose_size_overflows_is_refused)
 {
-    cr_assert_null(tern__calloc_lazy(SIZE_MAX / 8 + 2, 8), "n * size wraps: no short block");
+    /* n * size wraps to 1 MiB: a mapping that small would succeed. */
+    cr_assert_null(tern__calloc_lazy((SIZE_MAX >> 20) + 2, (size_t)1 << 20),
+                   "n * size wraps: no short block");
+    cr_assert_null(tern__calloc_lazy(SIZE_MAX / 8 + 2, 8));
     cr_assert_null(tern__calloc_lazy(SIZE_MAX, SIZE_MAX));
     cr_assert(!tern__fault_fired(), "a real refusal, not an injected one");
 }
@@ -48,6 +51,9 @@ Test(fault_alloc_edges, lazy_arrays_small_and_large_come_zeroed)
     tern__free_lazy(a, small, 1);
     tern__free_lazy(b, large, 1);
     tern__free_lazy(NULL, large, 1); /* as free(NULL) */
+    /* Zero-sized elements: calloc's answer, freed as calloc's. */
+    void *z = tern__calloc_lazy(10, 0);
+    tern__free_lazy(z, 10, 0);
 }
 
 Test(fault_alloc_edges, an_aligned_block_no_allocator_can_give_is_refused)

@@ -85,8 +85,11 @@ Test(pool_start_edges, starts_waiting_on_a_start_judge_the_pool_it_made, .timeou
     struct starter first = {.cfg = cfg_of(1, 2, 0)};
     struct starter same = {.cfg = first.cfg};
     struct starter other = {.cfg = cfg_of(2, 2, 0)};
+    struct starter other_long = {.cfg = cfg_of(1, 3, 0)};
+    struct starter other_idle = {.cfg = first.cfg};
+    other_idle.cfg.long_idle_timeout_ns += PH_SEC;
     tern__test_hold_pool_start();
-    pthread_t t1, t2, t3;
+    pthread_t t1, t2, t3, t4, t5;
     cr_assert_eq(pthread_create(&t1, NULL, start_thread, &first), 0);
     bool ok;
     PH_WAIT_UNTIL(ok, tern__test_waiting_pool_start() == 1);
@@ -97,15 +100,23 @@ Test(pool_start_edges, starts_waiting_on_a_start_judge_the_pool_it_made, .timeou
     wait_blocked(&same, "the start with the same configuration");
     cr_assert_eq(pthread_create(&t3, NULL, start_thread, &other), 0);
     wait_blocked(&other, "the start with another configuration");
+    cr_assert_eq(pthread_create(&t4, NULL, start_thread, &other_long), 0);
+    wait_blocked(&other_long, "the start with another long_threads_max");
+    cr_assert_eq(pthread_create(&t5, NULL, start_thread, &other_idle), 0);
+    wait_blocked(&other_idle, "the start with another long_idle_timeout_ns");
     tern__test_release_pool_start();
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
     pthread_join(t3, NULL);
+    pthread_join(t4, NULL);
+    pthread_join(t5, NULL);
     cr_assert_eq(atomic_load(&first.rc), 0);
     cr_assert_eq(atomic_load(&same.rc), 0, "the pool runs with its configuration: %s",
                  tern_strerror(atomic_load(&same.rc)));
     cr_assert_eq(atomic_load(&other.rc), -EINVAL, "a different configuration is refused: %s",
                  tern_strerror(atomic_load(&other.rc)));
+    cr_assert_eq(atomic_load(&other_long.rc), -EINVAL);
+    cr_assert_eq(atomic_load(&other_idle.rc), -EINVAL);
     tern_pool_stats st;
     tern_pool_stats_get(&st);
     cr_assert_eq(st.threads, 1u, "the first start's pool runs");
