@@ -77,6 +77,19 @@ static void overflow_fails_once(unsigned site)
     cr_assert_eq(s.overflow_now, 1);
     cr_assert_eq(s.stalls, 1);
 
+    /* Its figures: index threads + slot, of the overflow kind; only it ran
+     * the queue behind the stalled job. */
+    cr_assert_eq(tern_pool_worker_count(), 2u, "one bounded worker, one overflow slot");
+    tern_pool_worker_stats ws;
+    int rc = tern_pool_worker_stats_get(1, &ws);
+    if (rc != -ENOTSUP) {
+        cr_assert_eq(rc, 0);
+        cr_assert_eq(ws.kind, TERN_POOL_WORKER_OVERFLOW);
+        cr_assert_eq(ws.slot, 0u);
+        cr_assert_eq(ws.jobs, 8u, "the overflow worker ran the 8 queued jobs: %" PRIu64, ws.jobs);
+    }
+    cr_assert_eq(tern_pool_worker_stats_get(2, &ws), -ENOENT);
+
     cr_assert_eq(write(fds[1], "x", 1), 1);
     PH_PUMP_UNTIL(ok, loop, atomic_load(&blocked_done) == 1);
     cr_assert(ok);
