@@ -232,3 +232,44 @@ Test(pool_start_edges, a_second_shutdown_waits_for_the_first, .timeout = TEST_TI
     ph_gate_destroy(&gate);
     loop_free_clean(loop);
 }
+
+/* ---------------------------------------------------------------- */
+/* A shutdown inside a callback, right after a submission           */
+/* ---------------------------------------------------------------- */
+
+struct in_callback {
+    ph_job job;
+    int submit_rc, shutdown_rc;
+};
+
+/* Step 1 (a post): the submission's wake is owed to the end of the turn's
+ * callbacks, and the pool is gone before the turn pays it. */
+static void submit_then_shutdown(tern_loop *loop, void *arg)
+{
+    struct in_callback *c = arg;
+    c->submit_rc = ph_submit(loop, TERN_BOUNDED, &c->job);
+    c->shutdown_rc = tern_pool_shutdown(TERN_POOL_DRAIN, 60 * PH_SEC);
+}
+
+Test(pool_start_edges, a_shutdown_in_a_callback_after_a_submission_still_delivers,
+     .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    tern_pool_config c = cfg_of(1, 2, 0);
+    cr_assert_eq(tern_pool_start(&c), 0);
+    struct in_callback cb = {.submit_rc = 1, .shutdown_rc = 1};
+    ph_job_init(&cb.job, NULL);
+    cr_assert_eq(tern_post(loop, submit_then_shutdown, &cb), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&cb.job.done_calls) == 1);
+    cr_assert_eq(cb.submit_rc, 0);
+    cr_assert_eq(cb.shutdown_rc, 0, "the drain ran the queued job: %s",
+                 tern_strerror(cb.shutdown_rc));
+    cr_assert(ok, "the job's done never came");
+    cr_assert_eq(atomic_load(&cb.job.ran), 1);
+    cr_assert_eq(cb.job.status, 0);
+    cr_assert(!tern__pool_running(), "the owed wake started no pool");
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    cr_assert_eq(atomic_load(&cb.job.done_calls), 1);
+}
