@@ -248,7 +248,7 @@ static char **candidates(const char *file, const char *path)
             count += *p == ':';
         bytes = strlen(path) + count * (flen + 3);
     }
-    char **list = malloc((count + 1) * sizeof(char *) + bytes);
+    char **list = tern__malloc((count + 1) * sizeof(char *) + bytes);
     if (list == NULL)
         return NULL;
     char *out = (char *)(list + count + 1);

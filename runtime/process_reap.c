@@ -70,7 +70,7 @@ static void *reaper_main(void *arg)
         }
         size_t n = 1;
         if (pf_cap < n_orphans + 1) {
-            struct pollfd *p = realloc(pf, (n_orphans + 1) * sizeof(*p));
+            struct pollfd *p = tern__realloc(pf, (n_orphans + 1) * sizeof(*p));
             if (p != NULL) {
                 pf = p;
                 pf_cap = n_orphans + 1;
@@ -114,7 +114,7 @@ void tern__reaper_adopt(pid_t pid, int pidfd)
     }
     if (n_orphans == cap_orphans) {
         size_t cap = cap_orphans ? cap_orphans * 2 : 16;
-        struct orphan *o = realloc(orphans, cap * sizeof(*o));
+        struct orphan *o = tern__realloc(orphans, cap * sizeof(*o));
         if (o == NULL) {
             /* Nowhere to keep it: end it and reap it here. */
             pthread_mutex_unlock(&lock);

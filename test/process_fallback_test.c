@@ -4,11 +4,13 @@
  * ENOSYS for its own process (a seccomp filter; criterion runs every test
  * in a process of its own), so tern takes the path it takes on an older
  * kernel or in a build without pidfds. Checked: the handler is installed
- * and chains to the one installed before it (SA_SIGINFO or not); exit
- * codes and signals arrive exactly once, for several children on a loop
- * and for children on two loops; a child tern did not start is never
- * reaped by tern; a cancelled child and a child whose loop was freed are
- * reaped by the reaper, woken by SIGCHLD; a spawn refused for memory or a
+ * and chains to the one installed before it (SA_SIGINFO or not), and to
+ * nothing after a default flagged SA_SIGINFO; exit codes and signals
+ * arrive exactly once, for several children on a loop and for children on
+ * two loops; a child tern did not start is never reaped by tern; a
+ * cancelled child and a child whose loop was freed are reaped by the
+ * reaper, woken by SIGCHLD (or killed and reaped at once when there is no
+ * memory to list it); a spawn refused for memory or a
  * descriptor on the fallback's path leaves no child, no descriptor and no
  * operation behind.
  */
@@ -241,6 +243,22 @@ BACKEND_TEST(fallback, chains_to_a_siginfo_handler)
     check_chained(backend, &chained_info);
 }
 
+/* SA_SIGINFO with no function (the default, so flagged): nothing to call. */
+BACKEND_TEST(fallback, chains_to_nothing_after_a_flagged_default)
+{
+    without_pidfd();
+    struct sigaction sa = {0};
+    sa.sa_handler = SIG_DFL;
+    sa.sa_flags = SA_SIGINFO;
+    cr_assert_eq(sigaction(SIGCHLD, &sa, NULL), 0);
+    tern_loop *loop = loop_new_backend(backend);
+    struct exit_seen e = {0};
+    cr_assert_eq(spawn_sh(loop, "exit 6", &e, NULL), 0);
+    run_until_exits(loop, &e, 1);
+    cr_assert_eq(e.code, 6);
+    loop_free_clean(loop);
+}
+
 BACKEND_TEST(fallback, chains_to_a_plain_handler)
 {
     without_pidfd();
@@ -342,7 +360,7 @@ BACKEND_TEST(fallback, refused_spawn_leaves_nothing)
  * the handler's signal on the reaper's wake object tells it; and when
  * that object could not be opened, its timed look still finds the end.
  */
-static void orphan_reaped(const char *backend, bool no_wake)
+static void orphan_reaped(const char *backend, bool no_wake, bool no_memory)
 {
     tern_loop *loop = loop_new_backend(backend);
     int p[2];
@@ -361,15 +379,22 @@ static void orphan_reaped(const char *backend, bool no_wake)
     close(p[0]);
     int pid;
     cr_assert_eq(tern_process_pid(loop, id, &pid), 0);
-    if (no_wake)
-        tern__fault_arm(TERN__FAULT_FD, 1);
+    if (no_wake || no_memory)
+        tern__fault_arm(no_wake ? TERN__FAULT_FD : TERN__FAULT_ALLOC, 1);
     cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
-    if (no_wake) {
-        cr_assert(tern__fault_fired(), "the reaper opened no wake object");
+    if (no_wake || no_memory) {
+        cr_assert(tern__fault_fired(), "the reaper opened or allocated nothing");
         tern__fault_arm(0, 0);
     }
     run_until_exits(loop, &e, 1);
     cr_assert_eq(e.status, -ECANCELED);
+    if (no_memory) {
+        /* Nowhere to list it: killed and reaped before the cancel returned. */
+        cr_assert(wait_gone(pid), "the child outlived a reaper with no memory");
+        close(p[1]);
+        loop_free_clean(loop);
+        return;
+    }
     cr_assert_eq(kill(pid, 0), 0, "the child ended before its input did");
     close(p[1]);
     cr_assert(wait_gone(pid), "the orphan was never reaped");
@@ -379,11 +404,17 @@ static void orphan_reaped(const char *backend, bool no_wake)
 BACKEND_TEST(fallback, orphan_reaped_on_sigchld)
 {
     without_pidfd();
-    orphan_reaped(backend, false);
+    orphan_reaped(backend, false, false);
 }
 
 BACKEND_TEST(fallback, orphan_reaped_without_a_wake_object)
 {
     without_pidfd();
-    orphan_reaped(backend, true);
+    orphan_reaped(backend, true, false);
+}
+
+BACKEND_TEST(fallback, orphan_killed_when_there_is_no_memory_to_list_it)
+{
+    without_pidfd();
+    orphan_reaped(backend, false, true);
 }

@@ -4,8 +4,9 @@
  * even when the reaper cannot have what it needs. Checked: many orphans at
  * once (the list grows past its first size) are each reaped as they end,
  * in any order; with no thread for the reaper, the child is killed and
- * reaped before the cancel returns; with no wake object, the reaper still
- * reaps through the children's pidfds.
+ * reaped before the cancel returns, as with no memory to list it; with no
+ * wake object, the reaper still reaps through the children's pidfds; with
+ * no memory for its poll set, it looks on a timer and still reaps.
  */
 #include "loop_helpers.h"
 
@@ -166,5 +167,90 @@ Test(reaper, no_wake_object_still_reaps, .timeout = TEST_TIMEOUT)
     cr_assert(alive(pid), "the child ended before its input did");
     close(p[1]);
     cr_assert(wait_gone(pid), "the child was never reaped");
+    loop_free_clean(loop);
+}
+
+/*
+ * No memory to list the orphan: as with no thread, the cancel kills the
+ * child and reaps it (closing its pidfd) before it returns.
+ */
+/* The pidfds open in this process. */
+static int pidfds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[64] = {0};
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        if (readlink(link, target, sizeof target - 1) > 0 && strcmp(target, "anon_inode:[pidfd]") == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(reaper, no_memory_for_the_list_kills_and_reaps_at_once, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int p[2];
+    blocking_pipe(p);
+    struct exit_seen e = {0};
+    tern_id id;
+    pid_t pid = spawn_reading(loop, "read x", p[0], &e, &id);
+    close(p[0]);
+    cr_assert_eq(pidfds_open(), 1, "the child is not watched through a pidfd");
+    tern__fault_arm(TERN__FAULT_ALLOC, 1);
+    cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(fired, "the cancel allocated nothing");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    cr_assert_eq(access(path, F_OK), -1, "the child outlived a reaper with no memory");
+    cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(e.status, -ECANCELED);
+    close(p[1]);
+    cr_assert_eq(pidfds_open(), 0, "the child's pidfd was left open");
+    loop_free_clean(loop);
+}
+
+/*
+ * The reaper's poll set cannot grow for a second orphan: it looks at its
+ * children on a timer instead, and still reaps each as it ends; once the
+ * set fits again it waits on the pidfds as before.
+ */
+Test(reaper, no_memory_for_the_poll_set_looks_on_a_timer, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int pa[2], pb[2];
+    blocking_pipe(pa);
+    blocking_pipe(pb);
+    struct exit_seen ea = {0}, eb = {0};
+    tern_id ida, idb;
+    pid_t a = spawn_reading(loop, "read x", pa[0], &ea, &ida);
+    pid_t b = spawn_reading(loop, "read x", pb[0], &eb, &idb);
+    close(pa[0]);
+    close(pb[0]);
+    cancel_and_see_it(loop, ida, &ea); /* the reaper starts with one orphan */
+    /* The second orphan fits the list (16) but not the poll set (2): the
+     * reaper's growth of that set is the next allocation. */
+    tern__fault_arm(TERN__FAULT_ALLOC, 1);
+    cr_assert_eq(tern__test_cancel_now(loop, idb), TERN_CANCEL_STOPPED);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (!tern__fault_fired() && mono_ns() < end)
+        sleep_ns(MS);
+    bool fired = tern__fault_fired();
+    tern__fault_arm(0, 0);
+    cr_assert(fired, "the reaper never grew its poll set");
+    cr_assert(run_until_count(loop, &eb.n, 1, 10 * (int64_t)MS, 1000));
+    cr_assert_eq(eb.status, -ECANCELED);
+    cr_assert(alive(a) && alive(b), "an orphan ended before its input did");
+    close(pb[1]);
+    cr_assert(wait_gone(b), "the second orphan was never reaped");
+    cr_assert(alive(a), "the first orphan ended before its input did");
+    close(pa[1]);
+    cr_assert(wait_gone(a), "the first orphan was never reaped");
     loop_free_clean(loop);
 }
