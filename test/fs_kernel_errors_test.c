@@ -8,7 +8,9 @@
  * that meets the file size limit (RLIMIT_FSIZE, EFBIG) part way, where
  * the count says how far the copy got and the write leaves the old file.
  * Also the edges that end well: a copy of exactly the source's length,
- * and an empty file read with max_bytes 0.
+ * an empty file read with max_bytes 0, a listing longer than its first
+ * array, an unsized file read with no limit, and a whole-file write in
+ * the root directory.
  */
 #include "fs_helpers.h"
 
@@ -258,5 +260,79 @@ Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
     wait_one(loop, &r);
     cr_assert_eq(r.status, -EFBIG, "one byte: %s", tern_err_name(r.status));
     cr_assert_null(r.data);
+    loop_free_clean(loop);
+}
+
+/* A directory of more entries than the listing's first array holds (16):
+ * the array grows and every entry is listed, sorted. */
+Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fini = teardown,
+     .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    enum { ENTRIES = 40 };
+    char name[16];
+    for (int i = 0; i < ENTRIES; i++) {
+        snprintf(name, sizeof name, "e%02d", i);
+        put(name, "");
+    }
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_list(loop, dir, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, 0, "list: %s", tern_err_name(r.status));
+    cr_assert_eq(r.value, ENTRIES);
+    cr_assert_eq(r.listing->count, ENTRIES);
+    for (int i = 0; i < ENTRIES; i++) {
+        snprintf(name, sizeof name, "e%02d", i);
+        cr_assert_str_eq(r.listing->entries[i].name, name);
+        cr_assert_eq(unlink(at(name)), 0);
+    }
+    tern_fs_free(r.listing);
+    loop_free_clean(loop);
+}
+
+/* No limit at all (max_bytes past SSIZE_MAX) on a file that reports no
+ * size: read to its end, the buffer grown as it goes. */
+Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.max_bytes = UINT64_MAX;
+    o.step_bytes = 64; /* several reads, past the first buffer */
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_read_file(loop, "/proc/self/status", &o, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, 0, "read_file: %s", tern_err_name(r.status));
+    cr_assert_eq(r.st.st_size, 0, "/proc/self/status reports a size here");
+    cr_assert_gt(r.value, 256);
+    cr_assert_eq(strncmp(r.data, "Name:", 5), 0);
+    cr_assert_eq(strlen(r.data), (size_t)r.value);
+    tern_fs_free(r.data);
+    loop_free_clean(loop);
+}
+
+/* A file directly in "/": its directory, fsync'ed after the rename, is "/". */
+Test(fs_kernel_errors, write_file_in_the_root_directory, .timeout = TEST_TIMEOUT)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tern_write_file_root.%ld", (long)getpid());
+    int probe = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (probe < 0)
+        cr_skip_test("cannot write in /: %s", strerror(errno));
+    close(probe);
+    tern_loop *loop = loop_new_default();
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_write_file(loop, path, "root", 4, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    int status = r.status;
+    char buf[8] = {0};
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    (void)unlink(path);
+    cr_assert_eq(status, 0, "write_file: %s", tern_err_name(status));
+    cr_assert_eq(n, 4);
+    cr_assert_str_eq(buf, "root");
     loop_free_clean(loop);
 }
