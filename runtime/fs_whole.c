@@ -108,10 +108,9 @@ static void *read_fstat(struct tern__fs_req *r)
 static void *read_data(struct tern__fs_req *r)
 {
     if (r->done == r->cap) {
-        /* Full. A sized file is complete; an unsized one needs room. */
-        if (r->len > 0)
-            return next(r, READ_CLOSE);
-        /* Room for one byte past max_bytes tells a file of exactly
+        /* Full, so the file is unsized (a sized file's buffer is its size,
+         * and the read that fills it goes to READ_CLOSE below): it needs
+         * room. Room for one byte past max_bytes tells a file of exactly
          * max_bytes (end of file next) from a longer one. */
         uint64_t limit = r->max_bytes < SSIZE_MAX ? r->max_bytes + 1 : (uint64_t)SSIZE_MAX;
         if (r->cap >= limit)
