@@ -6,7 +6,8 @@
  * in any order; with no thread for the reaper, the child is killed and
  * reaped before the cancel returns, as with no memory to list it; with no
  * wake object, the reaper still reaps through the children's pidfds; with
- * no memory for its poll set, it looks on a timer and still reaps.
+ * no memory for its poll set, it looks on a timer and still reaps; a child
+ * somebody else reaped is never reported and, cancelled, is let go.
  */
 #include "loop_helpers.h"
 
@@ -252,5 +253,57 @@ Test(reaper, no_memory_for_the_poll_set_looks_on_a_timer, .timeout = TEST_TIMEOU
     cr_assert(alive(a), "the first orphan ended before its input did");
     close(pa[1]);
     cr_assert(wait_gone(a), "the first orphan was never reaped");
+    loop_free_clean(loop);
+}
+
+/* Whether a thread of this process is named tern-reaper. */
+static bool reaper_thread_runs(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL)
+            found = strncmp(comm, "tern-reaper", 11) == 0;
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/*
+ * A child that somebody else's waitpid reaped first: its pidfd turns
+ * readable, but the end is not tern's to see, so no exit callback comes
+ * (the contract's "then never"); cancelled, it goes to the reaper, which
+ * finds it gone (ECHILD) and lets it go, its thread ending with nothing
+ * left to wait for.
+ */
+Test(reaper, a_child_reaped_by_someone_else_is_let_go, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int p[2];
+    blocking_pipe(p);
+    struct exit_seen e = {0};
+    tern_id id;
+    pid_t pid = spawn_reading(loop, "exit 3", p[0], &e, &id);
+    close(p[0]);
+    close(p[1]);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    for (int i = 0; i < 5; i++)
+        tern_loop_run_once(loop, 2 * (int64_t)MS);
+    cr_assert_eq(atomic_load(&e.n), 0, "an exit callback for a child tern never reaped");
+    cancel_and_see_it(loop, id, &e);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (reaper_thread_runs() && mono_ns() < end)
+        sleep_ns(2 * MS);
+    cr_assert(!reaper_thread_runs(), "the reaper still waits for a child that is gone");
     loop_free_clean(loop);
 }
