@@ -120,8 +120,9 @@ int tern_wait_fd(tern_loop *loop, int fd, tern_done_fn done, void *arg,
     }
     if ((rc = tern__credit_check(loop)) < 0)
         return rc;
-    if ((rc = tern__op_admit(loop)) < 0)
-        return rc == -EAGAIN ? tern__refuse_operations(loop) : rc;
+    /* Closing was answered above: the only refusal left is the cap. */
+    if (tern__op_admit(loop) < 0)
+        return tern__refuse_operations(loop);
     if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0)
         goto unadmit;
     struct fd_wait *w = tern__calloc(1, sizeof(*w));
