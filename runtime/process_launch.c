@@ -129,7 +129,6 @@ static void child_open_mask(void)
 }
 #endif
 
-#ifdef TERN_LAUNCH_COPIES
 /* Close every descriptor from `lowest` up except `keep` (-1: none). */
 CHILD_CODE static void close_from(int lowest, int keep, int max_fd)
 {
@@ -146,23 +145,6 @@ CHILD_CODE static void close_from(int lowest, int keep, int max_fd)
         if (fd != keep)
             (void)child_close(fd);
 }
-#else
-/*
- * Close every descriptor from `lowest` up. Only a copied child keeps one
- * (its report pipe, above): a child that shares the parent's memory
- * reports through s->err, so keep is always -1 here.
- */
-CHILD_CODE static void close_from(int lowest, int keep, int max_fd)
-{
-    (void)keep;
-#ifdef TERN_HAVE_CLOSE_RANGE
-    if (syscall(SYS_close_range, (unsigned)lowest, ~0u, 0u) == 0)
-        return;
-#endif
-    for (int fd = lowest; fd < max_fd; fd++)
-        (void)child_close(fd);
-}
-#endif
 
 /*
  * execve each prepared candidate in turn, as execvp searches PATH.
@@ -237,10 +219,8 @@ CHILD_CODE static int child_main(void *arg)
     if (err == 0)
         err = EINVAL;
     s->err = err;
-#ifdef TERN_LAUNCH_COPIES
     if (s->report_fd >= 0)
         (void)child_write(s->report_fd, &err, sizeof err);
-#endif
     child_exit(127);
     return 127;
 }
