@@ -65,7 +65,7 @@ struct tern__signal {
     bool has_src;       /* under table_lock: the reader's source is open */
     bool watching;      /* its loop watches the source (loop thread only) */
     bool fired;         /* TERN__SIG_BACKEND: the backend reported it (loop thread) */
-    bool masked_here;   /* a follower blocked the signal in its loop's thread */
+    bool masked_here;   /* it blocked the signal in its loop's thread (or took that over) */
     struct tern__sigsource src;
     struct tern__io io; /* the source's descriptor (not for TERN__SIG_BACKEND) */
     atomic_uint pending; /* deliveries not yet called back */
@@ -330,6 +330,15 @@ static void stop_watcher(tern_loop *loop, struct tern__signal *w)
         if (heir == NULL || (o->loop == loop && heir->loop != loop))
             heir = o;
     }
+    /* The block this watcher added is the loop thread's while the loop
+     * watches: it passes to a watcher still on the loop, whose stop (the
+     * last) gives it back. */
+    if (w->masked_here && loop_still_watches)
+        for (struct tern__signal *o = watchers[w->signo]; o != NULL; o = o->next)
+            if (o->loop == loop) {
+                o->masked_here = true;
+                break;
+            }
     if (!w->reader)
         heir = NULL;
     if (heir != NULL) {
