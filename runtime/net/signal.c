@@ -287,16 +287,20 @@ static void close_source(tern_loop *loop, struct tern__signal *w, bool locked)
     w->has_src = false;
 }
 
-/* Posted to the loop of a watcher that became the reader. */
+/*
+ * Posted to the loop of a watcher that became the reader (it was a
+ * follower, so it watches nothing yet; readers stay readers), unless it
+ * stopped meanwhile: its stop handed the part on again.
+ */
 static void take_over(tern_loop *loop, void *arg)
 {
     struct tern__signal *w = signal_of(loop, (tern_id)(uintptr_t)arg);
-    if (w == NULL || !w->reader)
+    if (w == NULL)
         return;
     /* On failure the signal goes unread until this watcher stops. */
     if (!w->has_src)
         (void)open_source(loop, w, false);
-    else if (!w->watching && watch_source(loop, w, false) < 0)
+    else if (watch_source(loop, w, false) < 0)
         close_source(loop, w, false);
 }
 
