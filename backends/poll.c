@@ -115,7 +115,7 @@ static int poll_wait_backend(struct tern__backend *b, int64_t timeout_ns,
     struct poll_state *s = b->state;
     int ms = -1;
     if (timeout_ns >= 0) {
-        int64_t r = (timeout_ns + 999999) / 1000000;
+        int64_t r = timeout_ns / 1000000 + (timeout_ns % 1000000 != 0); /* up, never past INT64_MAX */
         ms = r > INT_MAX ? INT_MAX : (int)r;
     }
     int n = poll(s->pfds, s->len, ms);
