@@ -327,22 +327,19 @@ static void stop_watcher(tern_loop *loop, struct tern__signal *w)
     while (*p != w)
         p = &(*p)->next;
     *p = w->next;
-    bool loop_still_watches = false;
-    struct tern__signal *heir = NULL;
+    struct tern__signal *heir = NULL, *same_loop = NULL;
     for (struct tern__signal *o = watchers[w->signo]; o != NULL; o = o->next) {
-        loop_still_watches |= o->loop == loop;
+        if (o->loop == loop)
+            same_loop = o;
         if (heir == NULL || (o->loop == loop && heir->loop != loop))
             heir = o;
     }
+    bool loop_still_watches = same_loop != NULL;
     /* The block this watcher added is the loop thread's while the loop
      * watches: it passes to a watcher still on the loop, whose stop (the
      * last) gives it back. */
     if (w->masked_here && loop_still_watches)
-        for (struct tern__signal *o = watchers[w->signo]; o != NULL; o = o->next)
-            if (o->loop == loop) {
-                o->masked_here = true;
-                break;
-            }
+        same_loop->masked_here = true;
     if (!w->reader)
         heir = NULL;
     if (heir != NULL) {
