@@ -12,10 +12,10 @@
  * messages other than passed descriptors are ignored; a TCP connect that
  * failed inside the call leaves a stream that is no terminal (-ENOTTY)
  * and not connected (-ENOTCONN, reading refused too) until its callback
- * closes it; and
- * handles opened without asking for their id are closed by
+ * closes it; handles opened without asking for their id are closed by
  * tern_loop_free; a listen with TERN_TCP_REUSEPORT that fails at any of
- * its steps leaves nothing open. Failures are injected through the stream and
+ * its steps leaves nothing open, and a Unix listen out of memory leaves
+ * no socket file behind. Failures are injected through the stream and
  * descriptor fault seams (backends/fault.h).
  */
 #include "loop_helpers.h"
@@ -348,4 +348,34 @@ Test(connect_paths, a_listen_sharing_its_port_fails_whole_at_each_step,
     /* SO_REUSEADDR, SO_REUSEPORT, bind and listen each failed once. */
     cr_assert_eq(n, 5, "the listen made %llu stream calls", (unsigned long long)n - 1);
     loop_free_clean(loop);
+}
+
+Test(connect_paths, a_unix_listen_out_of_memory_leaves_no_socket_file, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    char path[108];
+    sock_path(path, sizeof path, "nomem");
+    static struct acc a;
+    tern_id l = 0;
+    uint64_t n = 1;
+    for (;; n++) {
+        tern__fault_arm(TERN__FAULT_ALLOC, n);
+        int rc = tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT, on_accept, &a, &l);
+        bool fired = tern__fault_fired();
+        fault_off();
+        if (!fired) {
+            cr_assert_eq(rc, 0, "the listen failed on its own: %s", tern_err_name(rc));
+            break;
+        }
+        cr_assert_eq(rc, -ENOMEM, "allocation %llu: %s", (unsigned long long)n,
+                     tern_err_name(rc));
+        cr_assert_eq(access(path, F_OK), -1, "allocation %llu left the socket file",
+                     (unsigned long long)n);
+        cr_assert_eq(loop_live(loop), 0);
+    }
+    cr_assert_gt(n, 1, "the listen allocated nothing: the test proves nothing");
+    cr_assert_eq(tern_stream_close(loop, l), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    cr_assert_eq(unlink(path), 0);
 }

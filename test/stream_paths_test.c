@@ -10,8 +10,8 @@
  * large to count is refused by a queued write; an allocator that goes back
  * to tern's own buffer leaves its memory unused; a stream closed while a
  * drain is owed never hears the drain; tern_stream_open refuses a closed
- * descriptor (-EBADF) and, out of memory, leaves the descriptor's flags
- * as they were. Failures are injected through the stream fault seam
+ * descriptor (-EBADF) and, out of memory or failing at any of its system
+ * calls, leaves the descriptor's flags as they were and nothing live. Failures are injected through the stream fault seam
  * (backends/fault.h) with the errno each case needs.
  */
 #include "loop_helpers.h"
@@ -131,6 +131,8 @@ static void refused_watch(bool reading)
     cr_assert_eq(q, 0, "a write that cannot wait for room stayed queued");
     cr_assert_eq(tern_stream_write(loop, id, &buf, 1, on_done, &r), -EPIPE,
                  "a write after the failure was taken");
+    cr_assert_eq(tern_stream_try_write(loop, id, &buf, 1), -EPIPE,
+                 "a try_write after the failure was tried");
 
     cr_assert(run_until_count(loop, &r.done, 1, 10 * (int64_t)MS, 500));
     cr_assert_eq(r.done_status[0], -ENOENT, "the write ended with %s",
@@ -522,4 +524,52 @@ Test(stream_paths, an_open_out_of_memory_at_any_step_leaves_nothing_live,
     }
     cr_assert(run_until_nothing_live(loop));
     loop_free_clean(loop);
+}
+
+/* Each system call of an adoption fails once in turn: the descriptor's
+ * flags stay as they were and nothing is left live. */
+static void open_walk(int fd)
+{
+    tern_loop *loop = loop_new_default();
+    int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
+    tern_id id = 0;
+    uint64_t n = 1;
+    for (;; n++) {
+        tern__fault_arm(TERN__FAULT_STREAM, n);
+        int rc = tern_stream_open(loop, fd, &id);
+        bool fired = tern__fault_fired();
+        fault_off();
+        if (!fired) {
+            cr_assert_eq(rc, 0, "the open failed on its own: %s", tern_err_name(rc));
+            break;
+        }
+        cr_assert_eq(rc, -ENOBUFS, "step %llu: %s", (unsigned long long)n, tern_err_name(rc));
+        cr_assert_eq(fcntl(fd, F_GETFL), fl, "step %llu left the status flags changed",
+                     (unsigned long long)n);
+        cr_assert_eq(fcntl(fd, F_GETFD), fdfl, "step %llu left close-on-exec changed",
+                     (unsigned long long)n);
+        cr_assert_eq(loop_live(loop), 0);
+    }
+    cr_assert_gt(n, 3, "the open made only %llu stream calls", (unsigned long long)n - 1);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+}
+
+Test(stream_paths, an_adoption_failing_at_any_step_leaves_a_socket_as_it_was,
+     .timeout = TEST_TIMEOUT)
+{
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    open_walk(sv[0]);
+    close(sv[1]);
+}
+
+Test(stream_paths, an_adoption_failing_at_any_step_leaves_a_pipe_as_it_was,
+     .timeout = TEST_TIMEOUT)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    open_walk(p[0]);
+    close(p[1]);
 }

@@ -10,8 +10,12 @@
  * of its batch, and one that asks for a larger size gets whole datagrams
  * of it; a connect the kernel refuses (broadcast without
  * TERN_UDP_BROADCAST) changes nothing; a buffer too large to count is
- * refused. Failures are injected through the UDP fault seam
- * (backends/fault.h) with the errno each case needs.
+ * refused; a bind out of memory at any step leaves nothing open; a socket
+ * bound without asking for its id is closed by tern_loop_free. Failures
+ * are injected through the UDP fault seam (backends/fault.h) with the
+ * errno each case needs. The sends from callbacks also check the drain:
+ * setting the mark again while the queue is still above half of it owes
+ * no drain yet.
  */
 #include "loop_helpers.h"
 
@@ -494,4 +498,14 @@ Test(udp_paths, a_bind_out_of_memory_at_any_step_leaves_nothing, .timeout = TEST
     cr_assert_gt(failed, BINDS, "no bind made more than one allocation: the table never grew");
     close_all(loop, ids, BINDS);
     cr_assert_eq(count_open_fds_settled(), before, "a refused bind left its socket open");
+}
+
+Test(udp_paths, a_socket_bound_without_its_id_is_closed_by_loop_free, .timeout = TEST_TIMEOUT)
+{
+    int before = count_open_fds_settled();
+    tern_loop *loop = loop_new_default();
+    cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, NULL), 0);
+    cr_assert_eq(loop_live(loop), 1);
+    tern_loop_free(loop);
+    cr_assert_eq(count_open_fds_settled(), before, "loop_free left the socket open");
 }
