@@ -131,8 +131,9 @@ void tern__udp_rewatch(struct tern__udp *u)
         u->recv_error = rc;
         tern__udp_owe(u);
     }
-    if (tern__udp_watch(u, tern__udp_wanted(u)) < 0)
-        tern__udp_watch(u, 0);
+    /* The queue is empty and receiving has ended: nothing is wanted now,
+     * and stopping never fails. */
+    tern__udp_watch(u, 0);
 }
 
 void tern__udp_fail_all(struct tern__udp *u, int status)
