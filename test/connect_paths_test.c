@@ -15,14 +15,18 @@
  * closes it; handles opened without asking for their id are closed by
  * tern_loop_free; a listen with TERN_TCP_REUSEPORT that fails at any of
  * its steps leaves nothing open, and a Unix listen out of memory leaves
- * no socket file behind. Failures are injected through the stream and
- * descriptor fault seams (backends/fault.h).
+ * no socket file behind; a connect the system completes at once sends
+ * the writes queued before it; a lookup that answers no address is a
+ * refused connect and an unavailable listen address. Failures are injected through the stream and
+ * descriptor fault seams (backends/fault.h) and lookups through the
+ * getaddrinfo seam (runtime/testing.h).
  */
 #include "loop_helpers.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <netdb.h>
 #include <sys/un.h>
 
 static void fault_off(void)
@@ -378,4 +382,122 @@ Test(connect_paths, a_unix_listen_out_of_memory_leaves_no_socket_file, .timeout 
     cr_assert(run_until_nothing_live(loop));
     loop_free_clean(loop);
     cr_assert_eq(unlink(path), 0);
+}
+
+/*
+ * Lookups answered by the test (runtime/testing.h's getaddrinfo seam):
+ * one Unix-domain address, whose connect the system completes at once
+ * (a TCP connect on loopback is always "in progress"), or no address
+ * at all. The answer is one allocation, as freeaddrinfo frees it.
+ */
+static char answer_path[108];
+
+static int unix_getaddrinfo(const char *host, const char *service,
+                            const struct addrinfo *hints, struct addrinfo **res)
+{
+    (void)host, (void)service, (void)hints;
+    struct answer {
+        struct addrinfo ai;
+        struct sockaddr_un sun;
+    } *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return EAI_MEMORY;
+    a->sun.sun_family = AF_UNIX;
+    memcpy(a->sun.sun_path, answer_path, strlen(answer_path) + 1);
+    a->ai = (struct addrinfo){.ai_family = AF_UNIX, .ai_socktype = SOCK_STREAM,
+                              .ai_addrlen = sizeof a->sun,
+                              .ai_addr = (struct sockaddr *)&a->sun};
+    *res = &a->ai;
+    return 0;
+}
+
+static int empty_getaddrinfo(const char *host, const char *service,
+                             const struct addrinfo *hints, struct addrinfo **res)
+{
+    (void)host, (void)service, (void)hints;
+    *res = NULL;
+    return 0;
+}
+
+static void on_sent(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    on_connect(loop, id, status, arg);
+}
+
+struct keep {
+    atomic_uint accepted;
+    tern_id stream;
+};
+
+static void on_accept_keep(tern_loop *loop, tern_id listener, int status, tern_id stream,
+                           void *arg)
+{
+    (void)loop, (void)listener;
+    struct keep *k = arg;
+    cr_assert_eq(status, 0);
+    k->stream = stream;
+    atomic_fetch_add(&k->accepted, 1);
+}
+
+Test(connect_paths, a_connect_the_system_completes_at_once_sends_what_was_queued,
+     .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    sock_path(answer_path, sizeof answer_path, "atonce");
+    static struct keep k;
+    tern_id l, s;
+    cr_assert_eq(tern_unix_listen(loop, answer_path, TERN_TCP_BACKLOG_DEFAULT, on_accept_keep,
+                                  &k, &l), 0);
+    tern__set_getaddrinfo(unix_getaddrinfo);
+    static struct conn c, w;
+    cr_assert_eq(tern_tcp_connect(loop, "by-name", 1, 0, on_connect, &c, &s), 0);
+    tern_buf buf = {"queued", 6};
+    cr_assert_eq(tern_stream_write(loop, s, &buf, 1, on_sent, &w), 0);
+    cr_assert(run_until_count(loop, &c.told, 1, 10 * (int64_t)MS, 500));
+    tern__set_getaddrinfo(NULL);
+    cr_assert_eq(c.status, 0, "the connect ended with %s", tern_err_name(c.status));
+    cr_assert(run_until_count(loop, &w.told, 1, 10 * (int64_t)MS, 500));
+    cr_assert_eq(w.status, 0, "the queued write ended with %s", tern_err_name(w.status));
+    cr_assert(run_until_count(loop, &k.accepted, 1, 10 * (int64_t)MS, 500));
+    static struct rd r;
+    cr_assert_eq(tern_stream_read_start(loop, k.stream, on_read, &r), 0);
+    cr_assert(run_until_count(loop, &r.reads, 1, 10 * (int64_t)MS, 500));
+    cr_assert_eq(r.len, 6);
+    cr_assert(memcmp(r.got, "queued", 6) == 0);
+    cr_assert_eq(tern_stream_close(loop, s), 0);
+    cr_assert_eq(tern_stream_close(loop, k.stream), 0);
+    cr_assert_eq(tern_stream_close(loop, l), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    cr_assert_eq(unlink(answer_path), 0);
+}
+
+/* A named listen's ready callback shares its argument with the accept
+ * callback: it reports here. */
+static struct conn ready;
+
+static void on_ready(tern_loop *loop, tern_id id, int status, void *arg)
+{
+    (void)arg;
+    on_connect(loop, id, status, &ready);
+}
+
+Test(connect_paths, a_lookup_answering_no_address_is_refused, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    tern__set_getaddrinfo(empty_getaddrinfo);
+    static struct conn c;
+    static struct acc a;
+    tern_id s, l;
+    cr_assert_eq(tern_tcp_connect(loop, "nowhere", 1, 0, on_connect, &c, &s), 0);
+    cr_assert_eq(tern_tcp_listen_name(loop, "nowhere", 0, TERN_TCP_BACKLOG_DEFAULT, 0, 0,
+                                      on_ready, on_accept, &a, &l), 0);
+    cr_assert(run_until_count(loop, &c.told, 1, 10 * (int64_t)MS, 500));
+    cr_assert(run_until_count(loop, &ready.told, 1, 10 * (int64_t)MS, 500));
+    tern__set_getaddrinfo(NULL);
+    cr_assert_eq(c.status, -ECONNREFUSED, "the connect ended with %s", tern_err_name(c.status));
+    cr_assert_eq(ready.status, -EADDRNOTAVAIL, "the listen ended with %s",
+                 tern_err_name(ready.status));
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
 }
