@@ -11,7 +11,9 @@
  * to tern's own buffer leaves its memory unused; a stream closed while a
  * drain is owed never hears the drain; tern_stream_open refuses a closed
  * descriptor (-EBADF) and, out of memory or failing at any of its system
- * calls, leaves the descriptor's flags as they were and nothing live. Failures are injected through the stream fault seam
+ * calls, leaves the descriptor's flags as they were and nothing live; a
+ * stream reads while its write waits for room, and the room finishes the
+ * write without an empty read. Failures are injected through the stream fault seam
  * (backends/fault.h) with the errno each case needs.
  */
 #include "loop_helpers.h"
@@ -572,4 +574,55 @@ Test(stream_paths, an_adoption_failing_at_any_step_leaves_a_pipe_as_it_was,
     cr_assert_eq(pipe(p), 0);
     open_walk(p[0]);
     close(p[1]);
+}
+
+/*
+ * Reading and writing at once, each readiness acting on its own half: a
+ * stream with a write waiting for room reads what arrives (readable, not
+ * writable), and the room that comes later finishes the write without a
+ * read that finds nothing.
+ */
+#define BIG (4u << 20)
+
+Test(stream_paths, a_stream_reads_while_its_write_waits_for_room, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    tern_id id;
+    int raw;
+    pair(loop, &id, &raw);
+    static struct rec r;
+    static char big[BIG];
+    memset(big, 'w', sizeof big);
+    cr_assert_eq(tern_stream_read_start(loop, id, on_read, &r), 0);
+    tern_buf buf = {big, sizeof big};
+    cr_assert_geq(tern_stream_write(loop, id, &buf, 1, on_done, &r), 0);
+    size_t q = 0;
+    cr_assert_eq(tern_stream_write_queue_size(loop, id, &q), 0);
+    cr_assert_gt(q, 0, "the socket took 4 MB at once; the test proves nothing");
+
+    cr_assert_eq(write(raw, "in", 2), 2);
+    cr_assert(run_until_count(loop, &r.reads, 1, 10 * (int64_t)MS, 500));
+    cr_assert_eq(r.got_len, 2);
+    cr_assert(memcmp(r.got, "in", 2) == 0);
+    cr_assert_eq(atomic_load(&r.done), 0, "the write completed with its bytes unread");
+
+    static char sink[BIG];
+    size_t n = 0;
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while (n < BIG && mono_ns() < end) {
+        ssize_t got = recv(raw, sink + n, BIG - n, MSG_DONTWAIT);
+        if (got > 0)
+            n += (size_t)got;
+        else
+            tern_loop_run_once(loop, 1 * (int64_t)MS);
+    }
+    cr_assert_eq(n, (size_t)BIG, "%zu of %u bytes arrived", n, BIG);
+    cr_assert(run_until_count(loop, &r.done, 1, 10 * (int64_t)MS, 500));
+    cr_assert_eq(r.done_status[0], 0);
+    cr_assert_eq(atomic_load(&r.reads), 1, "a read came without bytes");
+    cr_assert_eq(atomic_load(&r.errors), 0);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(raw);
 }
