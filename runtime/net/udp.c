@@ -191,7 +191,9 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
     unsigned ev = u->io_revents & (u->io.events | TERN_HANGUP | TERN_ERROR);
     u->io_revents = 0;
     u->state |= TERN__U_DISPATCH;
-    if (ev != 0 && !(u->state & TERN__U_CLOSING)) {
+    /* A closing socket has no reports: closing stopped its watcher, which
+     * dropped them (tern__udp_watch clears io_revents). */
+    if (ev != 0) {
         if (tern__udp_wanted(u) == 0) {
             tern__udp_watch(u, 0); /* interest dropped lazily: stop now */
         } else {
