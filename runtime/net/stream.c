@@ -110,11 +110,13 @@ static void read_once(struct tern__stream *s)
     read_result(s, buf, read_some(s, buf, sizeof(buf)));
 }
 
-/* Step 2: act on what the watcher reported (events within its interest). */
+/*
+ * Step 2: act on what the watcher reported (events within its interest).
+ * Never for a closing stream: closing stops the watcher, which drops its
+ * reports (tern__stream_watch clears io_revents).
+ */
 static void stream_io(struct tern__stream *s, unsigned events)
 {
-    if (s->state & TERN__S_CLOSING)
-        return;
     if (tern__stream_wanted(s) == 0) { /* interest dropped lazily: stop now */
         tern__stream_watch(s, 0);
         return;

@@ -174,7 +174,7 @@ static int ensure_rbuf(struct tern__udp *u, size_t len)
 
 static bool owes(const struct tern__udp *u)
 {
-    return u->done != NULL || u->drain_due;
+    return u->done != NULL || u->drain_due || u->recv_error != 0;
 }
 
 /*
@@ -191,7 +191,9 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
     unsigned ev = u->io_revents & (u->io.events | TERN_HANGUP | TERN_ERROR);
     u->io_revents = 0;
     u->state |= TERN__U_DISPATCH;
-    if (ev != 0 && !(u->state & TERN__U_CLOSING)) {
+    /* A closing socket has no reports: closing stopped its watcher, which
+     * dropped them (tern__udp_watch clears io_revents). */
+    if (ev != 0) {
         if (tern__udp_wanted(u) == 0) {
             tern__udp_watch(u, 0); /* interest dropped lazily: stop now */
         } else {
@@ -200,6 +202,13 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
             if (still_receiving(u) && (ev & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
                 receive(u);
         }
+    }
+    /* Receiving ended because the watcher could not be changed. */
+    if (u->recv_error != 0) {
+        int err = u->recv_error;
+        u->recv_error = 0;
+        if (!(u->state & TERN__U_CLOSING))
+            u->recv_cb(loop, id, err, NULL, 0, NULL, 0, u->recv_arg);
     }
     /* Sends queued by the receive callback leave together; then their
      * callbacks run, and what those send leaves together too. */
@@ -423,6 +432,7 @@ int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_re
         u->state = old;
         return rc;
     }
+    u->recv_error = 0; /* a start supersedes an end not yet told */
     u->recv_cb = cb;
     u->recv_arg = arg;
     u->recv_len = max_len;

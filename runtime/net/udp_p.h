@@ -69,6 +69,7 @@ struct tern__udp {
     size_t recv_len;     /* bytes per datagram slot */
     unsigned char *rbuf; /* TERN_UDP_BATCH slots of recv_len bytes */
     size_t rbuf_slot;    /* the slot size rbuf was allocated for (0: none) */
+    int recv_error;      /* receiving ended with this; told from dispatch (0: none) */
 
     /* sending (udp_send.c) */
     struct tern__usend *sq, **sq_tail;     /* queued, in order */

@@ -126,11 +126,14 @@ void tern__udp_rewatch(struct tern__udp *u)
         return;
     tern__udp_fail_all(u, rc);
     if (u->state & TERN__U_RECEIVING) {
+        /* Told from dispatch: this may run inside an API call (a send). */
         u->state &= ~TERN__U_RECEIVING;
-        u->recv_cb(u->loop, u->op.id, rc, NULL, 0, NULL, 0, u->recv_arg);
+        u->recv_error = rc;
+        tern__udp_owe(u);
     }
-    if (tern__udp_watch(u, tern__udp_wanted(u)) < 0)
-        tern__udp_watch(u, 0);
+    /* The queue is empty and receiving has ended: nothing is wanted now,
+     * and stopping never fails. */
+    tern__udp_watch(u, 0);
 }
 
 void tern__udp_fail_all(struct tern__udp *u, int status)
