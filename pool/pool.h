@@ -7,9 +7,9 @@
  *     record of a job;
  *   - tern__pool_accept, which admits a header into a class (bounded or
  *     long) and starts the pool on demand;
- *   - the header's hand-back function, the one call the pool makes into
- *     its client: once per accepted header, when the work is finished (or,
- *     for a tombstone, when the pool lets go of it);
+ *   - the client's hand-back function (tern__pool_handback), the one call
+ *     the pool makes into its client: once per accepted header, when the
+ *     work is finished (or, for a tombstone, when the pool lets go of it);
  *   - configuration checks, the exclusive-mode hold, and the statistics
  *     counters the client writes its own outcomes into.
  * Worker threads, the queue, the long class, the lookup cap and the
@@ -51,6 +51,14 @@ struct tern__work;
  * call (a worker then parks at once rather than spin for more work).
  */
 typedef bool (*tern__handback_fn)(struct tern__work *w);
+/*
+ * The client's one hand-back, for every header: it stores it (relaxed)
+ * before its first tern__pool_accept, always the same function, and pool
+ * threads load it (relaxed) as they hand a header back. One word for the
+ * process rather than one in every header: the header's last word is the
+ * client's (`client`).
+ */
+extern _Atomic(tern__handback_fn) tern__pool_handback;
 
 /*
  * The work header. The client embeds it FIRST in its record: the public
@@ -58,7 +66,9 @@ typedef bool (*tern__handback_fn)(struct tern__work *w);
  * tern_job_cancelled, defined here, reads it), and the client turns it
  * back into its record with a cast. The client writes every field before
  * tern__pool_accept (state zero); from then on the pool owns fn, arg,
- * result, t_submit and cancel_window until the hand-back. The state word
+ * result, t_submit and cancel_window until the hand-back. `client` is the
+ * client's alone (the runtime keeps the job's done there): the pool never
+ * reads or writes it. The state word
  * is the pool's alone (pool_p.h): the client never reads or writes it, it
  * asks the questions below (tern__work_stop, tern__work_finished,
  * tern__work_let_go).
@@ -74,7 +84,7 @@ struct tern__work {
     void *arg;
     void *result;
     uint64_t t_submit; /* tern__ticks() at acceptance, or 0: not timed */
-    tern__handback_fn handback;
+    void (*client)(void); /* the client's (a function of its own type, cast) */
 };
 /*
  * Layout pin: 48 bytes, the state word first. The client's record wraps

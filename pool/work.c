@@ -3,10 +3,18 @@
  * it, hand it back; and the client's questions about a header (stop it,
  * is it finished, may the client free it). The state word is changed here
  * and in the shutdown and steps paths only. The hand-back is the client's
- * function (pool.h); the pool calls nothing else of its client's.
+ * function (pool.h, tern__pool_handback); the pool calls nothing else of
+ * its client's.
  */
 #include "pool_p.h"
 #include "probe.h"
+
+_Atomic(tern__handback_fn) tern__pool_handback;
+
+static bool hand_back(struct tern__work *w)
+{
+    return atomic_load_explicit(&tern__pool_handback, memory_order_relaxed)(w);
+}
 
 bool tern__work_claim(struct tern__work *w)
 {
@@ -24,7 +32,7 @@ bool tern__work_claim(struct tern__work *w)
     if (expected == TERN__WORK_LOOP_DONE ||
         !atomic_compare_exchange_strong_explicit(&w->state, &expected, TERN__WORK_POOL_DONE,
                                                  memory_order_acq_rel, memory_order_acquire))
-        (void)w->handback(w);
+        (void)hand_back(w);
     tern__pool_leave(); /* the tombstone's pool life ends here */
     return false;
 }
@@ -91,7 +99,7 @@ bool tern__work_let_go(struct tern__work *w)
 
 bool tern__work_complete(struct tern__work *w)
 {
-    bool woke = w->handback(w);
+    bool woke = hand_back(w);
     tern__pool_leave(); /* handed back: the job's pool life ends here */
     return woke;
 }

@@ -97,7 +97,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
                                                      : &tern__pool_stats.cancelled,
                               1, memory_order_relaxed);
     TERN_PROBE(job_done, loop, id, job, status);
-    job->done(loop, id, status, job->work.result, job->work.arg);
+    ((tern_done_fn)job->work.client)(loop, id, status, job->work.result, job->work.arg);
     if (tern__work_let_go(&job->work))
         job_release(loop, job);
     else
@@ -160,6 +160,8 @@ int tern__jobs_init(tern_loop *loop)
     loop->ring = NULL; /* allocated by the first submission */
     /* The pool's memory figure counts a record per job in flight. */
     atomic_store_explicit(&tern__pool_record_bytes, sizeof(struct tern_job), memory_order_relaxed);
+    /* Every job's hand-back, before this loop's first submission. */
+    atomic_store_explicit(&tern__pool_handback, job_handback, memory_order_relaxed);
     return 0;
 }
 
@@ -287,8 +289,8 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         goto unadmit;
     }
     *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
-                               .arg = arg, .handback = job_handback},
-                      .chunk = job->chunk, .gen = job->gen, .done = done,
+                               .arg = arg, .client = (void (*)(void))done},
+                      .chunk = job->chunk, .gen = job->gen,
                       .has_deadline = timeout != 0};
     if (jobp != NULL)
         tern__op_add_anon(loop, &job->op, &job_class);
@@ -532,8 +534,9 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
             goto undo;
         }
         *job = (tern_job){.work = {.occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN,
-                                   .fn = work, .arg = args[made], .handback = job_handback},
-                          .chunk = job->chunk, .gen = job->gen, .done = done,
+                                   .fn = work, .arg = args[made],
+                                   .client = (void (*)(void))done},
+                          .chunk = job->chunk, .gen = job->gen,
                           .has_deadline = timeout != 0};
         tern__op_add_tabled(loop, &job->op, &job_class, tern__job_id_issue(job));
         /* The queue-wait stamp of one job in four, as tern__submit_job_with. */

@@ -30,19 +30,19 @@ struct tern_job {
     bool timed_out;               /* the deadline took effect */
     uint32_t gen;                 /* the generation its next id gets (job_slab.c) */
     struct tern__job_chunk *chunk; /* where it lives, and its loop */
-    tern_done_fn done;
 };
+/* Its done (tern_done_fn) is the work header's `client` word. */
 /* The header first: the pool's tern__work * and the public tern_job * are
  * the record's address (job_handback and tern_job_cancelled cast it). */
 _Static_assert(offsetof(struct tern_job, work) == 0, "the work header comes first");
 /* The generation sits in the padding after the two flags: it costs nothing. */
 _Static_assert(offsetof(struct tern_job, chunk) == sizeof(struct tern__work) + sizeof(struct tern__op) + 8,
                "the generation fills the flags' word");
-/* The work header (what a worker touches) and the op header start the
- * record, then its chunk and done: 112 bytes. An owner's links are kept
+/* The work header (what a worker touches, and done in its client word)
+ * and the op header start the record, then its chunk: 104 bytes. An owner's links are kept
  * beside the chunk's records (struct tern__job_owned), for owned jobs
  * only; a further field here makes every job (in their millions) dearer. */
-_Static_assert(sizeof(struct tern_job) == 112, "a job record is 112 bytes");
+_Static_assert(sizeof(struct tern_job) == 104, "a job record is 104 bytes");
 
 /* An owned job's place on its owner's list (owner.c), beside its record. */
 struct tern__job_owned {
