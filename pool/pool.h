@@ -66,9 +66,10 @@ extern _Atomic(tern__handback_fn) tern__pool_handback;
  * tern_job_cancelled, defined here, reads it), and the client turns it
  * back into its record with a cast. The client writes every field before
  * tern__pool_accept (state zero); from then on the pool owns fn, arg,
- * result, t_submit and cancel_window until the hand-back. `client` is the
- * client's alone (the runtime keeps the job's done there): the pool never
- * reads or writes it. The state word
+ * result, t_submit and cancel_window until the hand-back. The three
+ * `client_` fields are the client's alone (the runtime keeps a job's done,
+ * generation and place in its chunk there): the pool never reads or
+ * writes them, and the client may write them while the pool owns the rest. The state word
  * is the pool's alone (pool_p.h): the client never reads or writes it, it
  * asks the questions below (tern__work_stop, tern__work_finished,
  * tern__work_let_go).
@@ -80,11 +81,13 @@ struct tern__work {
     uint8_t kind;           /* enum tern__work_kind */
     uint16_t cancel_window; /* pool: cancelling shutdowns begun when it started */
     _Atomic bool unrun;     /* pool: a cancelling shutdown stopped it before it ran */
+    uint8_t client_byte;    /* the client's */
     tern_work_fn fn;
     void *arg;
     void *result;
-    uint64_t t_submit; /* tern__ticks() at acceptance, or 0: not timed */
-    void (*client)(void); /* the client's (a function of its own type, cast) */
+    uint32_t t_submit;    /* tern__work_stamp() at acceptance, or 0: not timed */
+    uint32_t client_word; /* the client's */
+    void (*client_fn)(void); /* the client's (a function of its own type, cast) */
 };
 /*
  * Layout pin: 48 bytes, the state word first. The client's record wraps
@@ -94,7 +97,28 @@ struct tern__work {
  */
 _Static_assert(offsetof(struct tern__work, state) == 0, "the state word comes first");
 _Static_assert(offsetof(struct tern__work, fn) == 8, "the flags fit the first word");
+_Static_assert(offsetof(struct tern__work, client_byte) == 7, "the client's byte ends the first word");
 _Static_assert(sizeof(struct tern__work) == 48, "the work header is six words");
+
+/*
+ * A queue-wait stamp (t_submit): tern__ticks() in units of 2^8 ticks, in
+ * 32 bits, never 0 (0 says "not timed"). A wait is the difference of two
+ * stamps, so it is exact to 256 ticks (about 0.1 us) and wraps after 2^40
+ * ticks (minutes): a job that waited longer is recorded as waiting the
+ * remainder. A wait across threads is microseconds: the unit is well
+ * below what the histograms tell apart there.
+ */
+#define TERN__STAMP_SHIFT 8
+static inline uint32_t tern__work_stamp(uint64_t ticks)
+{
+    uint32_t s = (uint32_t)(ticks >> TERN__STAMP_SHIFT);
+    return s != 0 ? s : 1;
+}
+/* Ticks from stamp `since` to `ticks`. */
+static inline uint64_t tern__work_waited(uint32_t since, uint64_t ticks)
+{
+    return (uint64_t)(uint32_t)(tern__work_stamp(ticks) - since) << TERN__STAMP_SHIFT;
+}
 
 /*
  * What a stop did (tern__work_stop). Each names what the client owes:

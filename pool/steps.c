@@ -27,7 +27,8 @@ bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned work
     /* Claimed by the worker (tern__queue_claim): its queued slot is now its reservation. */
     uint64_t start = tern__ticks();
     if (job->t_submit != 0)
-        tern__hist_record(&tern__pool_wait_hist[worker], start - job->t_submit, false);
+        tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(job->t_submit, start),
+                          false);
     /*
      * During a cancelling shutdown the step still runs: it sees
      * tern_job_cancelled() and undoes what earlier steps opened.
@@ -49,7 +50,7 @@ bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned work
          * job_cancel()'s CAS (which reads what this step wrote into the
          * request) and of the claim.
          */
-        job->t_submit = end;
+        job->t_submit = tern__work_stamp(end);
         tern__bounded_submit_reserved(p, job);
         return false; /* nothing handed back: the loop was not woken */
     }

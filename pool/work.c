@@ -146,7 +146,8 @@ bool tern__work_run(struct tern__work *w, unsigned worker)
         bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
         uint64_t start = tern__ticks();
         if (w->t_submit != 0)
-            tern__hist_record(&tern__pool_wait_hist[worker], start - w->t_submit, shared);
+            tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(w->t_submit, start),
+                              shared);
         /* The public handle is the header's address (pool.h). */
         TERN_PROBE(job_started, w, (int)w->occupancy);
         w->result = w->fn((tern_job *)w, w->arg);

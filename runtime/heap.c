@@ -44,7 +44,7 @@ static inline void placed_in(tern_loop *loop, struct tern__timer *rec, uint32_t 
     if (TERN_LIKELY(!(ref & TERN__HEAP_OP)))
         rec[ref].heap = i;
     else
-        op_of(&loop->heap, ref)->aux = i;
+        op_of(&loop->heap, ref)->aux = i & TERN__OP_UNARMED; /* UINT32_MAX: unarmed */
 }
 
 static void placed(tern_loop *loop, uint32_t ref, uint32_t i)
@@ -151,8 +151,8 @@ static int reserve(struct tern__heap *h, size_t n)
 {
     if (n <= h->cap)
         return 0;
-    /* Refs and indexes are 31-bit; UINT32_MAX marks "not armed". */
-    if (n >= TERN__HEAP_OP)
+    /* Refs are 31-bit and an op's index 26-bit (op.h): all ones marks "not armed". */
+    if (n >= TERN__OP_UNARMED)
         return -ENOMEM;
     uint32_t ncap = h->cap ? h->cap : 64;
     while (ncap < n)

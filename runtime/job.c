@@ -38,7 +38,7 @@ static bool job_handback(struct tern__work *w)
         tern__job_returned(job); /* stopped, and the loop let go first: never touch the loop */
         return false;
     }
-    tern_loop *loop = job->chunk->loop;
+    tern_loop *loop = tern__job_chunk(job)->loop;
     /*
      * Pin the loop across push + wake: once the job is on the ring the loop
      * may deliver it and tern_loop_free may run; the free waits for pins
@@ -85,9 +85,11 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
 {
     tern_job *job = job_of(op);
     tern_id id = op->id;
-    int status = !tern__work_told(&job->work) ? 0 : job->timed_out ? -ETIMEDOUT : -ECANCELED;
+    int status = !tern__work_told(&job->work) ? 0
+                 : tern__job_timed_out(job)   ? -ETIMEDOUT
+                                              : -ECANCELED;
     tern__op_finish(loop, op); /* the id is stale once done starts (disarms any deadline) */
-    if (job->has_deadline)
+    if (tern__job_has_deadline(job))
         tern__deadline_unclaim(loop);
     tern__owner_unlink(job);
     TERN_DECREMENT(loop->jobs_live);
@@ -97,7 +99,7 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
                                                      : &tern__pool_stats.cancelled,
                               1, memory_order_relaxed);
     TERN_PROBE(job_done, loop, id, job, status);
-    ((tern_done_fn)job->work.client)(loop, id, status, job->work.result, job->work.arg);
+    ((tern_done_fn)job->work.client_fn)(loop, id, status, job->work.result, job->work.arg);
     if (tern__work_let_go(&job->work))
         job_release(loop, job);
     else
@@ -110,16 +112,23 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
  * Returns what happened (TERN_CANCEL_*), the same answer again on a second
  * call; done comes exactly once either way.
  */
+/* The first stop's reason stands: a later one comes after a STOPPED or TOLD answer. */
+static void mark_timed_out(tern_job *job, bool timeout)
+{
+    if (timeout)
+        job->op.flags |= TERN__OP_OWN;
+}
+
 static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
 {
     switch (tern__work_stop(&job->work)) {
     case TERN__STOP_STOPPED_NOW:
-        job->timed_out = timeout;
+        mark_timed_out(job, timeout);
         release_credit(loop, job);
         tern__op_ready(loop, &job->op);
         return TERN_CANCEL_STOPPED;
     case TERN__STOP_STOPPED_BEFORE: return TERN_CANCEL_STOPPED;
-    case TERN__STOP_TOLD_NOW: job->timed_out = timeout; return TERN_CANCEL_RUNNING;
+    case TERN__STOP_TOLD_NOW: mark_timed_out(job, timeout); return TERN_CANCEL_RUNNING;
     case TERN__STOP_TOLD_BEFORE: return TERN_CANCEL_RUNNING; /* the first reason stands */
     case TERN__STOP_FINISHED: return TERN_CANCEL_FINISHED;  /* done gets 0 and the result */
     }
@@ -136,7 +145,7 @@ static void job_expired(tern_loop *loop, struct tern__op *op)
 {
     tern_job *job = job_of(op);
     if (stop_job(loop, job, true) == TERN_CANCEL_RUNNING && job->work.kind == TERN__WORK_LOOKUP &&
-        job->timed_out)
+        tern__job_timed_out(job))
         loop->lookup_expired(loop, job); /* getaddrinfo cannot be interrupted */
 }
 
@@ -288,10 +297,10 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         job_release(loop, job);
         goto unadmit;
     }
-    *job = (tern_job){.work = {.occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work,
-                               .arg = arg, .client = (void (*)(void))done},
-                      .chunk = job->chunk, .gen = job->gen,
-                      .has_deadline = timeout != 0};
+    job->work = (struct tern__work){
+        .occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work, .arg = arg,
+        .client_byte = job->work.client_byte, .client_fn = (void (*)(void))done,
+        .client_word = tern__job_gen(job) | (timeout != 0 ? TERN__JOB_DEADLINE : 0)};
     if (jobp != NULL)
         tern__op_add_anon(loop, &job->op, &job_class);
     else
@@ -304,7 +313,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
      * cost per job, and a quarter of recent jobs is sample enough for
      * percentiles. (Run times are measured for every job, on the worker.)
      */
-    job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
+    job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__work_stamp(tern__ticks()) : 0;
     loop->undelivered++;
     tern_refusal cause = TERN_REFUSED_NONE;
     /*
@@ -533,14 +542,13 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
             job_release(loop, job);
             goto undo;
         }
-        *job = (tern_job){.work = {.occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN,
-                                   .fn = work, .arg = args[made],
-                                   .client = (void (*)(void))done},
-                          .chunk = job->chunk, .gen = job->gen,
-                          .has_deadline = timeout != 0};
+        job->work = (struct tern__work){
+            .occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN, .fn = work, .arg = args[made],
+            .client_byte = job->work.client_byte, .client_fn = (void (*)(void))done,
+            .client_word = tern__job_gen(job) | (timeout != 0 ? TERN__JOB_DEADLINE : 0)};
         tern__op_add_tabled(loop, &job->op, &job_class, tern__job_id_issue(job));
         /* The queue-wait stamp of one job in four, as tern__submit_job_with. */
-        job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__ticks() : 0;
+        job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__work_stamp(tern__ticks()) : 0;
         works[made] = &job->work;
     }
     /* As a single submission: inside steps 1 and 2 the turn makes the wake decision. */

@@ -22,27 +22,46 @@ struct tern__job_chunk;
  * A job record, from its loop's chunks (job_slab.c): the loop reuses it
  * once done has run, unless a pool thread still holds it (a tombstone the
  * queue has not yet dropped), which then hands it back to the chunk.
+ *
+ * It is the two headers and nothing else; what is the job's own sits in
+ * their spare room:
+ *   work.client_fn    its done (a tern_done_fn);
+ *   work.client_byte  its offset in its chunk, which finds the chunk, and
+ *                     through it the loop (tern__job_chunk);
+ *   work.client_word  the generation its next id gets (job_slab.c), and
+ *                     TERN__JOB_DEADLINE: it holds a heap claim (a timeout);
+ *   op.flags          TERN__OP_OWN: its deadline took effect (timed out).
  */
 struct tern_job {
-    struct tern__work work;       /* first: the pool's view, and the public tern_job * */
-    struct tern__op op;           /* id, ready link, deadline */
-    bool has_deadline;            /* holds a heap claim (a timeout) */
-    bool timed_out;               /* the deadline took effect */
-    uint32_t gen;                 /* the generation its next id gets (job_slab.c) */
-    struct tern__job_chunk *chunk; /* where it lives, and its loop */
+    struct tern__work work; /* first: the pool's view, and the public tern_job * */
+    struct tern__op op;     /* id, ready link, deadline */
 };
-/* Its done (tern_done_fn) is the work header's `client` word. */
 /* The header first: the pool's tern__work * and the public tern_job * are
  * the record's address (job_handback and tern_job_cancelled cast it). */
 _Static_assert(offsetof(struct tern_job, work) == 0, "the work header comes first");
-/* The generation sits in the padding after the two flags: it costs nothing. */
-_Static_assert(offsetof(struct tern_job, chunk) == sizeof(struct tern__work) + sizeof(struct tern__op) + 8,
-               "the generation fills the flags' word");
-/* The work header (what a worker touches, and done in its client word)
- * and the op header start the record, then its chunk: 104 bytes. An owner's links are kept
- * beside the chunk's records (struct tern__job_owned), for owned jobs
- * only; a further field here makes every job (in their millions) dearer. */
-_Static_assert(sizeof(struct tern_job) == 104, "a job record is 104 bytes");
+/* The work header (what a worker touches) and the op header: 80 bytes. An
+ * owner's links are kept beside the chunk's records (struct
+ * tern__job_owned), for owned jobs only; a further field here makes every
+ * job (in their millions) dearer. */
+_Static_assert(sizeof(struct tern_job) == 80, "a job record is 80 bytes");
+
+#define TERN__JOB_DEADLINE (UINT32_C(1) << 31)
+#define TERN__JOB_GEN_MASK (TERN__JOB_DEADLINE - 1)
+/* The generation goes up to TERN__GEN_LIMIT (retired there): it fits below the flag. */
+_Static_assert(TERN__GEN_LIMIT <= TERN__JOB_GEN_MASK, "the generation fits its bits");
+
+static inline uint32_t tern__job_gen(const tern_job *job)
+{
+    return job->work.client_word & TERN__JOB_GEN_MASK;
+}
+static inline bool tern__job_has_deadline(const tern_job *job)
+{
+    return (job->work.client_word & TERN__JOB_DEADLINE) != 0;
+}
+static inline bool tern__job_timed_out(const tern_job *job)
+{
+    return (job->op.flags & TERN__OP_OWN) != 0;
+}
 
 /* An owned job's place on its owner's list (owner.c), beside its record. */
 struct tern__job_owned {
@@ -59,13 +78,20 @@ struct tern__job_owned {
 struct tern__job_chunk {
     struct tern__job_chunk *next; /* the loop's chunks */
     tern_loop *loop;
-    uint32_t cap; /* records in recs */
+    uint32_t cap; /* records in recs, at most 256 (an offset is a byte) */
     uint32_t no;  /* its number, in its records' ids (numbers.c) */
     struct tern__job_owned *owned; /* by record; NULL until one is owned */
     _Atomic uint32_t held;
     _Atomic(tern_job *) returned;
     tern_job recs[];
 };
+
+/* The chunk job lives in: its offset back to recs[0], then the header. */
+static inline struct tern__job_chunk *tern__job_chunk(const tern_job *job)
+{
+    uintptr_t first = (uintptr_t)(job - job->work.client_byte);
+    return (struct tern__job_chunk *)(first - offsetof(struct tern__job_chunk, recs));
+}
 
 /*
  * The records (job_slab.c), loop thread unless said: alloc takes a free
@@ -83,8 +109,8 @@ int tern__job_owned_reserve(tern_loop *loop, tern_job *job);
 /* job's owner links, or NULL when none of its chunk's jobs was ever owned. */
 static inline struct tern__job_owned *tern__job_owned_of(const tern_job *job)
 {
-    struct tern__job_chunk *c = job->chunk;
-    return c->owned != NULL ? &c->owned[job - c->recs] : NULL;
+    struct tern__job_chunk *c = tern__job_chunk(job);
+    return c->owned != NULL ? &c->owned[job->work.client_byte] : NULL;
 }
 /* A new id for job, which names its place (op.h, TERN__JOB_ID). */
 tern_id tern__job_id_issue(tern_job *job);

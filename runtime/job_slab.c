@@ -52,7 +52,7 @@ static void chunk_free(struct tern__job_chunk *c)
 
 int tern__job_owned_reserve(tern_loop *loop, tern_job *job)
 {
-    struct tern__job_chunk *c = job->chunk;
+    struct tern__job_chunk *c = tern__job_chunk(job);
     if (c->owned != NULL)
         return 0;
     c->owned = tern__calloc(c->cap, sizeof(*c->owned));
@@ -140,8 +140,8 @@ static bool grow(tern_loop *loop)
     loop->job_bytes += chunk_bytes(cap);
     loop->job_chunk_next = cap < LAST_CHUNK ? 2 * cap : LAST_CHUNK;
     for (uint32_t i = cap; i-- > 0;) {
-        c->recs[i].chunk = c;
-        c->recs[i].gen = floor;
+        c->recs[i].work.client_byte = (uint8_t)i;
+        c->recs[i].work.client_word = floor;
         c->recs[i].op.id = 0;
         tern__job_release(loop, &c->recs[i]);
     }
@@ -150,10 +150,12 @@ static bool grow(tern_loop *loop)
 
 tern_id tern__job_id_issue(tern_job *job)
 {
-    const struct tern__job_chunk *c = job->chunk;
-    uint64_t offset = (uint64_t)(job - c->recs);
+    const struct tern__job_chunk *c = tern__job_chunk(job);
+    uint64_t offset = job->work.client_byte;
+    uint32_t gen = tern__job_gen(job);
+    job->work.client_word++; /* the generation: below TERN__GEN_LIMIT, so it stays in its bits */
     return TERN__JOB_ID | (uint64_t)c->no << TERN__JOB_NO_SHIFT |
-           offset << TERN__JOB_OFFSET_SHIFT | job->gen++;
+           offset << TERN__JOB_OFFSET_SHIFT | gen;
 }
 
 struct tern__op *tern__job_find(const tern_loop *loop, tern_id id)
@@ -187,7 +189,7 @@ tern_job *tern__job_alloc(tern_loop *loop)
 
 void tern__job_release(tern_loop *loop, tern_job *job)
 {
-    if (TERN_UNLIKELY(job->gen >= TERN__GEN_LIMIT))
+    if (TERN_UNLIKELY(tern__job_gen(job) >= TERN__GEN_LIMIT))
         return; /* retired: its ids would come round again */
     job->op.ready_next = (struct tern__op *)loop->job_free;
     loop->job_free = job;
@@ -196,12 +198,12 @@ void tern__job_release(tern_loop *loop, tern_job *job)
 void tern__job_held(tern_loop *loop, tern_job *job)
 {
     loop->jobs_held++;
-    atomic_fetch_add_explicit(&job->chunk->held, 2, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tern__job_chunk(job)->held, 2, memory_order_relaxed);
 }
 
 void tern__job_returned(tern_job *job)
 {
-    struct tern__job_chunk *c = job->chunk;
+    struct tern__job_chunk *c = tern__job_chunk(job);
     tern_job *head = atomic_load_explicit(&c->returned, memory_order_relaxed);
     do
         job->op.ready_next = (struct tern__op *)head;
@@ -230,7 +232,7 @@ void tern__job_records_destroy(tern_loop *loop)
         loop->job_chunks = c->next;
         uint32_t floor = 0;
         for (uint32_t i = 0; i < c->cap; i++)
-            floor = c->recs[i].gen > floor ? c->recs[i].gen : floor;
+            floor = tern__job_gen(&c->recs[i]) > floor ? tern__job_gen(&c->recs[i]) : floor;
         tern__numbers_give_back(&tern__job_numbers, c->no, floor);
         if (atomic_fetch_or_explicit(&c->held, ORPHANED, memory_order_acq_rel) == 0)
             chunk_free(c); /* else the hand-back of its last held record frees it */

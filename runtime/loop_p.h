@@ -281,7 +281,7 @@ void tern__deadline_arm(tern_loop *loop, struct tern__op *op, uint64_t deadline)
 void tern__deadline_disarm(tern_loop *loop, struct tern__op *op);
 static inline bool tern__deadline_armed(const struct tern__op *op)
 {
-    return op->aux != UINT32_MAX;
+    return op->aux != TERN__OP_UNARMED;
 }
 /*
  * An internal deadline (a connect's timeout, a listener's back-off): an op
@@ -294,7 +294,7 @@ static inline bool tern__deadline_armed(const struct tern__op *op)
  */
 static inline void tern__deadline_init(struct tern__op *op, const struct tern__op_class *cls)
 {
-    *op = (struct tern__op){.cls = cls, .aux = UINT32_MAX};
+    *op = (struct tern__op){.cls = cls, .aux = TERN__OP_UNARMED};
 }
 /* The same for a timer's slot (timer.c); its record keeps the index. */
 int tern__deadline_claim_timer_slow(tern_loop *loop);

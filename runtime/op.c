@@ -32,8 +32,8 @@ int tern__op_add(tern_loop *loop, struct tern__op *op, const struct tern__op_cla
     op->cls = cls;
     op->ready_next = NULL;
     op->flags = 0;
-    op->aux = UINT32_MAX;
-    op->born = loop->now;
+    op->aux = TERN__OP_UNARMED;
+    op->born = tern__op_stamp(loop->now);
     int rc = tern__idmap_insert(&loop->ids, op);
     if (rc < 0)
         return rc;
@@ -48,8 +48,8 @@ void tern__op_add_tabled(tern_loop *loop, struct tern__op *op, const struct tern
     op->cls = cls;
     op->ready_next = NULL;
     op->flags = TERN__OP_TABLED;
-    op->aux = UINT32_MAX;
-    op->born = loop->now;
+    op->aux = TERN__OP_UNARMED;
+    op->born = tern__op_stamp(loop->now);
     loop->tabled++;
     loop->refs++; /* ops_local counted it at admission */
 }
@@ -60,7 +60,7 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
     op->cls = cls;
     op->ready_next = NULL;
     op->flags = TERN__OP_ANON;
-    op->aux = UINT32_MAX;
+    op->aux = TERN__OP_UNARMED;
     loop->anon++;
     loop->refs++; /* ops_local counted it at admission */
 }

@@ -63,19 +63,37 @@ enum {
     TERN__OP_UNREF = 1u << 2,  /* does not keep tern_loop_run() alive */
     TERN__OP_ANON = 1u << 3,   /* has no id (a defer): not in the id map */
     TERN__OP_TABLED = 1u << 4, /* its id names its record's place (a job): not in the id map */
+    TERN__OP_OWN = 1u << 5,    /* the kind's own (a job: its deadline took effect) */
+    /* six bits in all (struct tern__op's flags) */
 };
 
 struct tern__op {
     tern_id id;
     const struct tern__op_class *cls;
     struct tern__op *ready_next;
-    uint32_t flags;
-    uint32_t aux; /* index in the deadline heap; UINT32_MAX when not armed */
-    uint64_t born; /* loop->now when it was registered (tern_loop_walk's age) */
+    uint32_t flags : 6;
+    uint32_t aux : 26; /* index in the deadline heap; TERN__OP_UNARMED when not armed */
+    uint32_t born;     /* tern__op_stamp(loop->now) when registered (tern_loop_walk's age) */
 };
-/* Every kind's record embeds one: five words (the fifth is tern_loop_walk's
- * birth stamp), so step 2 reads an op's id, class and link from one line. */
-_Static_assert(sizeof(struct tern__op) <= 40, "an op header is at most five words");
+/* Every kind's record embeds one: four words, so step 2 reads an op's id,
+ * class and link from one line. The flags and the heap index share a
+ * word (a heap holds fewer than TERN__OP_UNARMED entries, heap.c), and
+ * the birth stamp is the loop's clock in 2^20 ns units (about a
+ * millisecond; it wraps after 52 days), so a walk's ages are good to a
+ * unit: a fifth word would make every job's record a word dearer. */
+_Static_assert(sizeof(struct tern__op) == 32, "an op header is four words");
+#define TERN__OP_UNARMED ((UINT32_C(1) << 26) - 1)
+#define TERN__OP_BORN_SHIFT 20
+static inline uint32_t tern__op_stamp(uint64_t now)
+{
+    return (uint32_t)(now >> TERN__OP_BORN_SHIFT);
+}
+/* The age in ns of an op stamped `born`, at loop time `now`: whole units,
+ * within one unit of the exact age. */
+static inline uint64_t tern__op_age(uint32_t born, uint64_t now)
+{
+    return (uint64_t)(uint32_t)(tern__op_stamp(now) - born) << TERN__OP_BORN_SHIFT;
+}
 
 /* ------------------------------------------------------------------ */
 /* The id map: id -> op, open addressing over (id, op) pairs.         */

@@ -162,7 +162,7 @@ void tern__timers_init(tern_loop *loop)
     struct tern__timer_table *t = &loop->timers;
     t->free = TERN__SLOT_NONE;
     t->due_head = t->due_tail = TERN__SLOT_NONE;
-    t->due = (struct tern__op){.cls = &due_class, .aux = UINT32_MAX};
+    t->due = (struct tern__op){.cls = &due_class, .aux = TERN__OP_UNARMED};
 }
 
 void tern__timers_cancel_all(tern_loop *loop)

@@ -12,9 +12,10 @@
  * meant for diagnosis (a shutdown that does not finish), not a hot path.
  *
  * The age of an op is loop time since it was registered (op->born, set by
- * tern__op_add) and a timer's since it started (the table's `born`
- * array): the loop's clock, refreshed twice a turn, so an age is as late
- * as the turn's clock.
+ * tern__op_add, in units of 2^20 ns: within a unit, about a millisecond,
+ * of the exact age) and a timer's since it started (the table's `born`
+ * array, exact): the loop's clock, refreshed twice a turn, so an age is as
+ * late as the turn's clock.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -54,7 +55,7 @@ int tern_loop_walk(tern_loop *loop, tern_walk_cb cb, void *arg)
         tern_op_info info = {                                                   \
             .id = (op)->id,                                                     \
             .kind = (op)->cls->name,                                            \
-            .age_ns = now >= (op)->born ? now - (op)->born : 0,                 \
+            .age_ns = tern__op_age((op)->born, now),                            \
             .referenced = !((op)->flags & TERN__OP_UNREF),                      \
         };                                                                      \
         cb(loop, &info, arg);                                                   \

@@ -190,3 +190,65 @@ Test(job_records, a_freed_loops_numbers_never_issue_its_ids_again)
                           (unsigned long long)first[i]);
     cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
 }
+
+/*
+ * What a job keeps in its headers' spare room (runtime/job_p.h) belongs
+ * to that job only: a record reused after a job that timed out and held a
+ * deadline gives its next job neither mark. The next job here has no
+ * timeout and is cancelled while it runs: its done must say -ECANCELED
+ * (a left-over "timed out" mark says -ETIMEDOUT), and its delivery must
+ * not give back a deadline claim it never took (a left-over deadline
+ * mark does, which the books' audit and the heap's count refuse). Each
+ * job's id is new: the generation sits beside the mark and must survive
+ * it.
+ */
+Test(job_records, a_reused_record_keeps_no_mark_of_the_job_before)
+{
+    start_one_worker();
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    enum { ROUNDS = 3 };
+    tern_id ids[2 * ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
+        /* A job that runs past its timeout: flagged, then delivered late. */
+        ph_gate gate;
+        ph_gate_init(&gate);
+        ph_job_init(&blocker, &gate);
+        blocker.poll_cancel = true; /* leaves the gate when its timeout flags it */
+        tern_job_options opts;
+        tern_job_options_init(&opts);
+        opts.timeout_ns = 5 * PH_MS;
+        cr_assert_eq(tern_submit_with(loop, TERN_BOUNDED, ph_work, ph_done, &blocker, &opts,
+                                      &blocker.id),
+                     0);
+        bool ok;
+        PH_PUMP_UNTIL(ok, loop, atomic_load(&blocker.done_calls) == 1);
+        cr_assert(ok);
+        cr_assert_eq(blocker.status, -ETIMEDOUT);
+        ph_gate_destroy(&gate);
+
+        /* The next job takes the same record (the loop reuses the last freed one first). */
+        ph_gate gate2;
+        ph_gate_init(&gate2);
+        ph_job_init(&probe, &gate2);
+        probe.poll_cancel = true;
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &probe), 0);
+        cr_assert(ph_gate_wait_entered(&gate2, 1));
+        cr_assert_geq(tern_cancel(loop, probe.id), 0);
+        PH_PUMP_UNTIL(ok, loop, atomic_load(&probe.done_calls) == 1);
+        cr_assert(ok);
+        cr_assert_eq(probe.status, -ECANCELED,
+                     "a cancelled job without a timeout was told %d: the record's last "
+                     "job's timeout mark outlived it",
+                     probe.status);
+        ph_gate_destroy(&gate2);
+        ids[2 * round] = blocker.id;
+        ids[2 * round + 1] = probe.id;
+    }
+    for (int i = 0; i < 2 * ROUNDS; i++)
+        for (int j = i + 1; j < 2 * ROUNDS; j++)
+            cr_assert_neq(ids[i], ids[j], "a record issued id %#llx twice",
+                          (unsigned long long)ids[i]);
+    tern_loop_free(loop);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
