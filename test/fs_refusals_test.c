@@ -10,56 +10,10 @@
  * directory that cannot be opened as a stream refuses the listing.
  */
 #include "fs_helpers.h"
+#include "seccomp_helpers.h"
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <stddef.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-
-#if defined(__x86_64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#endif
-
-#define ANY_ARG (-1)
-
-/*
- * From now on, in every thread of this process, system call nr
- * fails with err; when argi is not ANY_ARG, only the calls whose argument
- * number argi (from 0) has the low word `value`. Skips where the filter
- * cannot be written.
- */
-static void refuse_when(long nr, int argi, uint32_t value, int err)
-{
-#if defined(NATIVE_AUDIT_ARCH)
-    bool any = argi == ANY_ARG;
-    uint32_t arg_low = any ? 0 : (uint32_t)offsetof(struct seccomp_data, args[argi]);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    arg_low += 4;
-#endif
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 0, 5),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 3),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, any ? offsetof(struct seccomp_data, nr) : arg_low),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, any ? (uint32_t)nr : value, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "no_new_privs: %s", strerror(errno));
-    /* Every thread, the pool's workers too if they run already. */
-    cr_assert_eq(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog),
-                 0, "seccomp: %s", strerror(errno));
-#else
-    (void)nr, (void)argi, (void)value, (void)err;
-    cr_skip_test("no seccomp filter for this architecture");
-#endif
-}
 
 static void setup(void)
 {
@@ -117,7 +71,7 @@ static void copy_through_a_buffer(int err)
 {
     tern_loop *loop = loop_new_default();
     put("a", text);
-    refuse_when(SYS_copy_file_range, ANY_ARG, 0, err);
+    refuse_when(SYS_copy_file_range, ANY_ARG, 0, err, EVERY_THREAD);
     int64_t copied = -1;
     cr_assert_eq(copy_a_to_b(loop, &copied), 0);
     cr_assert_eq(copied, (int64_t)sizeof text - 1);
@@ -150,7 +104,7 @@ Test(fs_refusals, no_memory_for_the_copy_buffer, .init = setup, .fini = teardown
 {
     tern_loop *loop = loop_new_default();
     put("a", text);
-    refuse_when(SYS_copy_file_range, ANY_ARG, 0, ENOSYS);
+    refuse_when(SYS_copy_file_range, ANY_ARG, 0, ENOSYS, EVERY_THREAD);
     int64_t copied = -1;
     cr_assert_eq(copy_a_to_b(loop, &copied), 0); /* the pool is running before the walk */
     unsigned in_the_worker = 0;
@@ -184,7 +138,7 @@ Test(fs_refusals, an_interrupted_close_is_a_close, .init = setup, .fini = teardo
     cr_assert_geq(fd, 0);
     /* Refused for this descriptor only, so it stays open (in this test
      * process, which ends with the test). */
-    refuse_when(SYS_close, 0, (uint32_t)fd, EINTR);
+    refuse_when(SYS_close, 0, (uint32_t)fd, EINTR, EVERY_THREAD);
     struct rec r = {0};
     cr_assert_eq(tern_fs_close(loop, fd, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);
@@ -211,7 +165,7 @@ Test(fs_refusals, a_directory_that_cannot_be_read_as_a_stream, .init = setup, .f
     int k = dup(0);
     cr_assert_geq(k, 0);
     close(k);
-    refuse_when(SYS_fcntl, 0, (uint32_t)k, EBADF);
+    refuse_when(SYS_fcntl, 0, (uint32_t)k, EBADF, EVERY_THREAD);
     r = (struct rec){0};
     cr_assert_eq(tern_fs_list(loop, dir, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);

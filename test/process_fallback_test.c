@@ -15,20 +15,12 @@
  * operation behind.
  */
 #include "loop_helpers.h"
+#include "seccomp_helpers.h"
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 
-#if defined(__x86_64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#endif
 
 /*
  * pidfd_open fails with ENOSYS in this process from now on (and in its
@@ -36,25 +28,9 @@
  */
 static void without_pidfd(void)
 {
-#if defined(NATIVE_AUDIT_ARCH) && defined(SYS_pidfd_open)
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "no_new_privs: %s", strerror(errno));
-    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
-                 strerror(errno));
+    refuse(SYS_pidfd_open, ENOSYS);
     cr_assert_eq(syscall(SYS_pidfd_open, getpid(), 0u), -1);
     cr_assert_eq(errno, ENOSYS);
-#else
-    cr_skip_test("no seccomp filter for this architecture");
-#endif
 }
 
 struct exit_seen {

@@ -20,63 +20,12 @@
  * a SIGCHLD handler the fallback cannot install refuses the spawn.
  */
 #include "loop_helpers.h"
+#include "seccomp_helpers.h"
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-
-#if defined(__x86_64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#endif
-
-#define ANY_ARG (-1)
-
-/*
- * From now on, in this process, system call nr fails with err; when argi
- * is not ANY_ARG, only the calls whose argument number argi (from 0) has
- * the low word `value` (fcntl's command, open's flags). Skips where the
- * filter cannot be written.
- */
-static void refuse_when(long nr, int argi, uint32_t value, int err)
-{
-#if defined(NATIVE_AUDIT_ARCH)
-    bool any = argi == ANY_ARG;
-    uint32_t arg_low = any ? 0 : (uint32_t)offsetof(struct seccomp_data, args[argi]);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    arg_low += 4;
-#endif
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 0, 5),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 3),
-        /* Without an argument to match, the number is compared once more. */
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, any ? offsetof(struct seccomp_data, nr) : arg_low),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, any ? (uint32_t)nr : value, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "no_new_privs: %s", strerror(errno));
-    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
-                 strerror(errno));
-#else
-    (void)nr, (void)argi, (void)value, (void)err;
-    cr_skip_test("no seccomp filter for this architecture");
-#endif
-}
-
-static void refuse(long nr, int err)
-{
-    refuse_when(nr, ANY_ARG, 0, err);
-}
 
 struct exit_seen {
     atomic_uint n;
@@ -169,7 +118,7 @@ Test(refusals, setsid_of_a_detached_child, .timeout = TEST_TIMEOUT)
 Test(refusals, moving_a_source_out_of_the_way, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    refuse_when(SYS_fcntl, 1, F_DUPFD, EMFILE);
+    refuse_when(SYS_fcntl, 1, F_DUPFD, EMFILE, THIS_THREAD);
     tern_process_options o;
     options_sh(&o, "exit 0");
     tern_stdio io[2] = {{.kind = TERN_STDIO_FD, .fd = 1}, {.kind = TERN_STDIO_FD, .fd = 0}};
@@ -183,7 +132,7 @@ Test(refusals, moving_a_source_out_of_the_way, .timeout = TEST_TIMEOUT)
 Test(refusals, keeping_an_inherited_descriptor, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    refuse_when(SYS_fcntl, 1, F_SETFD, EBADF);
+    refuse_when(SYS_fcntl, 1, F_SETFD, EBADF, THIS_THREAD);
     tern_process_options o;
     options_sh(&o, "exit 0"); /* no stdio given: 0, 1 and 2 are inherited */
     assert_refused(loop, &o, -EBADF);
@@ -321,7 +270,7 @@ Test(refusals, the_launch_itself, .timeout = TEST_TIMEOUT)
 Test(refusals, dev_null_for_an_ignored_descriptor, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    refuse_when(SYS_openat, 2, O_RDWR | O_CLOEXEC, ENFILE); /* /dev/null as tern opens it */
+    refuse_when(SYS_openat, 2, O_RDWR | O_CLOEXEC, ENFILE, THIS_THREAD); /* /dev/null as tern opens it */
     tern_process_options o;
     options_sh(&o, "exit 0");
     tern_stdio io[2] = {{.kind = TERN_STDIO_INHERIT}, {.kind = TERN_STDIO_IGNORE}};
@@ -356,7 +305,7 @@ static void pidfd_refused(long nr, int argi, uint32_t value, int err)
     tern_process_options o;
     options_sh(&o, "exit 0");
     assert_spawns(loop, &o);
-    refuse_when(nr, argi, value, err);
+    refuse_when(nr, argi, value, err, THIS_THREAD);
     options_sh(&o, "exec sleep 30"); /* ends only when killed */
     assert_refused(loop, &o, -err);
     loop_free_clean(loop);

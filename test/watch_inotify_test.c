@@ -11,52 +11,10 @@
  * news already read in the same batch.
  */
 #include "loop_helpers.h"
+#include "seccomp_helpers.h"
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <stddef.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-
-#if defined(__x86_64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#endif
-
-/*
- * From now on, in this thread and the threads it starts, system call nr
- * fails with err; when first_arg >= 0, only the calls whose first argument
- * is first_arg (a descriptor). Skips where the filter cannot be written.
- */
-static void refuse(long nr, int first_arg, int err)
-{
-#if defined(NATIVE_AUDIT_ARCH)
-    bool any = first_arg < 0;
-    uint32_t arg0 = offsetof(struct seccomp_data, args[0]);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    arg0 += 4;
-#endif
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 0, 5),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 3),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, any ? offsetof(struct seccomp_data, nr) : arg0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, any ? (uint32_t)nr : (uint32_t)first_arg, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "no_new_privs: %s", strerror(errno));
-    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
-                 strerror(errno));
-#else
-    (void)nr, (void)first_arg, (void)err;
-    cr_skip_test("no seccomp filter for this architecture");
-#endif
-}
 
 static char dir[64];
 
@@ -126,7 +84,7 @@ Test(watch_inotify, a_read_error_ends_the_watch_once, .init = setup, .fini = tea
     snprintf(link, sizeof link, "/proc/self/fd/%d", k);
     cr_assert_gt(readlink(link, target, sizeof target - 1), 0);
     cr_assert_str_eq(target, "anon_inode:inotify");
-    refuse(SYS_read, k, EIO);
+    refuse_when(SYS_read, 0, (uint32_t)k, EIO, THIS_THREAD);
     touch("a");
     cr_assert(run_until_count(loop, &w.n, 1, 10 * (int64_t)MS, 2000), "no callback");
     cr_assert_eq(w.status, -EIO);
@@ -148,7 +106,7 @@ Test(watch_inotify, no_inotify_instance_refuses_the_start, .init = setup, .fini 
 {
     tern_loop *loop = inotify_loop();
     int fds = count_open_fds();
-    refuse(SYS_inotify_init1, -1, EMFILE);
+    refuse(SYS_inotify_init1, EMFILE);
     struct news w = {0};
     tern_id id = 0;
     cr_assert_eq(tern_watch_start(loop, dir, 0, on_news, &w, &id), -EMFILE);
