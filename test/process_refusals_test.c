@@ -100,6 +100,18 @@ static void assert_spawns(tern_loop *loop, tern_process_options *o)
 /* The child's steps before execve                                     */
 /* ------------------------------------------------------------------ */
 
+/*
+ * These refusals are the Linux launcher's calls (clone with CLONE_VFORK,
+ * close_range, pidfds); a -Dportable=true build launches through the
+ * fallbacks instead, whose refusals process_launch_test and
+ * process_fallback_test cover.
+ */
+#if defined(TERN_PORTABLE)
+TestSuite(refusals, .disabled = true);
+#else
+TestSuite(refusals);
+#endif
+
 Test(refusals, setsid_of_a_detached_child, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
