@@ -196,14 +196,6 @@ void tern__inbound_drain(tern_loop *loop)
     atomic_store_explicit(&loop->posts_done,
                           atomic_load_explicit(&loop->posts_done, memory_order_relaxed) + posts,
                           memory_order_relaxed);
-    /*
-     * A producer's posts sit side by side in its block, so they arrive in
-     * runs: a run's records go back with one step on the block's count.
-     * A record is never read after its fn is fetched, so holding it back
-     * until its run ends changes nothing but the count's timing.
-     */
-    struct tern__inbound *run = NULL;
-    unsigned run_len = 0;
     __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         if (in->kind == TERN__IN_CANCEL) {
@@ -215,17 +207,10 @@ void tern__inbound_drain(tern_loop *loop)
         }
         tern_fn fn = in->u.post.fn;
         void *arg = in->u.post.arg;
-        if (run != NULL && !tern__inbound_same_block(run, in)) {
-            tern__inbound_nodes_free(run, run_len);
-            run_len = 0;
-        }
-        run = in;
-        run_len++;
+        tern__inbound_node_free(in);
         ran++;
         fn(loop, arg);
     }
-    if (run_len > 0)
-        tern__inbound_nodes_free(run, run_len);
     atomic_fetch_add_explicit(&loop->st_posts, ran, memory_order_relaxed);
     while (cancels != NULL) {
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);

@@ -8,7 +8,6 @@
 
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdint.h>
 
 #include <urcu/wfcqueue.h>
 
@@ -76,25 +75,11 @@ bool tern__inbound_quiet(tern_loop *loop);
 /*
  * Post records (inbound_block.c), carved from a block of the producing
  * thread's own: node_alloc is any thread's, NULL when out of memory (or
- * an injected allocation fault); the free is the loop's, once the post
+ * an injected allocation fault); node_free is the loop's, once the post
  * has been taken off the queue.
  */
 struct tern__inbound *tern__inbound_node_alloc(void);
-/*
- * The free of n records of in's block at once (in and n - 1 others the
- * caller took off the queue): a drain gives a producer's run of posts
- * back with one atomic step instead of one per post. Blocks are
- * TERN__INBOUND_BLOCK bytes, aligned to their size, so two records share
- * a block exactly when their addresses agree above that.
- */
-#define TERN__INBOUND_BLOCK 4096u
-void tern__inbound_nodes_free(struct tern__inbound *in, unsigned n);
-
-static inline bool tern__inbound_same_block(const struct tern__inbound *a,
-                                            const struct tern__inbound *b)
-{
-    return (((uintptr_t)a ^ (uintptr_t)b) & ~(uintptr_t)(TERN__INBOUND_BLOCK - 1)) == 0;
-}
+void tern__inbound_node_free(struct tern__inbound *in);
 /* Give back the calling thread's block of post records, as its exit does:
  * its next post allocates a fresh one (runtime/seams.c). */
 void tern__inbound_drop_block(void);

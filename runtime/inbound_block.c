@@ -23,7 +23,7 @@
  * block's count, and whoever drops the count to zero frees the block. The
  * producer holds one extra count while it still carves from the block.
  */
-#define BLOCK_SIZE TERN__INBOUND_BLOCK
+#define BLOCK_SIZE 4096u
 #define BLOCK_NODES ((BLOCK_SIZE - TERN_CACHELINE) / sizeof(struct tern__inbound))
 
 struct node_block {
@@ -142,12 +142,7 @@ void tern__inbound_drop_block(void)
     carving_exit(NULL);
 }
 
-static struct node_block *block_of(const struct tern__inbound *in)
+void tern__inbound_node_free(struct tern__inbound *in)
 {
-    return (struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1));
-}
-
-void tern__inbound_nodes_free(struct tern__inbound *in, unsigned n)
-{
-    block_release(block_of(in), n);
+    block_release((struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1)), 1);
 }
