@@ -8,6 +8,7 @@
  *
  * Every wait is on a condition, bounded by LIVENESS_NS.
  */
+#include "group_helpers.h"
 #include "loop_helpers.h"
 #include "seccomp_helpers.h"
 
@@ -25,24 +26,6 @@ static tern_group *group_make(unsigned n, const char *name, bool pin)
     int rc = tern_group_new(&g, &go);
     cr_assert_eq(rc, 0, "tern_group_new: %s", tern_strerror(rc));
     return g;
-}
-
-static void group_end(tern_group *g)
-{
-    cr_assert_eq(tern_group_shutdown(g), 0);
-    cr_assert_eq(tern_group_wait(g), 0);
-    tern_group_free(g);
-}
-
-/* Wait (bounded) until *v >= want; fail naming what with the value seen. */
-static void wait_at_least(atomic_uint *v, unsigned want, const char *what)
-{
-    uint64_t deadline = mono_ns() + LIVENESS_NS;
-    while (atomic_load(v) < want) {
-        if (mono_ns() > deadline)
-            cr_assert_fail("%s: %u of %u after the deadline", what, atomic_load(v), want);
-        sched_yield();
-    }
 }
 
 /* ---------------------------------------------------------------- */

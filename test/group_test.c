@@ -8,6 +8,7 @@
  * a threshold: a broken pause moves them in microseconds.
  */
 #include "child_exit.h"
+#include "group_helpers.h"
 #include "loop_helpers.h"
 
 #include <signal.h>
@@ -33,24 +34,6 @@ static tern_group *group_new_n(unsigned n, unsigned flags)
     int rc = tern_group_new(&g, &go);
     cr_assert_eq(rc, 0, "tern_group_new: %s", tern_strerror(rc));
     return g;
-}
-
-static void group_end(tern_group *g)
-{
-    cr_assert_eq(tern_group_shutdown(g), 0);
-    cr_assert_eq(tern_group_wait(g), 0);
-    tern_group_free(g);
-}
-
-/* Wait (bounded) until *v >= want; fail naming what with the value seen. */
-static void wait_at_least(atomic_uint *v, unsigned want, const char *what)
-{
-    uint64_t deadline = mono_ns() + LIVENESS_NS;
-    while (atomic_load(v) < want) {
-        if (mono_ns() > deadline)
-            cr_assert_fail("FAIL: %s: %u of %u after the deadline", what, atomic_load(v), want);
-        sched_yield();
-    }
 }
 
 /* Post fn to loop, retrying while the loop is behind (-EAGAIN). */
