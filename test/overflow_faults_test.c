@@ -10,41 +10,13 @@
  */
 #include <criterion/criterion.h>
 
-#include "pool_helpers.h"
-
-static int fds[2];
-static atomic_uint blocked_started;
-
-static void *block_work(tern_job *job, void *arg)
-{
-    (void)job, (void)arg;
-    atomic_fetch_add(&blocked_started, 1);
-    char c;
-    while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
-    }
-    return NULL;
-}
-
-static void count_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
-{
-    (void)loop, (void)id, (void)result;
-    cr_assert_eq(status, 0);
-    atomic_fetch_add((atomic_int *)arg, 1);
-}
+#include "stall_helpers.h"
 
 static void overflow_fails_once(unsigned site)
 {
-    cr_assert_eq(pipe(fds), 0);
-    tern_pool_watch w;
-    tern_pool_watch_init(&w);
-    w.stall_ns = 20 * PH_MS;
-    w.overflow_max = 1;
-    w.overflow_idle_ns = 3600 * PH_SEC; /* alive until the shutdown joins it */
-    cr_assert_eq(tern_pool_watch_set(&w), 0);
-    tern_pool_config cfg = ph_config(1, 64, 0);
-    cr_assert_eq(tern_pool_start(&cfg), 0);
-    tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    /* One worker, no long ones, one overflow worker alive until the
+     * shutdown joins it. */
+    tern_loop *loop = stall_setup(1, 0, 1, 3600 * PH_SEC);
 
     /* A first job, so the loop's records and ring exist before the fault
      * is armed: the submissions below allocate nothing. */
@@ -90,7 +62,7 @@ static void overflow_fails_once(unsigned site)
     }
     cr_assert_eq(tern_pool_worker_stats_get(2, &ws), -ENOENT);
 
-    cr_assert_eq(write(fds[1], "x", 1), 1);
+    unblock(1);
     PH_PUMP_UNTIL(ok, loop, atomic_load(&blocked_done) == 1);
     cr_assert(ok);
     tern_loop_free(loop);
@@ -100,8 +72,7 @@ static void overflow_fails_once(unsigned site)
     s = ph_stats();
     cr_assert_eq(s.overflow_now, 0, "the joined overflow worker is counted out");
     cr_assert_eq(s.overflow_retired, 0, "joined, not retired");
-    close(fds[0]);
-    close(fds[1]);
+    stall_close_pipe();
 }
 
 Test(overflow_faults, no_thread_for_the_first_overflow_worker, .timeout = 60)

@@ -12,62 +12,18 @@
 
 #include <fcntl.h>
 
-#include "pool_helpers.h"
-
-static int fds[2];
-static atomic_uint blocked_started;
-
-static void *block_work(tern_job *job, void *arg)
-{
-    (void)job, (void)arg;
-    atomic_fetch_add(&blocked_started, 1);
-    char c;
-    while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
-    }
-    return NULL;
-}
-
-static void count_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
-{
-    (void)loop, (void)id, (void)result;
-    cr_assert_eq(status, 0);
-    atomic_fetch_add((atomic_int *)arg, 1);
-}
-
-static tern_loop *setup(unsigned threads, unsigned overflow_max)
-{
-    cr_assert_eq(pipe(fds), 0);
-    atomic_init(&blocked_started, 0);
-    tern_pool_watch w;
-    tern_pool_watch_init(&w);
-    w.stall_ns = 20 * PH_MS;
-    w.overflow_max = overflow_max;
-    w.overflow_idle_ns = 50 * PH_MS;
-    cr_assert_eq(tern_pool_watch_set(&w), 0);
-    tern_pool_config cfg = ph_config(threads, 64, 4);
-    cr_assert_eq(tern_pool_start(&cfg), 0);
-    tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
-    return loop;
-}
+#include "stall_helpers.h"
 
 static void teardown(tern_loop *loop)
 {
     tern_loop_free(loop);
     cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
-    close(fds[0]);
-    close(fds[1]);
-}
-
-static void unblock(unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        cr_assert_eq(write(fds[1], "x", 1), 1);
+    stall_close_pipe();
 }
 
 Test(watchdog, stalled_job_starts_an_overflow_worker_and_the_queue_moves)
 {
-    tern_loop *loop = setup(1, 2);
+    tern_loop *loop = stall_setup(1, 4, 2, 50 * PH_MS);
     atomic_int blocked_done = 0;
     cr_assert_eq(tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
     bool ok;
@@ -107,7 +63,7 @@ Test(watchdog, stalled_job_starts_an_overflow_worker_and_the_queue_moves)
  */
 Test(watchdog, overflow_workers_stay_within_the_ceiling)
 {
-    tern_loop *loop = setup(1, 2);
+    tern_loop *loop = stall_setup(1, 4, 2, 50 * PH_MS);
     atomic_int blocked_done = 0;
     for (int i = 0; i < 4; i++)
         cr_assert_eq(
@@ -138,7 +94,7 @@ Test(watchdog, overflow_workers_stay_within_the_ceiling)
 /* A ceiling of 0 counts stalls and starts nothing. */
 Test(watchdog, a_zero_ceiling_only_counts)
 {
-    tern_loop *loop = setup(1, 0);
+    tern_loop *loop = stall_setup(1, 4, 0, 50 * PH_MS);
     atomic_int blocked_done = 0;
     cr_assert_eq(tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
     bool ok;
