@@ -5,9 +5,8 @@
  * failing at any allocation, also the id map's growth, returns -ENOMEM
  * and leaves the descriptor unclaimed, so a later start on it works.
  */
+#include "alloc_walk.h"
 #include "loop_helpers.h"
-
-#include "fault.h"
 
 static void on_readable(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
 {
@@ -33,6 +32,18 @@ static void nothing_hook(tern_loop *loop, tern_id id, void *arg)
     (void)loop, (void)id, (void)arg;
 }
 
+struct io_start {
+    int fd;
+    atomic_uint *calls;
+};
+
+/* The start the walk refuses: fd watched for reading, counting into calls. */
+static int start_readable(tern_loop *loop, void *arg, tern_id *id)
+{
+    struct io_start *st = arg;
+    return tern_io_start(loop, st->fd, TERN_READABLE, on_readable, st->calls, id);
+}
+
 Test(io_refusals, a_start_failing_at_any_allocation_leaves_the_descriptor_free,
      .timeout = TEST_TIMEOUT)
 {
@@ -40,32 +51,11 @@ Test(io_refusals, a_start_failing_at_any_allocation_leaves_the_descriptor_free,
     int fds[2];
     make_pipe(fds);
     atomic_uint n = 0;
-    bool failed = false;
-    /* With 0, 1, 2, ... other operations live, so that one walk meets the
-     * id map growing. */
-    enum { FILL = 48 };
-    tern_id fill[FILL];
-    for (unsigned k = 0; k < FILL; k++) {
-        for (uint64_t a = 1; a < 16; a++) {
-            tern_id id;
-            tern__fault_arm(TERN__FAULT_ALLOC, a);
-            int rc = tern_io_start(loop, fds[0], TERN_READABLE, on_readable, &n, &id);
-            bool fired = tern__fault_fired();
-            tern__fault_arm(0, 0);
-            if (rc == 0) {
-                cr_assert_eq(tern__test_cancel_now(loop, id), 0);
-                if (!fired)
-                    break;
-                continue;
-            }
-            failed = true;
-            cr_assert_eq(rc, -ENOMEM);
-            cr_assert_eq(loop_live(loop), k);
-        }
-        cr_assert_eq(tern_hook_start(loop, TERN_HOOK_CHECK, nothing_hook, NULL, &fill[k]), 0);
-    }
-    cr_assert(failed);
-    for (unsigned k = 0; k < FILL; k++)
+    struct io_start st = {fds[0], &n};
+    struct alloc_walk w = {start_readable, &st, nothing_hook, NULL};
+    tern_id fill[ALLOC_WALK_FILL];
+    cr_assert(alloc_walk(loop, &w, fill));
+    for (unsigned k = 0; k < ALLOC_WALK_FILL; k++)
         cr_assert_eq(tern__test_cancel_now(loop, fill[k]), 0);
     /* The descriptor is free: a start on it works and is called. */
     tern_id id;

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <urcu-qsbr.h>
 
+#include "alloc_walk.h"
 #include "child_exit.h"
 #include "fault.h"
 
@@ -249,41 +250,25 @@ static void count_hook(tern_loop *loop, tern_id id, void *arg)
     atomic_fetch_add((atomic_uint *)arg, 1);
 }
 
+/* The start the hook walk refuses: a PREPARE hook counting into arg. */
+static int start_prepare_hook(tern_loop *loop, void *arg, tern_id *id)
+{
+    return tern_hook_start(loop, TERN_HOOK_PREPARE, count_hook, arg, id);
+}
+
 /* Each allocation of a hook start failing in turn: -ENOMEM, nothing live,
  * the hook never called; a start without an id pointer runs its hook. */
 Test(loop_edges, a_hook_start_refused_for_memory_leaves_nothing, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
     atomic_uint n = 0, filler = 0;
-    bool failed = false;
-    /* With 0, 1, 2, ... hooks live, so that one walk meets the loop's id
-     * map growing (the allocation of the registration itself). */
-    enum { FILL = 48 };
-    tern_id fill[FILL];
-    for (unsigned f = 0; f < FILL; f++) {
-        for (uint64_t k = 1; k < 16; k++) {
-            tern_id id;
-            tern__fault_arm(TERN__FAULT_ALLOC, k);
-            int rc = tern_hook_start(loop, TERN_HOOK_PREPARE, count_hook, &n, &id);
-            bool fired = tern__fault_fired();
-            tern__fault_arm(0, 0);
-            if (rc == 0) {
-                cr_assert_eq(tern__test_cancel_now(loop, id), 0);
-                if (!fired)
-                    break;
-                continue;
-            }
-            failed = true;
-            cr_assert_eq(rc, -ENOMEM);
-            cr_assert_eq(loop_live(loop), f);
-        }
-        cr_assert_eq(tern_hook_start(loop, TERN_HOOK_CHECK, count_hook, &filler, &fill[f]), 0);
-    }
-    cr_assert(failed);
+    struct alloc_walk w = {start_prepare_hook, &n, count_hook, &filler};
+    tern_id fill[ALLOC_WALK_FILL];
+    cr_assert(alloc_walk(loop, &w, fill));
     tern_loop_run_once(loop, 0);
     cr_assert_eq(atomic_load(&n), 0, "a refused hook was called");
-    cr_assert_eq(atomic_load(&filler), FILL);
-    for (unsigned f = 0; f < FILL; f++)
+    cr_assert_eq(atomic_load(&filler), ALLOC_WALK_FILL);
+    for (unsigned f = 0; f < ALLOC_WALK_FILL; f++)
         cr_assert_eq(tern__test_cancel_now(loop, fill[f]), 0);
     cr_assert_eq(tern_hook_start(loop, TERN_HOOK_PREPARE, count_hook, &n, NULL), 0);
     cr_assert_eq(loop_live(loop), 1);
