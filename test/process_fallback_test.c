@@ -14,6 +14,7 @@
  * descriptor on the fallback's path leaves no child, no descriptor and no
  * operation behind.
  */
+#include "exit_helpers.h"
 #include "loop_helpers.h"
 #include "seccomp_helpers.h"
 
@@ -33,21 +34,6 @@ static void without_pidfd(void)
     cr_assert_eq(errno, ENOSYS);
 }
 
-struct exit_seen {
-    atomic_uint n;
-    int status, code, sig;
-};
-
-static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
-{
-    (void)loop, (void)id;
-    struct exit_seen *e = arg;
-    e->status = status;
-    e->code = code;
-    e->sig = sig;
-    atomic_fetch_add(&e->n, 1);
-}
-
 static int spawn_sh(tern_loop *loop, const char *script, struct exit_seen *e, tern_id *idp)
 {
     static char *argv[][4] = {{"sh", "-c", NULL, NULL}};
@@ -64,26 +50,6 @@ static void run_until_exits(tern_loop *loop, struct exit_seen *e, unsigned n)
     for (unsigned i = 0; i < n; i++)
         cr_assert(run_until_count(loop, &e[i].n, 1, 50 * (int64_t)MS, 2000),
                   "child %u: no exit callback", i);
-}
-
-/* A pipe the children block on: they end when its write end closes. */
-static void blocking_pipe(int fds[2])
-{
-    cr_assert_eq(pipe2(fds, O_CLOEXEC), 0);
-}
-
-/* Whether pid is gone entirely (reaped): not even a zombie. */
-static bool wait_gone(pid_t pid)
-{
-    uint64_t end = mono_ns() + LIVENESS_NS;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d", (int)pid);
-    while (mono_ns() < end) {
-        if (access(path, F_OK) < 0)
-            return true;
-        sleep_ns(2 * MS);
-    }
-    return false;
 }
 
 static bool tern_handler_installed(void)

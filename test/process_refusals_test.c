@@ -19,6 +19,7 @@
  * the default one; a descriptor to inherit that is not open stays closed;
  * a SIGCHLD handler the fallback cannot install refuses the spawn.
  */
+#include "exit_helpers.h"
 #include "loop_helpers.h"
 #include "seccomp_helpers.h"
 
@@ -26,21 +27,6 @@
 #include <stddef.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-
-struct exit_seen {
-    atomic_uint n;
-    int status, code, sig;
-};
-
-static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
-{
-    (void)loop, (void)id;
-    struct exit_seen *e = arg;
-    e->status = status;
-    e->code = code;
-    e->sig = sig;
-    atomic_fetch_add(&e->n, 1);
-}
 
 static void options_sh(tern_process_options *o, const char *script)
 {

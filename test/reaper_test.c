@@ -9,25 +9,11 @@
  * no memory for its poll set, it looks on a timer and still reaps; a child
  * somebody else reaped is never reported and, cancelled, is let go.
  */
+#include "exit_helpers.h"
 #include "loop_helpers.h"
 
 #include <signal.h>
 #include <sys/wait.h>
-
-struct exit_seen {
-    atomic_uint n;
-    int status, code, sig;
-};
-
-static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
-{
-    (void)loop, (void)id;
-    struct exit_seen *e = arg;
-    e->status = status;
-    e->code = code;
-    e->sig = sig;
-    atomic_fetch_add(&e->n, 1);
-}
 
 /* A child running `script` with stdin from fd; its pid. */
 static pid_t spawn_reading(tern_loop *loop, const char *script, int fd, struct exit_seen *e,
@@ -47,24 +33,24 @@ static pid_t spawn_reading(tern_loop *loop, const char *script, int fd, struct e
     return pid;
 }
 
-/* A pipe the children block on: they end when its write end closes. */
-static void blocking_pipe(int fds[2])
+/* A child that blocks reading a pipe until *input, the pipe's write end,
+ * is closed; its pid. */
+static pid_t spawn_blocked(tern_loop *loop, struct exit_seen *e, tern_id *idp, int *input)
 {
-    cr_assert_eq(pipe2(fds, O_CLOEXEC), 0);
+    int p[2];
+    blocking_pipe(p);
+    pid_t pid = spawn_reading(loop, "read x", p[0], e, idp);
+    close(p[0]);
+    *input = p[1];
+    return pid;
 }
 
-/* Whether pid is gone entirely (reaped): not even a zombie. */
-static bool wait_gone(pid_t pid)
+/* Whether pid is gone already (reaped), without waiting. */
+static bool gone_now(pid_t pid)
 {
-    uint64_t end = mono_ns() + LIVENESS_NS;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d", (int)pid);
-    while (mono_ns() < end) {
-        if (access(path, F_OK) < 0)
-            return true;
-        sleep_ns(2 * MS);
-    }
-    return false;
+    return access(path, F_OK) < 0;
 }
 
 static bool alive(pid_t pid)
@@ -93,26 +79,23 @@ static void cancel_and_see_it(tern_loop *loop, tern_id id, struct exit_seen *e)
 Test(reaper, many_orphans_each_reaped_as_it_ends, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    int pipes[MANY][2];
+    int input[MANY];
     pid_t pid[MANY];
     tern_id id[MANY];
     static struct exit_seen e[MANY];
-    for (int i = 0; i < MANY; i++) {
-        blocking_pipe(pipes[i]);
-        pid[i] = spawn_reading(loop, "read x", pipes[i][0], &e[i], &id[i]);
-        close(pipes[i][0]);
-    }
+    for (int i = 0; i < MANY; i++)
+        pid[i] = spawn_blocked(loop, &e[i], &id[i], &input[i]);
     for (int i = 0; i < MANY; i++)
         cancel_and_see_it(loop, id[i], &e[i]);
     /* End them out of order: odd ones first, then the even ones. */
     for (int i = 1; i < MANY; i += 2)
-        close(pipes[i][1]);
+        close(input[i]);
     for (int i = 1; i < MANY; i += 2)
         cr_assert(wait_gone(pid[i]), "orphan %d was never reaped", i);
     for (int i = 0; i < MANY; i += 2)
         cr_assert(alive(pid[i]), "orphan %d ended before its input did", i);
     for (int i = 0; i < MANY; i += 2)
-        close(pipes[i][1]);
+        close(input[i]);
     for (int i = 0; i < MANY; i += 2)
         cr_assert(wait_gone(pid[i]), "orphan %d was never reaped", i);
     loop_free_clean(loop);
@@ -125,24 +108,20 @@ Test(reaper, many_orphans_each_reaped_as_it_ends, .timeout = TEST_TIMEOUT)
 Test(reaper, no_thread_kills_and_reaps_at_once, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    int p[2];
-    blocking_pipe(p);
     struct exit_seen e = {0};
     tern_id id;
-    pid_t pid = spawn_reading(loop, "read x", p[0], &e, &id);
-    close(p[0]);
+    int input;
+    pid_t pid = spawn_blocked(loop, &e, &id, &input);
     tern__fault_arm(TERN__FAULT_THREAD, 1);
     cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
     bool fired = tern__fault_fired();
     tern__fault_arm(0, 0);
     cr_assert(fired, "the cancel started no thread");
     /* Reaped already: its input is still open, so it ended only by the kill. */
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d", (int)pid);
-    cr_assert_eq(access(path, F_OK), -1, "the child outlived a reaper that could not start");
+    cr_assert(gone_now(pid), "the child outlived a reaper that could not start");
     cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 1000));
     cr_assert_eq(e.status, -ECANCELED);
-    close(p[1]);
+    close(input);
     loop_free_clean(loop);
 }
 
@@ -153,12 +132,10 @@ Test(reaper, no_thread_kills_and_reaps_at_once, .timeout = TEST_TIMEOUT)
 Test(reaper, no_wake_object_still_reaps, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    int p[2];
-    blocking_pipe(p);
     struct exit_seen e = {0};
     tern_id id;
-    pid_t pid = spawn_reading(loop, "read x", p[0], &e, &id);
-    close(p[0]);
+    int input;
+    pid_t pid = spawn_blocked(loop, &e, &id, &input);
     tern__fault_arm(TERN__FAULT_FD, 1);
     cancel_and_see_it(loop, id, &e);
     bool fired = tern__fault_fired();
@@ -166,7 +143,7 @@ Test(reaper, no_wake_object_still_reaps, .timeout = TEST_TIMEOUT)
     cr_assert(fired, "the reaper opened no descriptor");
     sleep_ns(20 * MS);
     cr_assert(alive(pid), "the child ended before its input did");
-    close(p[1]);
+    close(input);
     cr_assert(wait_gone(pid), "the child was never reaped");
     loop_free_clean(loop);
 }
@@ -203,24 +180,20 @@ Test(reaper, no_memory_for_the_list_kills_and_reaps_at_once, .timeout = TEST_TIM
      .disabled = !PIDFDS_BUILT)
 {
     tern_loop *loop = loop_new_default();
-    int p[2];
-    blocking_pipe(p);
     struct exit_seen e = {0};
     tern_id id;
-    pid_t pid = spawn_reading(loop, "read x", p[0], &e, &id);
-    close(p[0]);
+    int input;
+    pid_t pid = spawn_blocked(loop, &e, &id, &input);
     cr_assert_eq(pidfds_open(), 1, "the child is not watched through a pidfd");
     tern__fault_arm(TERN__FAULT_ALLOC, 1);
     cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_STOPPED);
     bool fired = tern__fault_fired();
     tern__fault_arm(0, 0);
     cr_assert(fired, "the cancel allocated nothing");
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d", (int)pid);
-    cr_assert_eq(access(path, F_OK), -1, "the child outlived a reaper with no memory");
+    cr_assert(gone_now(pid), "the child outlived a reaper with no memory");
     cr_assert(run_until_count(loop, &e.n, 1, 10 * (int64_t)MS, 1000));
     cr_assert_eq(e.status, -ECANCELED);
-    close(p[1]);
+    close(input);
     cr_assert_eq(pidfds_open(), 0, "the child's pidfd was left open");
     loop_free_clean(loop);
 }
@@ -233,15 +206,11 @@ Test(reaper, no_memory_for_the_list_kills_and_reaps_at_once, .timeout = TEST_TIM
 Test(reaper, no_memory_for_the_poll_set_looks_on_a_timer, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    int pa[2], pb[2];
-    blocking_pipe(pa);
-    blocking_pipe(pb);
     struct exit_seen ea = {0}, eb = {0};
     tern_id ida, idb;
-    pid_t a = spawn_reading(loop, "read x", pa[0], &ea, &ida);
-    pid_t b = spawn_reading(loop, "read x", pb[0], &eb, &idb);
-    close(pa[0]);
-    close(pb[0]);
+    int ina, inb;
+    pid_t a = spawn_blocked(loop, &ea, &ida, &ina);
+    pid_t b = spawn_blocked(loop, &eb, &idb, &inb);
     cancel_and_see_it(loop, ida, &ea); /* the reaper starts with one orphan */
     /* The second orphan fits the list (16) but not the poll set (2): the
      * reaper's growth of that set is the next allocation. */
@@ -256,10 +225,10 @@ Test(reaper, no_memory_for_the_poll_set_looks_on_a_timer, .timeout = TEST_TIMEOU
     cr_assert(run_until_count(loop, &eb.n, 1, 10 * (int64_t)MS, 1000));
     cr_assert_eq(eb.status, -ECANCELED);
     cr_assert(alive(a) && alive(b), "an orphan ended before its input did");
-    close(pb[1]);
+    close(inb);
     cr_assert(wait_gone(b), "the second orphan was never reaped");
     cr_assert(alive(a), "the first orphan ended before its input did");
-    close(pa[1]);
+    close(ina);
     cr_assert(wait_gone(a), "the first orphan was never reaped");
     loop_free_clean(loop);
 }
