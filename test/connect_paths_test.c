@@ -21,19 +21,13 @@
  * descriptor fault seams (backends/fault.h) and lookups through the
  * getaddrinfo seam (runtime/testing.h).
  */
-#include "loop_helpers.h"
+#include "net_paths_helpers.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <netdb.h>
 #include <sys/un.h>
-
-static void fault_off(void)
-{
-    tern__fault_arm(0, 0);
-    tern__fault_net_errno(-ENOBUFS);
-}
 
 struct acc {
     atomic_uint accepted, errors;

@@ -16,17 +16,11 @@
  * write without an empty read. Failures are injected through the stream fault seam
  * (backends/fault.h) with the errno each case needs.
  */
-#include "loop_helpers.h"
+#include "net_paths_helpers.h"
 
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-
-static void fault_off(void)
-{
-    tern__fault_arm(0, 0);
-    tern__fault_net_errno(-ENOBUFS);
-}
 
 static void pair(tern_loop *loop, tern_id *id, int *raw)
 {
@@ -87,14 +81,6 @@ static void on_close(tern_loop *loop, tern_id id, void *arg)
     atomic_fetch_add(&((struct rec *)arg)->closed, 1);
 }
 
-static bool have_epoll(void)
-{
-    for (const char *const *n = tern__backend_names; *n != NULL; n++)
-        if (strcmp(*n, "epoll") == 0)
-            return true;
-    return false;
-}
-
 /*
  * The backend refuses to change the watcher: the stream's descriptor is
  * replaced under it (dup2), which drops epoll's registration, so the
@@ -103,9 +89,7 @@ static bool have_epoll(void)
  */
 static void refused_watch(bool reading)
 {
-    if (!have_epoll())
-        cr_skip_test("the backend that refuses a changed watcher (epoll) is not built");
-    tern_loop *loop = loop_new_backend("epoll");
+    tern_loop *loop = loop_new_epoll_or_skip();
     tern_id id;
     int raw;
     pair(loop, &id, &raw);

@@ -17,7 +17,7 @@
  * setting the mark again while the queue is still above half of it owes
  * no drain yet.
  */
-#include "loop_helpers.h"
+#include "net_paths_helpers.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -105,12 +105,6 @@ static void log_cb(tern_loop *loop, tern_id id, int status, void *arg)
     atomic_store(&s->log->n, i + 1);
 }
 
-static void fault_off(void)
-{
-    tern__fault_arm(0, 0);
-    tern__fault_net_errno(-ENOBUFS);
-}
-
 static void close_all(tern_loop *loop, const tern_id *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -192,19 +186,9 @@ Test(udp_paths, an_interrupted_send_is_tried_again, .timeout = TEST_TIMEOUT)
  * EPOLL_CTL_MOD that widens the interest to TERN_WRITABLE fails with
  * -ENOENT. A real cause of the same path is the kernel's ENOMEM.
  */
-static bool have_epoll(void)
-{
-    for (const char *const *n = tern__backend_names; *n != NULL; n++)
-        if (strcmp(*n, "epoll") == 0)
-            return true;
-    return false;
-}
-
 static void refused_watch(bool receiving)
 {
-    if (!have_epoll())
-        cr_skip_test("the backend that refuses a changed watcher (epoll) is not built");
-    tern_loop *loop = loop_new_backend("epoll");
+    tern_loop *loop = loop_new_epoll_or_skip();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     struct sockaddr_storage to = where(loop, b);
     static struct rx ra;
