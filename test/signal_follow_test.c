@@ -8,28 +8,7 @@
  * it blocked. With the self-pipe source (portable builds) the mask is
  * never touched, and the test says so.
  */
-#include "loop_helpers.h"
-
-#include <signal.h>
-
-#include "platform.h"
-
-struct seen {
-    atomic_uint n;
-};
-
-static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
-{
-    (void)loop, (void)id, (void)signo;
-    atomic_fetch_add(&((struct seen *)arg)->n, 1);
-}
-
-static bool blocked_here(int signo)
-{
-    sigset_t cur;
-    cr_assert_eq(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);
-    return sigismember(&cur, signo);
-}
+#include "signal_helpers.h"
 
 struct follower {
     bool block_first;          /* the thread blocks the signal before its watcher starts */
@@ -89,7 +68,7 @@ static void follow(bool block_first)
     cr_assert_eq(pthread_join(t, NULL), 0);
 
     cr_assert_eq(f.blocked_before, block_first);
-    bool masks = tern__sigsource_kind_for(false) != TERN__SIG_PIPE;
+    bool masks = source_masks();
     if (!masks)
         cr_log_info("self-pipe source: a follower's mask is left alone");
     cr_assert_eq(f.blocked_while, masks || block_first,

@@ -16,45 +16,13 @@
  * reader on another thread is what is tested. SIGWINCH, whose default
  * action is to be ignored, is used where a signal may go unread.
  */
-#include "loop_helpers.h"
-
-#include <signal.h>
+#include "signal_helpers.h"
 
 #include "fault.h"
-#include "platform.h"
 
 /* What a backend that reads signals itself (kqueue) calls for each report
  * (runtime/loop_p.h, not a header the tests include). */
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count);
-
-struct seen {
-    atomic_uint n;
-};
-
-static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
-{
-    (void)loop, (void)id, (void)signo;
-    atomic_fetch_add(&((struct seen *)arg)->n, 1);
-}
-
-static bool blocked_here(int signo)
-{
-    sigset_t cur;
-    cr_assert_eq(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);
-    return sigismember(&cur, signo);
-}
-
-static bool pending_here(int signo)
-{
-    sigset_t p;
-    cr_assert_eq(sigpending(&p), 0);
-    return sigismember(&p, signo);
-}
-
-static bool source_masks(void)
-{
-    return tern__sigsource_kind_for(false) != TERN__SIG_PIPE;
-}
 
 /* A few turns that wait for nothing: whatever is queued runs. */
 static void turns(tern_loop *loop, unsigned n)
