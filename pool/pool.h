@@ -208,7 +208,9 @@ int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
                             struct tern__work *const *jobs, unsigned n, bool defer_wake,
                             tern_refusal *cause);
 
-/* Wake decisions made for submissions, ever (a test seam: runtime/testing.h). */
+/* Wake decisions the pool made for submissions, ever: one per single
+ * submission, one per batch, one per kick that found work queued (a test
+ * seam, reached through runtime/testing.h). */
 uint64_t tern__test_pool_wake_checks(void);
 
 /*
@@ -227,7 +229,8 @@ bool tern__pool_config_conflicts(const tern_pool_config *cfg);
 bool tern__pool_active(void);
 /* Whether the process-wide pool is running now (a test seam too). */
 bool tern__pool_running(void);
-/* Bounded workers parked now (a test seam: runtime/testing.h). */
+/* Bounded workers parked now (inside park, asleep or about to be); 0 with
+ * no pool (a test seam, reached through runtime/testing.h). */
 unsigned tern__test_pool_sleepers(void);
 /*
  * The pause gate's windows, held open by a test (pool/stops.c). Hold a

@@ -8,6 +8,10 @@
 
 #include "tern.h"
 #include "fault.h"
+/* The pool's seams (tern__pool_running, tern__test_pool_sleepers,
+ * tern__test_pool_wake_checks, the pause gate's windows) are declared
+ * there, once: pool/seams.c, below runtime/, defines them against it. */
+#include "pool.h"
 
 /* The timeout (ns, -1 forever) step 4 of the last turn passed to the
  * backend, as computed in step 3. */
@@ -84,33 +88,6 @@ tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen);
  */
 typedef void (*tern__group_finish_fn)(tern_group *group);
 extern _Atomic(tern__group_finish_fn) tern__group_finishing;
-
-/* Whether the process-wide pool is running now (pool/pool.h declares it too). */
-bool tern__pool_running(void);
-
-/* Bounded workers parked now (inside park, asleep or about to be); 0 with no pool. */
-unsigned tern__test_pool_sleepers(void);
-/* Wake decisions the pool made for submissions, ever: one per single
- * submission, one per batch, one per kick that found work queued. */
-uint64_t tern__test_pool_wake_checks(void);
-
-/*
- * The pause gate's windows, held open by a test (pool/stops.c). Hold a
- * window, let a thread walk into it (the count of threads waiting there
- * says when), then release it:
- *   past gate:  the next bounded workers to pass the pause gate stop as
- *               if they had read it open, before they take their job;
- *   pool start: the next pool start stops with its workers running and
- *               the pool not yet published (start_lock held).
- * tern__test_pool_holds: exclusive-mode holds taken now.
- */
-void tern__test_hold_past_gate(void);
-void tern__test_release_past_gate(void);
-unsigned tern__test_waiting_past_gate(void);
-void tern__test_hold_pool_start(void);
-void tern__test_release_pool_start(void);
-unsigned tern__test_waiting_pool_start(void);
-unsigned tern__test_pool_holds(void);
 
 /*
  * Give back the calling thread's block of post records, so its next

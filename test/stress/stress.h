@@ -317,7 +317,7 @@ static void stress_report_state(void)
 }
 
 /* Report and leave; the caller holds stress_dog.lock. */
-static void stress_fail_locked(const char *what) __attribute__((noreturn));
+static void stress_fail_locked(const char *what) __attribute__((__noreturn__));
 static void stress_fail_locked(const char *what)
 {
     printf("FAIL: %s\n", what);
@@ -363,7 +363,7 @@ static void *stress_watchdog_main(void *arg)
  */
 /* Report and leave, from any thread; never returns. For a program that
  * finds a state it cannot continue from (a hang it detected itself). */
-static void stress_fail_now(const char *what) __attribute__((noreturn, unused));
+static void stress_fail_now(const char *what) __attribute__((__noreturn__, unused));
 static void stress_fail_now(const char *what)
 {
     pthread_mutex_lock(&stress_dog.lock);
