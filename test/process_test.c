@@ -7,6 +7,7 @@
  * (-ECANCELED once, the child still reaped); unreferenced processes;
  * detached, cwd, env, uid/gid; bad input. Every backend.
  */
+#include "exit_helpers.h"
 #include "loop_helpers.h"
 
 #include <signal.h>
@@ -25,23 +26,6 @@ __attribute__((constructor)) static void child_source_from_env(void)
     const char *v = getenv("TERN_TEST_CHILD_NATIVE");
     if (v != NULL && strcmp(v, "1") == 0)
         (void)tern__child_native(true);
-}
-
-struct exit_seen {
-    atomic_uint n;
-    int status, code, sig;
-    tern_id id;
-};
-
-static void on_exit_cb(tern_loop *loop, tern_id id, int status, int code, int sig, void *arg)
-{
-    (void)loop;
-    struct exit_seen *e = arg;
-    e->status = status;
-    e->code = code;
-    e->sig = sig;
-    e->id = id;
-    atomic_fetch_add(&e->n, 1);
 }
 
 static char *sh_argv[] = {"sh", "-c", NULL, NULL};
@@ -88,20 +72,6 @@ static int zombies(void)
     }
     closedir(d);
     return n;
-}
-
-/* Whether pid is gone entirely (reaped): not even a zombie. */
-static bool wait_gone(pid_t pid)
-{
-    uint64_t end = mono_ns() + LIVENESS_NS;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d", (int)pid);
-    while (mono_ns() < end) {
-        if (access(path, F_OK) < 0)
-            return true;
-        sleep_ns(2 * MS);
-    }
-    return false;
 }
 
 BACKEND_TEST(process, exit_status_and_signal)
@@ -337,16 +307,7 @@ BACKEND_TEST(process, uid_gid)
 /* Whether pid is a zombie now (ended, not yet reaped). */
 static bool is_zombie(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    char *rp = strrchr(buf, ')');
-    return rp != NULL && rp[2] == 'Z';
+    return proc_state(pid) == 'Z';
 }
 
 BACKEND_TEST(process, other_children_left_alone)

@@ -53,18 +53,11 @@ static bool gone_now(pid_t pid)
     return access(path, F_OK) < 0;
 }
 
+/* Whether pid has not ended: it has a /proc entry and is no zombie. */
 static bool alive(pid_t pid)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    char *rp = strrchr(buf, ')');
-    return rp != NULL && rp[1] == ' ' && rp[2] != 'Z';
+    char state = proc_state(pid);
+    return state != 0 && state != 'Z';
 }
 
 static void cancel_and_see_it(tern_loop *loop, tern_id id, struct exit_seen *e)
