@@ -111,6 +111,11 @@ void tern__test_hold_pool_start(void);
 void tern__test_release_pool_start(void);
 unsigned tern__test_waiting_pool_start(void);
 unsigned tern__test_pool_holds(void);
+/*
+ * Entries that bounded workers have taken in runs (batch take, pool/pool_p.h)
+ * and nobody has started or put back yet; 0 with no pool.
+ */
+unsigned tern__test_pool_run_left(void);
 
 /*
  * Give back the calling thread's block of post records, so its next
