@@ -34,13 +34,15 @@
  *   - after the pool's shutdown, nothing is counted queued or busy;
  * and over the run: batches were refused and accepted, runs were stolen
  * from (stalls counted, overflow workers started), cancels and deadlines
- * took effect. Bounded: 4 rounds of 400 ms of submissions.
+ * took effect. The last two rounds end with a cancelling shutdown while
+ * jobs are queued, in runs and running (the same checks hold; the pool's
+ * cancels are the program's). Bounded: 6 rounds of 400 ms of submissions.
  */
 #include "stress.h"
 
 #include "tern/group.h"
 
-#define ROUNDS 4
+#define ROUNDS 6
 #define ROUND_NS (400 * STRESS_MS)
 #define MAX_LOOPS 4
 #define RECS (1u << 15)      /* records per loop per round */
@@ -131,18 +133,17 @@ static void done(tern_loop *loop, tern_id id, int status, void *result, void *ar
         m->blockers--;
 }
 
-/* One submission: a single job or a batch, with or without a deadline. */
-static void submit(tern_loop *loop, struct member *m)
+/*
+ * Submit n jobs (a batch, or a single job when n is 1), the one at
+ * block_at (n: none) a blocker, with or without a deadline.
+ */
+static void submit_n(tern_loop *loop, struct member *m, unsigned n, unsigned block_at,
+                     bool deadline)
 {
-    unsigned n = stress_below(&m->rng, 3) == 0 ? 1 : 2 + (unsigned)stress_below(&m->rng, MAX_BATCH - 1);
     if (m->used + n > RECS || m->inflight + n > MAX_INFLIGHT)
         return;
     struct rec *r = &recs[m->index][m->used];
     m->used += n;
-    bool deadline = stress_below(&m->rng, 8) == 0;
-    unsigned block_at = n;
-    if (m->blockers == 0 && stress_below(&m->rng, 40) == 0)
-        block_at = (unsigned)stress_below(&m->rng, n);
     void *args[MAX_BATCH];
     for (unsigned i = 0; i < n; i++) {
         r[i].member = (unsigned char)m->index;
@@ -180,6 +181,17 @@ static void submit(tern_loop *loop, struct member *m)
     atomic_fetch_add(&n_accepted, n);
 }
 
+/* One submission: a single job or a batch, with or without a deadline. */
+static void submit(tern_loop *loop, struct member *m)
+{
+    unsigned n = stress_below(&m->rng, 3) == 0 ? 1 : 2 + (unsigned)stress_below(&m->rng, MAX_BATCH - 1);
+    bool deadline = stress_below(&m->rng, 8) == 0;
+    unsigned block_at = n;
+    if (m->blockers == 0 && stress_below(&m->rng, 40) == 0)
+        block_at = (unsigned)stress_below(&m->rng, n);
+    submit_n(loop, m, n, block_at, deadline);
+}
+
 static void tick(tern_loop *loop, tern_id id, void *arg)
 {
     (void)id;
@@ -215,6 +227,23 @@ static void teardown(tern_loop *loop, void *arg)
     struct member *m = arg;
     if (!m->quiet_said)
         tern_timer_stop(loop, m->timer);
+}
+
+static _Atomic unsigned acks;       /* loops that have seen `stopping` */
+static _Atomic unsigned at_stop;    /* their jobs in flight then */
+static unsigned long long cancel_end_inflight; /* over the run, at the cancelling shutdowns */
+
+static atomic_bool cancel_end_round;
+
+static void ack(tern_loop *loop, void *arg)
+{
+    struct member *m = arg;
+    /* Before a cancelling shutdown: runs that wait behind a blocker each. */
+    if (atomic_load(&cancel_end_round))
+        for (unsigned b = 0; b < 3; b++)
+            submit_n(loop, m, MAX_BATCH, b == 0 ? 0 : MAX_BATCH, false);
+    atomic_fetch_add(&at_stop, m->inflight);
+    atomic_fetch_add(&acks, 1);
 }
 
 static void sleep_ns(uint64_t ns)
@@ -285,10 +314,15 @@ static uint64_t total_stalls, total_overflow;
 
 static void round_run(unsigned round)
 {
-    unsigned nloops = round < 2 ? 2 : 4;
+    /* (2, 2), (2, 4), (4, 2), (4, 4); then (2, 2) and (4, 4) ending in a cancelling shutdown. */
+    unsigned nloops = round < 2 || round == 4 ? 2 : 4;
     unsigned threads = round % 2 == 0 ? 2 : 4;
+    bool cancel_end = round >= 4;
+    atomic_store(&cancel_end_round, cancel_end);
     atomic_store(&stopping, false);
     atomic_store(&quiet, 0);
+    atomic_store(&acks, 0);
+    atomic_store(&at_stop, 0);
     atomic_store(&exclusive, false);
     atomic_ullong *tallies[] = {&n_accepted, &n_refused, &n_ok, &n_cancelled, &n_timed_out,
                                 &n_bad, &n_ran, &n_twice, &n_batches, &n_batches_refused,
@@ -343,6 +377,20 @@ static void round_run(unsigned round)
     sleep_ns(ROUND_NS);
     atomic_store(&stopping, true);
     pthread_join(t, NULL);
+    /* A post runs between callbacks: once each has run, no loop submits any more. */
+    for (unsigned i = 0; i < nloops; i++)
+        while (tern_post(tern_group_loop(g, i), ack, &members[i]) == -EAGAIN)
+            sched_yield();
+    while (atomic_load(&acks) < nloops)
+        sched_yield();
+    if (cancel_end) {
+        /* With runs taken and blockers running: what the runs hold is cancelled as queued. */
+        stress_phase("a cancelling shutdown with jobs in flight", 30 * STRESS_SEC);
+        rc = tern_pool_shutdown(TERN_POOL_CANCEL, 10 * STRESS_SEC);
+        STRESS_CHECK(rc == 0, "round %u: a cancelling shutdown with %u jobs in flight: %s", round,
+                     atomic_load(&at_stop), tern_strerror(rc));
+        cancel_end_inflight += atomic_load(&at_stop);
+    }
 
     stress_phase("every loop's jobs done", 60 * STRESS_SEC);
     while (atomic_load(&quiet) < nloops)
@@ -419,7 +467,7 @@ static void round_run(unsigned round)
         wrc = tern_pool_worker_stats_get(i, &ws);
         jobs += ws.jobs;
     }
-    if (wrc != -ENOTSUP)
+    if (!cancel_end && wrc != -ENOTSUP) /* the pool of a cancelling end is gone */
         STRESS_CHECK(wrc == 0 && jobs == ran,
                      "round %u: the %u workers' job counts sum to the jobs that ran: %" PRIu64
                      " = %llu",
@@ -458,5 +506,7 @@ int main(void)
     STRESS_CHECK(total_stalls > 0 && total_overflow > 0,
                  "blockers stalled workers (%" PRIu64 ") and overflow workers started (%" PRIu64 ")",
                  total_stalls, total_overflow);
+    STRESS_CHECK(cancel_end_inflight > 0,
+                 "the cancelling shutdowns met jobs in flight (%llu)", cancel_end_inflight);
     return stress_summary();
 }
