@@ -384,7 +384,7 @@ static void round_run(unsigned round)
     while (atomic_load(&acks) < nloops)
         sched_yield();
     if (cancel_end) {
-        /* With runs taken and blockers running: what the runs hold is cancelled as queued. */
+        /* With runs taken and blockers running: each entry is cancelled or run, once. */
         stress_phase("a cancelling shutdown with jobs in flight", 30 * STRESS_SEC);
         rc = tern_pool_shutdown(TERN_POOL_CANCEL, 10 * STRESS_SEC);
         STRESS_CHECK(rc == 0, "round %u: a cancelling shutdown with %u jobs in flight: %s", round,
