@@ -186,4 +186,60 @@ static inline void *tern__ring_pop(struct tern__ring *ring)
     }
 }
 
+/*
+ * Items between the consumers' head and the producers' tail now: pushed
+ * or being pushed, not yet popped (any thread; a snapshot, which reads
+ * the producers' line).
+ */
+static inline uint64_t tern__ring_count(struct tern__ring *ring)
+{
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+    return tail > head ? tail - head : 0;
+}
+
+/*
+ * Any consumer of a many-consumer ring: pop up to max (>= 1) items that
+ * are ready one after another from the head, with one CAS of the head
+ * for all of them. Returns how many were stored in items (0: empty).
+ * Once the CAS has claimed the run no other consumer can reach its
+ * slots and no producer writes a slot that holds an item, so the items
+ * are read and their slots freed after it, in order.
+ */
+static inline unsigned tern__ring_pop_many(struct tern__ring *ring, void **items, unsigned max)
+{
+    uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    for (;;) {
+        unsigned n = 0;
+        for (; n < max; n++) {
+            uint64_t at = pos + n;
+            /* Pairs with the release store in tern__ring_fill(). */
+            uint64_t seq = atomic_load_explicit(&ring->slots[at & ring->mask].seq,
+                                                memory_order_acquire);
+            if (seq != (at & ~ring->mask) + 1)
+                break;
+        }
+        if (n == 0) {
+            uint64_t seq = atomic_load_explicit(&ring->slots[pos & ring->mask].seq,
+                                                memory_order_acquire);
+            if ((int64_t)(seq - ((pos & ~ring->mask) + 1)) < 0)
+                return 0; /* not pushed yet: empty */
+            pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+            continue; /* another consumer took it: look again from the new head */
+        }
+        if (atomic_compare_exchange_weak_explicit(&ring->head, &pos, pos + n,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            for (unsigned i = 0; i < n; i++) {
+                uint64_t at = pos + i;
+                struct tern__ring_slot *slot = &ring->slots[at & ring->mask];
+                items[i] = slot->item;
+                /* Pairs with the producer's acquire load one lap later. */
+                atomic_store_explicit(&slot->seq, (at & ~ring->mask) + ring->mask + 1,
+                                      memory_order_release);
+            }
+            return n;
+        }
+    }
+}
+
 #endif

@@ -37,9 +37,91 @@
  */
 uint64_t tern__pool_wake_at;
 
+struct tern__run tern__pool_runs[TERN__WORKER_SLOTS];
+
 struct tern__work *tern__bounded_take(struct tern__pool *p)
 {
     return tern__ring_pop(&p->queue);
+}
+
+unsigned tern__bounded_take_run(struct tern__pool *p, struct tern__work **jobs)
+{
+    /*
+     * The share (pool_p.h): a run that would leave idle workers nothing
+     * while it waits behind this worker's jobs is cut to this worker's
+     * part of what is ready. Relaxed snapshots: the rule only sizes the
+     * run, every entry is still taken by the ring's own protocol.
+     */
+    uint64_t ready = tern__ring_count(&p->queue);
+    uint64_t idle = atomic_load_explicit(&p->sleepers, memory_order_relaxed) +
+                    atomic_load_explicit(&p->spinners, memory_order_relaxed);
+    uint64_t share = ready / (idle + 1);
+    unsigned max = share >= TERN__TAKE_MAX ? TERN__TAKE_MAX : share == 0 ? 1 : (unsigned)share;
+    return tern__ring_pop_many(&p->queue, (void **)jobs, max);
+}
+
+/* Give back n queued slots that were owed (one step; release, as tern__slots_leave). */
+static void repay_slots(uint64_t n)
+{
+    uint64_t before = atomic_fetch_sub_explicit(&tern__pool_stats.queued, n * TERN__SLOT_QUEUED,
+                                                memory_order_release);
+    if (TERN_UNLIKELY(tern__slots_queued(before) < n))
+        tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
+}
+
+void tern__bounded_repay(_Atomic uint64_t *owed)
+{
+    if (atomic_load_explicit(owed, memory_order_relaxed) == 0)
+        return; /* nothing claimed since the last repayment: no locked step */
+    uint64_t n = atomic_exchange_explicit(owed, 0, memory_order_relaxed);
+    if (n != 0)
+        repay_slots(n);
+}
+
+void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs, unsigned n)
+{
+    if (n == 0)
+        return;
+    tern__ring_push_many(&p->queue, (void *const *)jobs, n);
+}
+
+/*
+ * Sum (take: and take back) the owed counts of every worker slot the
+ * running pool uses (its shape, pool_p.h: none once it is shut down).
+ */
+static uint64_t each_owed(bool take)
+{
+    unsigned fixed, n = tern__runs_in_use(&fixed);
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned slot = i < fixed ? i : TERN__MAX_THREADS + (i - fixed);
+        _Atomic uint64_t *owed = &tern__pool_workers[slot].owed;
+        if (atomic_load_explicit(owed, memory_order_relaxed) == 0)
+            continue;
+        sum += take ? atomic_exchange_explicit(owed, 0, memory_order_relaxed)
+                    : atomic_load_explicit(owed, memory_order_relaxed);
+    }
+    return sum;
+}
+
+uint64_t tern__bounded_owed(void)
+{
+    return each_owed(false);
+}
+
+/*
+ * An admission about to refuse takes back the slots the workers owe:
+ * their jobs have left the queue (claimed, their cells freed), so the
+ * slots are free; only their repayment was put off. Each owed slot is
+ * given back once: by its worker or here, whichever exchanges it first.
+ */
+static bool reclaim_owed(void)
+{
+    uint64_t n = each_owed(true);
+    if (n == 0)
+        return false;
+    repay_slots(n);
+    return true;
 }
 
 void tern__bounded_wake_one(struct tern__pool *p)
@@ -92,16 +174,28 @@ static bool take_slots(struct tern__pool *p, unsigned n, uint64_t *after)
      * never understates what the ring holds.
      */
     uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
-    do {
+    bool reclaimed = false;
+    for (;;) {
         uint64_t used = (uint64_t)tern__slots_queued(s) + tern__slots_reserved(s);
-        if (used + n > cap)
-            return false; /* counted by the client (runtime/job.c, refuse) */
-        if (used + n + atomic_load_explicit(&tern__pool_stats.tombstones, memory_order_relaxed) >
-            room)
-            return false; /* tombstones fill the ring: full until a worker skips them */
-    } while (!atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s,
-                                                    s + n * TERN__SLOT_QUEUED,
-                                                    memory_order_acquire, memory_order_acquire));
+        if (used + n > cap ||
+            used + n + atomic_load_explicit(&tern__pool_stats.tombstones, memory_order_relaxed) >
+                room) {
+            /* Slots the workers owe are free: take them back once, then look again. */
+            if (!reclaimed && (reclaimed = true, reclaim_owed())) {
+                s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
+                continue;
+            }
+            /*
+             * Counted by the client (runtime/job.c, refuse); over the
+             * room, tombstones fill the ring: full until a worker skips them.
+             */
+            return false;
+        }
+        if (atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s,
+                                                  s + n * TERN__SLOT_QUEUED, memory_order_acquire,
+                                                  memory_order_acquire))
+            break;
+    }
     *after = s + n * TERN__SLOT_QUEUED;
     return true;
 }
@@ -190,5 +284,10 @@ void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job
     struct tern__work *job;
     while ((job = tern__bounded_take(p)) != NULL)
         fn(job); /* which settles its slot */
+    /* And what workers' runs hold that their owners have not reached. */
+    unsigned fixed, n = tern__runs_in_use(&fixed);
+    for (unsigned i = 0; i < n; i++)
+        while ((job = tern__run_take(tern__run_at(i, fixed))) != NULL)
+            fn(job);
 }
 

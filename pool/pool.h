@@ -249,6 +249,8 @@ void tern__test_hold_pool_start(void);
 void tern__test_release_pool_start(void);
 unsigned tern__test_waiting_pool_start(void);
 unsigned tern__test_pool_holds(void);
+/* Entries taken in runs by bounded workers, not yet started or put back (batch take). */
+unsigned tern__test_pool_run_left(void);
 
 /*
  * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes

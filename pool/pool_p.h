@@ -136,6 +136,13 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
 struct tern__worker_figures {
     alignas(TERN_CACHELINE) _Atomic uint64_t seq;
     /*
+     * Queue slots the worker owes back (tern__queue_claim_owed): jobs of
+     * its run it has claimed, whose slots still count as queued. Given
+     * back in one step when the run ends, or taken back by an admission
+     * about to refuse (bounded.c); readers of the statistics subtract it.
+     */
+    _Atomic uint64_t owed;
+    /*
      * The public figures (tern_pool_worker_stats_read), on the worker's
      * own lines, written only when TERN_FIGURES is built in: queue entries
      * run, parks, parks ended by a wake signal, ticks spent running what
@@ -346,6 +353,22 @@ static inline bool tern__queue_claim(struct tern__work *w)
                             : (uint64_t)0 - TERN__SLOT_QUEUED);
     return true;
 }
+/*
+ * A worker claims a plain job of its run (not a lookup, not a request of
+ * several steps: those settle at once, as above) and owes its queued slot
+ * instead of giving it back: the slot is given back with the rest of its
+ * run's in one step on the shared `queued` word (tern__bounded_repay),
+ * not one step per job. The owed count is on the worker's own line.
+ */
+static inline bool tern__queue_claim_owed(struct tern__work *w, _Atomic uint64_t *owed)
+{
+    if (!tern__work_claim(w)) {
+        tern__tombstones_sub();
+        return false;
+    }
+    atomic_fetch_add_explicit(owed, 1, memory_order_relaxed);
+    return true;
+}
 /* Per worker histograms; index TERN__MAX_THREADS is shared by long workers. */
 extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
@@ -443,6 +466,93 @@ static inline bool tern__bounded_ready(struct tern__pool *p)
 }
 /* Take the next job off the queue, or NULL; tern__queue_claim settles its slot (bounded.c). */
 struct tern__work *tern__bounded_take(struct tern__pool *p);
+/*
+ * Batch take. A worker reserves a run of up to TERN__TAKE_MAX entries
+ * with one CAS of the queue's head (tern__bounded_take_run), but fewer
+ * when other workers are idle and the queue is short: its share is
+ * ready / (idle workers + 1), at least one, where idle counts the parked
+ * and the spinning. The entries of a run stay QUEUED (stoppable, counted
+ * as queued) until the worker claims each just before running it; the
+ * slots of the plain jobs it claimed are owed (tern__queue_claim_owed)
+ * and repaid in one step when the run ends (tern__bounded_repay).
+ */
+#define TERN__TAKE_MAX 32
+unsigned tern__bounded_take_run(struct tern__pool *p, struct tern__work **jobs);
+/* Give back what owed holds to the queued count: one atomic step, none if nothing is owed. */
+void tern__bounded_repay(_Atomic uint64_t *owed);
+/*
+ * Put the untouched rest of a run back at the queue's tail (a pause is
+ * on: the worker must not start them). Their slots are still counted,
+ * so the ring has room (ring.h's full-slot rule).
+ */
+void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs, unsigned n);
+/*
+ * A worker's run: the entries it took from the queue in one step
+ * (tern__bounded_take_run), published so that an idle worker can take
+ * what the owner has not reached (a job of the run may block: what
+ * follows it must not wait for it). One word says which entries are
+ * left: generation << 16 | next << 8 | len. Whoever takes entry `next`
+ * (the owner, or a thief) does so by one CAS of the word, on the owner's
+ * line; the owner refills the entries only once next == len, and a new
+ * generation makes every CAS made on the old reading fail, so an entry
+ * read before the CAS is the one the CAS took. The entries stay QUEUED
+ * until their taker claims them (tern__queue_claim_owed).
+ */
+struct tern__run {
+    alignas(TERN_CACHELINE) _Atomic uint64_t word;
+    _Atomic(struct tern__work *) entry[TERN__TAKE_MAX];
+};
+_Static_assert(TERN__TAKE_MAX < 256, "next and len are a byte each");
+#define TERN__RUN_NEXT(word) ((unsigned)((word) >> 8) & 0xffu)
+#define TERN__RUN_LEN(word) ((unsigned)(word) & 0xffu)
+#define TERN__RUN_GEN_ONE (UINT64_C(1) << 16)
+extern struct tern__run tern__pool_runs[TERN__WORKER_SLOTS]; /* bounded.c */
+
+/* Take the run's next entry, or NULL when it has none left (any worker). */
+static inline struct tern__work *tern__run_take(struct tern__run *r)
+{
+    /* Acquire: pairs with the owner's release store of a new run. */
+    uint64_t word = atomic_load_explicit(&r->word, memory_order_acquire);
+    for (;;) {
+        unsigned next = TERN__RUN_NEXT(word);
+        if (next >= TERN__RUN_LEN(word))
+            return NULL;
+        struct tern__work *job = atomic_load_explicit(&r->entry[next], memory_order_relaxed);
+        if (atomic_compare_exchange_weak_explicit(&r->word, &word, word + (1u << 8),
+                                                  memory_order_acquire, memory_order_acquire))
+            return job;
+    }
+}
+
+static inline bool tern__run_left(struct tern__run *r)
+{
+    uint64_t word = atomic_load_explicit(&r->word, memory_order_relaxed);
+    return TERN__RUN_NEXT(word) < TERN__RUN_LEN(word);
+}
+
+/* The runs of the worker slots the running pool uses (its shape, pool_p.h). */
+static inline unsigned tern__runs_in_use(unsigned *fixed)
+{
+    *fixed = atomic_load_explicit(&tern__pool_shape.threads, memory_order_relaxed);
+    return *fixed + atomic_load_explicit(&tern__pool_shape.overflow_slots, memory_order_relaxed);
+}
+static inline struct tern__run *tern__run_at(unsigned i, unsigned fixed)
+{
+    return &tern__pool_runs[i < fixed ? i : TERN__MAX_THREADS + (i - fixed)];
+}
+
+/* Whether some worker's run has entries its owner has not reached. */
+static inline bool tern__runs_left(void)
+{
+    unsigned fixed, n = tern__runs_in_use(&fixed);
+    for (unsigned i = 0; i < n; i++)
+        if (tern__run_left(tern__run_at(i, fixed)))
+            return true;
+    return false;
+}
+
+/* Queued slots owed by the workers now (a snapshot; the statistics subtract it). */
+uint64_t tern__bounded_owed(void);
 /* Signal one parked worker, unless one is spinning or already being woken. */
 void tern__bounded_wake_one(struct tern__pool *p);
 /* Admit and enqueue; -EAGAIN when the queue is full. */

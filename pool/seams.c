@@ -54,3 +54,14 @@ unsigned tern__test_pool_holds(void)
 {
     return atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) & TERN__HOLDS_COUNT;
 }
+
+unsigned tern__test_pool_run_left(void)
+{
+    unsigned fixed, n = tern__runs_in_use(&fixed), left = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t word = atomic_load_explicit(&tern__run_at(i, fixed)->word, memory_order_relaxed);
+        if (TERN__RUN_NEXT(word) < TERN__RUN_LEN(word))
+            left += TERN__RUN_LEN(word) - TERN__RUN_NEXT(word);
+    }
+    return left;
+}

@@ -66,7 +66,8 @@ static void look(struct tern__pool *p, struct sample *samples, uint64_t stall_ns
     for (unsigned i = 0; i < TERN__MAX_OVERFLOW; i++)
         n += stalled(&samples[TERN__MAX_THREADS + i], TERN__MAX_THREADS + i, now, stall_ns);
     unsigned max = atomic_load_explicit(&tern__pool_watch_now.overflow_max, memory_order_relaxed);
-    if (n > 0 && tern__bounded_ready(p))
+    /* Work waiting: in the queue, or in the run of a worker (stalled, perhaps). */
+    if (n > 0 && (tern__bounded_ready(p) || tern__runs_left()))
         (void)tern__bounded_overflow_start(p, n < max ? n : max); /* -EAGAIN at the ceiling */
 }
 

@@ -54,7 +54,86 @@ struct worker {
      * without spinning.
      */
     bool loop_slept;
+    /* Its run and its figures' count of slots owed (pool_p.h). */
+    struct tern__run *run;
+    _Atomic uint64_t *owed;
 };
+
+/* Work for an idle worker: the queue, or another worker's run. */
+static bool work_waiting(struct tern__pool *p)
+{
+    return tern__bounded_ready(p) || tern__runs_left();
+}
+
+/* Take an entry from another worker's run; NULL if none has one. */
+static struct tern__work *steal(struct worker *w)
+{
+    unsigned fixed, n = tern__runs_in_use(&fixed);
+    for (unsigned i = 0; i < n; i++) {
+        struct tern__run *r = tern__run_at(i, fixed);
+        struct tern__work *job;
+        if (r != w->run && tern__run_left(r) && (job = tern__run_take(r)) != NULL)
+            return job;
+    }
+    return NULL;
+}
+
+/*
+ * The next entry of the worker's run, else of a new run taken from the
+ * queue, else one taken from another worker's run; NULL when there is
+ * none. A run that ends repays the slots its claimed jobs owe, in one
+ * step, before the next is taken. *fresh: a new run was taken.
+ */
+static struct tern__work *next_entry(struct worker *w, bool *fresh)
+{
+    *fresh = false;
+    struct tern__work *job = tern__run_take(w->run);
+    if (job != NULL)
+        return job;
+    tern__bounded_repay(w->owed);
+    struct tern__work *taken[TERN__TAKE_MAX];
+    unsigned n = tern__bounded_take_run(w->pool, taken);
+    if (n == 0)
+        return steal(w);
+    for (unsigned i = 1; i < n; i++)
+        atomic_store_explicit(&w->run->entry[i], taken[i], memory_order_relaxed);
+    /*
+     * Release: a thief that reads this word sees the entries. The owner
+     * alone stores the word, and only with nothing left in it, when no
+     * CAS on it can succeed.
+     */
+    uint64_t word = atomic_load_explicit(&w->run->word, memory_order_relaxed);
+    atomic_store_explicit(&w->run->word, (word & ~(TERN__RUN_GEN_ONE - 1)) + TERN__RUN_GEN_ONE + (1u << 8) + n,
+                          memory_order_release);
+    *fresh = true;
+    return taken[0];
+}
+
+/*
+ * A pause is on: the rest of the run goes back to the queue, untouched
+ * and still queued, so nothing waits in a held worker's hands (a
+ * cancelling shutdown's drain finds it there; any worker may take it
+ * when the pause ends), and the slots owed are repaid.
+ */
+static void put_back_run(struct worker *w)
+{
+    tern__bounded_repay(w->owed);
+    struct tern__run *r = w->run;
+    uint64_t word = atomic_load_explicit(&r->word, memory_order_acquire);
+    unsigned next, len;
+    do {
+        next = TERN__RUN_NEXT(word);
+        len = TERN__RUN_LEN(word);
+        if (next >= len)
+            return;
+    } while (!atomic_compare_exchange_weak_explicit(&r->word, &word,
+                                                    word + ((uint64_t)(len - next) << 8),
+                                                    memory_order_acquire, memory_order_acquire));
+    struct tern__work *rest[TERN__TAKE_MAX];
+    for (unsigned i = next; i < len; i++)
+        rest[i - next] = atomic_load_explicit(&r->entry[i], memory_order_relaxed);
+    tern__bounded_put_back(w->pool, rest, len - next);
+}
 
 static bool held_by_rcu(void)
 {
@@ -117,7 +196,7 @@ static bool park(struct tern__pool *p, uint64_t timeout_ns, struct tern__worker_
     pthread_mutex_lock(&p->park_lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
-    if (!tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
+    if (!work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
         TERN__FIGURE_ADD(fig->parks, 1);
         if (timeout_ns == 0) {
             pthread_cond_wait(&p->park_cond, &p->park_lock);
@@ -186,6 +265,9 @@ static bool spin(struct worker *w, bool *busy)
     bool found = false;
     for (unsigned i = 1;; i++) {
         found = tern__bounded_ready(p) || atomic_load_explicit(&p->exiting, memory_order_relaxed);
+        /* Other workers' runs cost a line each to look at: now and then. */
+        if (!found && i % TERN__SPIN_CLOCK_EVERY == 1)
+            found = tern__runs_left();
         if (found)
             break;
         /*
@@ -223,12 +305,15 @@ static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__w
         tern__lookup_run(p, job, index); /* claims it under the cap */
         return 1;
     }
-    if (!tern__queue_claim(job))
-        return 0; /* a tombstone: its stop gave the slot back */
-    if (job->kind == TERN__WORK_STEPS)
+    if (job->kind == TERN__WORK_STEPS) {
+        if (!tern__queue_claim(job))
+            return 0; /* a tombstone: its stop gave the slot back */
         w->loop_slept = tern__steps_run(p, job, index); /* one step, then requeued or done */
-    else
-        w->loop_slept = tern__work_run(job, index);
+        return 1;
+    }
+    if (!tern__queue_claim_owed(job, w->owed))
+        return 0;
+    w->loop_slept = tern__work_run(job, index);
     return 1;
 }
 
@@ -242,7 +327,7 @@ static bool overflow_retire(struct tern__pool *p, int slot)
 {
     pthread_mutex_lock(&p->park_lock);
     bool go =
-        !tern__bounded_ready(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed);
+        !work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed);
     if (go) {
         p->overflow[slot].alive = false;
         TERN_DECREMENT(p->overflow_alive);
@@ -260,8 +345,8 @@ static void *worker_main(void *argp)
     free(argp);
     tern__thread_name(a.overflow < 0 ? "tern-pool" : "tern-overflow");
     struct tern__pool *p = a.pool;
-    struct worker w = {.pool = p};
     struct tern__worker_figures *fig = &tern__pool_workers[a.figures];
+    struct worker w = {.pool = p, .run = &tern__pool_runs[a.figures], .owed = &fig->owed};
     uint64_t seq = atomic_load_explicit(&fig->seq, memory_order_relaxed);
     tern__spin_init(&w.spin);
     /* `threads` counts the fixed set; overflow workers have their own gauge. */
@@ -278,20 +363,27 @@ static void *worker_main(void *argp)
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
         unsigned holds = atomic_load_explicit(&tern__pool_holds, memory_order_relaxed);
         if (TERN_UNLIKELY(holds != 0)) {
-            if (holds & TERN__HOLDS_COUNT)
+            if (holds & TERN__HOLDS_COUNT) {
+                put_back_run(&w);
                 hold(p, &busy);
+            }
             else /* only a test's stop: the gate read open, the job not yet taken */
                 tern__stop_at(TERN__STOP_WORKER_PAST_GATE);
         }
-        struct tern__work *job = tern__bounded_take(p);
+        bool fresh;
+        struct tern__work *job = next_entry(&w, &fresh);
         if (job != NULL) {
             if (!busy) {
                 busy = true;
                 atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
             }
             woken(&parked); /* before the pass-on: a wake skips while it is set */
-            if (tern__bounded_ready(p))
-                tern__bounded_wake_one(p); /* pass the wake on: more work than this worker */
+            /*
+             * Pass the wake on: more work than this worker (the queue, or
+             * the rest of its run, which an idle worker may take from it).
+             */
+            if (fresh && (tern__run_left(w.run) || tern__bounded_ready(p)))
+                tern__bounded_wake_one(p);
             /* Odd while it runs (the watchdog's view); this worker's line alone. */
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
 #ifdef TERN_FIGURES
@@ -339,6 +431,14 @@ static void figures_reset(void)
     atomic_store_explicit(&tern__pool_shape.overflow_slots, 0, memory_order_relaxed);
     for (unsigned i = 0; i < TERN__WORKER_SLOTS; i++) {
         struct tern__worker_figures *f = &tern__pool_workers[i];
+        /*
+         * Nothing owed, no run: a pool's workers repay and empty them
+         * before they exit, but a child of fork inherits its parent's.
+         */
+        if (atomic_load_explicit(&f->owed, memory_order_relaxed) != 0)
+            atomic_store_explicit(&f->owed, 0, memory_order_relaxed);
+        if (tern__run_left(&tern__pool_runs[i]))
+            atomic_store_explicit(&tern__pool_runs[i].word, 0, memory_order_relaxed);
         if (atomic_load_explicit(&f->parks, memory_order_relaxed) == 0 &&
             atomic_load_explicit(&f->jobs, memory_order_relaxed) == 0 &&
             atomic_load_explicit(&f->busy_ticks, memory_order_relaxed) == 0)
