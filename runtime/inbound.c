@@ -67,8 +67,16 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
      * sees this post and runs it, or we see it closing and give the count
      * back. Pairs with the seq_cst store of `closing` in tern_loop_free().
      */
-    uint64_t pending = atomic_fetch_add_explicit(&loop->posted, 1, memory_order_seq_cst) + 1 -
-                       atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
+    uint64_t ticket = atomic_fetch_add_explicit(&loop->posted, 1, memory_order_seq_cst) + 1;
+    uint64_t done = atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
+    /*
+     * `ticket` counts this post and those admitted before it; `done` may
+     * already count posts admitted after it (their producers ran on while
+     * this one was preempted between the two reads), so it can pass
+     * `ticket`. This post is still pending then: one, not a wrapped
+     * difference that would refuse it far below the limit.
+     */
+    uint64_t pending = ticket > done ? ticket - done : 1;
     int rc = 0;
     struct tern__inbound *in = NULL;
     if (atomic_load_explicit(&loop->closing, memory_order_seq_cst)) {

@@ -114,7 +114,8 @@ static void never(tern_loop *loop, tern_id id, void *arg)
     cr_assert_fail("the keep-alive timer fired");
 }
 
-static void run_producers(unsigned producers, unsigned per_producer, unsigned max_operations)
+/* Returns how many times producers were refused at max_operations. */
+static uint64_t run_producers(unsigned producers, unsigned per_producer, unsigned max_operations)
 {
     static struct post_run r;
     memset(&r, 0, sizeof r);
@@ -164,6 +165,7 @@ static void run_producers(unsigned producers, unsigned per_producer, unsigned ma
                 producers, per_producer, (unsigned long long)s.wake_syscalls,
                 (unsigned long long)atomic_load(&r.refused), max_operations);
     loop_free_clean(r.loop);
+    return atomic_load(&r.refused);
 }
 
 Test(post, g1_posts_from_several_threads_run_on_the_loop_thread, .timeout = TEST_TIMEOUT)
@@ -182,6 +184,22 @@ Test(post, cross_thread_posts_exactly_once_in_producer_order, .timeout = TEST_TI
 Test(post, single_producer_order, .timeout = TEST_TIMEOUT)
 {
     run_producers(1, 100000, 65536);
+}
+
+/*
+ * Admission is exact: a post is refused only at max_operations. Here the
+ * limit is above every post of the run at once, so no post may be refused,
+ * however the producers interleave. A producer preempted between taking
+ * its ticket and reading the loop's count of posts run sees posts admitted
+ * after its own already run; counted as a wrapped difference, that looked
+ * like a full queue.
+ */
+Test(post, no_post_refused_below_max_operations, .timeout = TEST_TIMEOUT)
+{
+    enum { PRODUCERS = 8, PER_PRODUCER = 250000 };
+    uint64_t refused = run_producers(PRODUCERS, PER_PRODUCER, PRODUCERS * PER_PRODUCER + 1024);
+    cr_assert_eq(refused, 0, "%llu posts refused below max_operations",
+                 (unsigned long long)refused);
 }
 
 /* ---------------------------------------------------------------- */
