@@ -9,12 +9,14 @@
 int tern__ring_init(struct tern__ring *ring, uint64_t capacity)
 {
     uint64_t size = 1;
+    unsigned shift = 0;
     while (size < capacity)
-        size <<= 1;
+        size <<= 1, shift++;
     ring->slots = tern__calloc_lazy(size, sizeof(ring->slots[0]));
     if (ring->slots == NULL)
         return -ENOMEM;
     ring->mask = size - 1;
+    ring->shift = shift;
     atomic_store_explicit(&ring->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&ring->head, 0, memory_order_relaxed);
     return 0;
