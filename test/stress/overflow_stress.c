@@ -205,16 +205,9 @@ static void release_round(uint64_t *rng, unsigned *held_long)
     }
 }
 
-static tern_pool_stats pool_now(void)
-{
-    tern_pool_stats p;
-    tern_pool_stats_get(&p);
-    return p;
-}
-
 static void report(void)
 {
-    tern_pool_stats p = pool_now();
+    tern_pool_stats p = stress_pool_stats();
     printf("  program: accepted %llu refused %llu ok %llu cancelled %llu timed_out %llu bad %llu;"
            " blockers started %u; finished %u\n"
            "  pool: stalls %" PRIu64 " overflow started %" PRIu64 " retired %" PRIu64
@@ -228,7 +221,7 @@ static void report(void)
 /* Poll (inside a phase) until no overflow worker is alive. */
 static void wait_retired(void)
 {
-    while (pool_now().overflow_now != 0)
+    while (stress_pool_stats().overflow_now != 0)
         sleep_ms(1);
 }
 
@@ -272,7 +265,7 @@ int main(void)
         if (r % 2 == 1) {
             stress_phase("overflow workers retiring after the idle bound", 30 * STRESS_SEC);
             wait_retired();
-            uint64_t retired = pool_now().overflow_retired;
+            uint64_t retired = stress_pool_stats().overflow_retired;
             rounds_retired += retired > last_retired;
             last_retired = retired;
         }
@@ -286,7 +279,7 @@ int main(void)
     wait_retired();
     stress_phase_end();
 
-    tern_pool_stats p = pool_now();
+    tern_pool_stats p = stress_pool_stats();
     unsigned long long acc = atomic_load(&n_accepted), ok = atomic_load(&n_ok),
                        can = atomic_load(&n_cancelled), tmo = atomic_load(&n_timed_out);
     STRESS_CHECK(atomic_load(&n_bad) == 0, "no done had a status its job cannot have (%llu did)",

@@ -7,6 +7,7 @@
  *       thread): line-buffered stdout, prints "seed=0x..." (TERN_SEED
  *       replays a run), starts the TERN_CONTEND busy processes and the
  *       watchdog thread.
+ *   stress_pool_stats()  the pool's statistics now, by value.
  *   stress_seed(stream)  a seed per thread or purpose, derived from the
  *       run's seed; stress_rng(&state) draws from it (splitmix64).
  *   STRESS_CHECK(cond, fmt, ...)  an "ok:"/"FAIL:" line, counted; any
@@ -110,6 +111,14 @@ static inline uint64_t stress_rng(uint64_t *state)
 static inline uint64_t stress_below(uint64_t *state, uint64_t n)
 {
     return n == 0 ? 0 : stress_rng(state) % n;
+}
+
+/* The pool's statistics now, by value (tern_pool_stats_get). */
+static inline tern_pool_stats stress_pool_stats(void)
+{
+    tern_pool_stats p;
+    tern_pool_stats_get(&p);
+    return p;
 }
 
 static uint64_t stress_run_seed;

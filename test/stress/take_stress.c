@@ -286,16 +286,9 @@ static void *pauser_main(void *arg)
     return NULL;
 }
 
-static tern_pool_stats pool_now(void)
-{
-    tern_pool_stats p;
-    tern_pool_stats_get(&p);
-    return p;
-}
-
 static void report(void)
 {
-    tern_pool_stats p = pool_now();
+    tern_pool_stats p = stress_pool_stats();
     printf("  program: accepted %llu refused %llu ok %llu cancelled %llu timed_out %llu bad %llu"
            " ran %llu twice %llu; loops quiet %u; pauses %u; running %u\n"
            "  pool: busy %u queued %u submitted %" PRIu64 " completed %" PRIu64
@@ -342,7 +335,7 @@ static void round_run(unsigned round)
     STRESS_CHECK(tern_pool_watch_set(&w) == 0, "round %u: the watchdog takes a %d ms stall bound",
                  round, STALL_MS);
     /* The pool's counters carry on from one pool to the next: this round's are the difference. */
-    tern_pool_stats before = pool_now();
+    tern_pool_stats before = stress_pool_stats();
     tern_pool_config pc;
     tern_pool_config_init(&pc);
     pc.threads = threads;
@@ -404,11 +397,11 @@ static void round_run(unsigned round)
 
     /* The last worker to finish a job may not have counted itself idle yet. */
     stress_phase("the pool's workers going idle", 30 * STRESS_SEC);
-    while (pool_now().busy != 0)
+    while (stress_pool_stats().busy != 0)
         sleep_ns(STRESS_MS / 10);
     stress_phase_end();
 
-    tern_pool_stats p = pool_now();
+    tern_pool_stats p = stress_pool_stats();
     p.submitted -= before.submitted;
     p.completed -= before.completed;
     p.cancelled -= before.cancelled;
@@ -484,7 +477,7 @@ static void round_run(unsigned round)
                  "round %u: the pool shuts down cleanly", round);
     stress_phase_end();
     /* Slots a worker still owed would stay counted with no pool to subtract them. */
-    p = pool_now();
+    p = stress_pool_stats();
     STRESS_CHECK(p.queued == 0 && p.busy == 0,
                  "round %u: after the shutdown nothing is counted queued (%u) or busy (%u)", round,
                  p.queued, p.busy);
