@@ -678,8 +678,8 @@ TERN_EXTERN int tern_hook_stop(tern_loop *loop, tern_id id);
 typedef struct tern_op_info {
     tern_id id;         /* the id its starting call returned */
     const char *kind;   /* "timer", "job", "io", "stream", ...: a static string */
-    uint64_t age_ns;    /* loop time since it started (tern_loop_now's clock): a timer's
-                           exact, any other's within 2^20 ns (about 1 ms) */
+    uint64_t age_ns;    /* loop time since it started (tern_loop_now's clock), within
+                           2^20 ns (about 1 ms) */
     bool referenced;    /* keeps tern_loop_run() going (not tern_unref'd) */
 } tern_op_info;
 

@@ -314,7 +314,7 @@ void tern__deadline_arm_timer(tern_loop *loop, uint32_t slot, uint64_t deadline)
 void tern__deadline_remove_timer(tern_loop *loop, uint32_t slot);
 static inline void tern__deadline_disarm_timer(tern_loop *loop, uint32_t slot)
 {
-    if (loop->timers.rec[slot].heap != UINT32_MAX)
+    if (tern__timer_armed(&loop->timers.rec[slot]))
         tern__deadline_remove_timer(loop, slot);
 }
 

@@ -15,10 +15,10 @@ uint64_t tern_loop_memory_bytes(const tern_loop *loop)
         bytes += (l->ids.mask + 1) * sizeof(struct tern__idmap_slot);
     bytes += (uint64_t)l->heap.cap * sizeof(struct tern__heap_entry) +
              (uint64_t)l->heap.ops_cap * sizeof(*l->heap.ops);
-    bytes += (uint64_t)l->timers.rec_cap * (sizeof(struct tern__timer) + sizeof(uint64_t)) +
+    bytes += (uint64_t)l->timers.rec_cap * sizeof(struct tern__timer) +
              (uint64_t)l->timers.chunk_no_cap * sizeof(uint32_t) +
              (l->timers.map != NULL ? ((uint64_t)l->timers.map_mask + 1) * sizeof(uint64_t) : 0) +
-             (uint64_t)l->timers.repeat_cap * sizeof(uint64_t);
+             (uint64_t)l->timers.repeat_cap * sizeof(struct tern__timer_repeat);
     bytes += tern__slab_bytes(&l->defers);
     bytes += (uint64_t)l->fds_len * sizeof(*l->fds);
     /* Posts waiting on the inbound queue: their records, carved from the producers' blocks. */

@@ -194,15 +194,33 @@ bool tern__deadline_pop_due(tern_loop *loop, struct tern__op **opp, uint32_t *sl
 #define TERN__TIMER_CHUNK (1u << TERN__TIMER_CHUNK_BITS)
 #define TERN__SLOT_NONE UINT32_MAX
 
+/*
+ * `heap` and `next` share a word: a one-shot timer is either armed (on
+ * the heap) or queued (it left the heap when it came due), and a free
+ * slot is neither armed nor queued. A repeating timer is rearmed when it
+ * comes due, so it can be armed and queued at once: while queued, its
+ * link sits in its repeat entry (struct tern__timer_repeat), and the
+ * word keeps its heap index. tern__timer_link says where the link is.
+ */
 struct tern__timer {
     tern_timer_cb cb; /* NULL: the slot is free, or stopped while queued */
     void *arg;
-    uint32_t heap;    /* index of its heap entry; UINT32_MAX when not armed */
-    uint32_t next;    /* the next slot on the due queue or the free list */
+    union {
+        uint32_t heap; /* armed: its heap entry's index; UINT32_MAX when not armed */
+        uint32_t next; /* a queued one-shot or a free slot: the next slot */
+    };
+    uint32_t born;    /* tern__op_stamp(loop->now) when started (tern_loop_walk's age) */
     uint32_t gen;     /* generation: the live timer's, or the next one's if free */
     uint32_t bits;    /* TERN__TIMER_* flags | repeat index << 4 (0: one-shot) */
 };
 _Static_assert(sizeof(struct tern__timer) == 32, "a timer record is 32 bytes");
+#define TERN__TIMER_REPEAT_SHIFT 4
+
+/* A repeating timer's period, and its due-queue link while it is queued. */
+struct tern__timer_repeat {
+    uint64_t period;
+    uint32_t next; /* the next slot on the due queue; the free list's (index + 1) if free */
+};
 
 enum {
     TERN__TIMER_QUEUED = 1u << 0,   /* on the due queue */
@@ -219,12 +237,6 @@ struct tern__timer_table {
      * pointer, so they may move.
      */
     struct tern__timer *rec;
-    /*
-     * When each slot's timer started (loop->now), for tern_loop_walk's age:
-     * beside the records, not in them, so a record stays 32 bytes and the
-     * dispatch path never touches this array.
-     */
-    uint64_t *born;
     uint32_t rec_cap;            /* slots allocated, a multiple of TERN__TIMER_CHUNK */
     uint32_t *chunk_no;          /* each chunk's process-wide number (for ids) */
     uint32_t nchunks, chunk_no_cap;
@@ -233,7 +245,7 @@ struct tern__timer_table {
     uint32_t used;   /* slots ever handed out (they fill chunks in order) */
     uint32_t free;   /* LIFO of free slots, TERN__SLOT_NONE when empty */
     uint32_t live;   /* started and not finished */
-    uint64_t *repeat; /* periods of repeating timers by repeat index - 1 */
+    struct tern__timer_repeat *repeat; /* repeating timers' entries by repeat index - 1 */
     uint32_t repeat_cap, repeat_used, repeat_free; /* repeat_free: index + 1 of a free one */
     uint32_t due_head, due_tail; /* the due queue: expired timers, in firing order */
     uint32_t due_live; /* queued timers that are still live */
@@ -243,6 +255,21 @@ struct tern__timer_table {
 static inline struct tern__timer *tern__timer_at(const struct tern__timer_table *t, uint32_t slot)
 {
     return &t->rec[slot];
+}
+
+/* Where the due-queue link of the queued timer r is (see struct tern__timer). */
+static inline uint32_t *tern__timer_link(const struct tern__timer_table *t, struct tern__timer *r)
+{
+    uint32_t rep = r->bits >> TERN__TIMER_REPEAT_SHIFT;
+    return rep != 0 ? &t->repeat[rep - 1].next : &r->next;
+}
+
+/* Whether the live timer r holds a heap entry (its word is `heap`, not `next`). */
+static inline bool tern__timer_armed(const struct tern__timer *r)
+{
+    if ((r->bits & TERN__TIMER_QUEUED) && (r->bits >> TERN__TIMER_REPEAT_SHIFT) == 0)
+        return false; /* a queued one-shot left the heap; the word is its link */
+    return r->heap != UINT32_MAX;
 }
 
 /* Ids with this bit are timers'; the process-wide counter never reaches it. */
@@ -299,13 +326,14 @@ static inline bool tern__job_id(tern_id id)
     return (id >> 62) == 1;
 }
 
-/* The table (timer_table.c). slot_alloc: 0 or -ENOMEM. */
+/* The table (timer_table.c). slot_alloc: 0 or -ENOMEM; the slot it gives is not armed. */
 int tern__timer_slot_alloc_slow(struct tern__timer_table *t, uint32_t *slot);
 static inline int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot)
 {
     if (TERN_LIKELY(t->free != TERN__SLOT_NONE)) {
         *slot = t->free;
         t->free = t->rec[*slot].next;
+        t->rec[*slot].heap = UINT32_MAX; /* the word was its link: not armed */
         return 0;
     }
     if (TERN_LIKELY(t->used < t->nchunks * TERN__TIMER_CHUNK)) {

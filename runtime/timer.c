@@ -27,12 +27,12 @@
 
 #include "loop_p.h"
 
-#define REPEAT_SHIFT 4
+#define REPEAT_SHIFT TERN__TIMER_REPEAT_SHIFT
 
 static uint64_t period_of(const struct tern__timer_table *t, const struct tern__timer *r)
 {
     uint32_t ix = r->bits >> REPEAT_SHIFT;
-    return ix != 0 ? t->repeat[ix - 1] : 0;
+    return ix != 0 ? t->repeat[ix - 1].period : 0;
 }
 
 /*
@@ -52,8 +52,12 @@ static void finish(tern_loop *loop, uint32_t slot)
     tern__op_unadmit(loop);
     TERN_DECREMENT(t->live);
     uint32_t rep = r->bits >> REPEAT_SHIFT;
-    if (rep != 0)
+    if (rep != 0) {
+        /* Off the heap now: a queued timer's link moves into its record. */
+        if (r->bits & TERN__TIMER_QUEUED)
+            r->next = t->repeat[rep - 1].next;
         tern__timer_repeat_free(t, rep);
+    }
     if (!(r->bits & TERN__TIMER_QUEUED)) {
         tern__timer_slot_free(t, slot);
         return;
@@ -84,9 +88,9 @@ void tern__timer_expired(tern_loop *loop, uint32_t slot)
     if (r->bits & TERN__TIMER_QUEUED)
         return; /* fired again before its callback ran: one callback */
     r->bits |= TERN__TIMER_QUEUED;
-    r->next = TERN__SLOT_NONE;
+    *tern__timer_link(t, r) = TERN__SLOT_NONE;
     if (t->due_tail != TERN__SLOT_NONE)
-        tern__timer_at(t, t->due_tail)->next = slot;
+        *tern__timer_link(t, tern__timer_at(t, t->due_tail)) = slot;
     else
         t->due_head = slot;
     t->due_tail = slot;
@@ -104,9 +108,11 @@ static uint32_t due_pop(struct tern__timer_table *t)
 {
     uint32_t slot = t->due_head;
     struct tern__timer *r = tern__timer_at(t, slot);
-    t->due_head = r->next;
+    t->due_head = *tern__timer_link(t, r);
     if (t->due_head == TERN__SLOT_NONE)
         t->due_tail = TERN__SLOT_NONE;
+    if ((r->bits >> REPEAT_SHIFT) == 0)
+        r->heap = UINT32_MAX; /* a one-shot's word was its link: it is not armed */
     r->bits &= ~TERN__TIMER_QUEUED;
     return slot;
 }
@@ -228,7 +234,7 @@ int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns, ter
     r->cb = cb;
     r->arg = arg;
     r->bits = rep << REPEAT_SHIFT;
-    t->born[slot] = loop->now;
+    r->born = tern__op_stamp(loop->now);
     t->live++;
     loop->refs++; /* ops_local counted it at admission */
     tern__deadline_arm_timer(loop, slot, loop->now + delay_ns);

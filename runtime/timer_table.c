@@ -117,10 +117,6 @@ static int add_chunk(struct tern__timer_table *t)
         if (rec == NULL)
             return -ENOMEM;
         t->rec = rec;
-        uint64_t *born = tern__realloc(t->born, (size_t)ncap * sizeof(*born));
-        if (born == NULL)
-            return -ENOMEM; /* rec is larger than rec_cap says: harmless */
-        t->born = born;
         t->rec_cap = ncap;
     }
     if (map_reserve(t) < 0)
@@ -129,7 +125,7 @@ static int add_chunk(struct tern__timer_table *t)
     if (tern__numbers_take(&tern__timer_numbers, &no, &floor) < 0)
         return -ENOMEM;
     for (uint32_t i = first; i < first + TERN__TIMER_CHUNK; i++)
-        t->rec[i] = (struct tern__timer){.heap = UINT32_MAX, .next = TERN__SLOT_NONE, .gen = floor};
+        t->rec[i] = (struct tern__timer){.heap = UINT32_MAX, .gen = floor};
     t->chunk_no[t->nchunks] = no;
     map_place(t->map, t->map_mask, ((uint64_t)no + 1) << 32 | t->nchunks);
     t->nchunks++;
@@ -178,13 +174,13 @@ uint32_t tern__timer_repeat_alloc(struct tern__timer_table *t, uint64_t period)
     uint32_t ix;
     if (t->repeat_free != 0) {
         ix = t->repeat_free - 1;
-        t->repeat_free = (uint32_t)t->repeat[ix];
+        t->repeat_free = t->repeat[ix].next;
     } else {
         if (t->repeat_used == t->repeat_cap) {
             uint32_t ncap = t->repeat_cap ? 2 * t->repeat_cap : 16;
             if (ncap > (UINT32_MAX >> 4))
                 return 0; /* the index has 28 bits in the record */
-            uint64_t *v = tern__realloc(t->repeat, ncap * sizeof(*v));
+            struct tern__timer_repeat *v = tern__realloc(t->repeat, ncap * sizeof(*v));
             if (v == NULL)
                 return 0;
             t->repeat = v;
@@ -192,13 +188,13 @@ uint32_t tern__timer_repeat_alloc(struct tern__timer_table *t, uint64_t period)
         }
         ix = t->repeat_used++;
     }
-    t->repeat[ix] = period;
+    t->repeat[ix] = (struct tern__timer_repeat){.period = period, .next = TERN__SLOT_NONE};
     return ix + 1;
 }
 
 void tern__timer_repeat_free(struct tern__timer_table *t, uint32_t ix)
 {
-    t->repeat[ix - 1] = t->repeat_free;
+    t->repeat[ix - 1].next = t->repeat_free;
     t->repeat_free = ix;
 }
 
@@ -216,12 +212,10 @@ void tern__timer_table_destroy(struct tern__timer_table *t)
         tern__numbers_give_back(&tern__timer_numbers, t->chunk_no[c], floor);
     }
     free(t->rec);
-    free(t->born);
     free(t->chunk_no);
     free(t->map);
     free(t->repeat);
     t->rec = NULL;
-    t->born = NULL;
     t->chunk_no = NULL;
     t->map = NULL;
     t->repeat = NULL;

@@ -12,10 +12,11 @@
  * meant for diagnosis (a shutdown that does not finish), not a hot path.
  *
  * The age of an op is loop time since it was registered (op->born, set by
- * tern__op_add, in units of 2^20 ns: within a unit, about a millisecond,
- * of the exact age) and a timer's since it started (the table's `born`
- * array, exact): the loop's clock, refreshed twice a turn, so an age is as
- * late as the turn's clock.
+ * tern__op_add) and a timer's since it started (its record's `born`, set
+ * by tern_timer_start): both stamps count the loop's clock in 2^20 ns
+ * units, so an age is within a unit, about a millisecond, of the exact
+ * one. The loop's clock is refreshed twice a turn, so an age is as late
+ * as the turn's clock.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -82,7 +83,7 @@ int tern_loop_walk(tern_loop *loop, tern_walk_cb cb, void *arg)
         tern_op_info info = {
             .id = tern__timer_id_of(t, slot),
             .kind = "timer",
-            .age_ns = now >= t->born[slot] ? now - t->born[slot] : 0,
+            .age_ns = tern__op_age(r->born, now),
             .referenced = !(r->bits & TERN__TIMER_UNREF),
         };
         cb(loop, &info, arg);

@@ -52,6 +52,15 @@ static void noop_io(tern_loop *loop, tern_id id, int fd, unsigned events, void *
     (void)arg;
 }
 
+/* The unit of a birth stamp (tern_op_info.age_ns: within 2^20 ns). */
+#define UNIT (UINT64_C(1) << 20)
+
+/* Whether a walk's age is the exact loop time `exact`, to a unit. */
+static bool within_a_unit(uint64_t age, uint64_t exact)
+{
+    return age + UNIT > exact && age < exact + UNIT;
+}
+
 struct walk_case {
     tern_id far, unref, io;
     struct seen seen;
@@ -99,10 +108,11 @@ Test(walk, lists_each_live_operation_with_kind_id_age_and_reference, .timeout = 
     cr_assert(io->referenced);
     uint64_t elapsed = c.fired_at - c.started_at;
     cr_assert_geq(elapsed, 30 * MS);
-    cr_assert_eq(far->age_ns, elapsed, "a timer's age is loop time since it started");
-    /* An op's birth stamp counts 2^20 ns units: its age is within one of the exact one. */
-    uint64_t unit = UINT64_C(1) << 20;
-    cr_assert(io->age_ns + unit > elapsed && io->age_ns < elapsed + unit,
+    /* Birth stamps count 2^20 ns units: an age is within one of the exact one. */
+    cr_assert(within_a_unit(far->age_ns, elapsed),
+              "a timer's age (%llu ns) is loop time since it started (%llu ns), to a unit",
+              (unsigned long long)far->age_ns, (unsigned long long)elapsed);
+    cr_assert(within_a_unit(io->age_ns, elapsed),
               "a watcher's age (%llu ns) is loop time since it started (%llu ns), to a unit",
               (unsigned long long)io->age_ns, (unsigned long long)elapsed);
 
@@ -117,6 +127,97 @@ Test(walk, lists_each_live_operation_with_kind_id_age_and_reference, .timeout = 
     loop_free_clean(loop);
     close(sv[0]);
     close(sv[1]);
+}
+
+static void count_timer(tern_loop *loop, tern_id id, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (*(unsigned *)arg)++;
+}
+
+/* The walk's age of each timer `want` names, checked against the loop time it started. */
+struct aged {
+    tern_id id;
+    uint64_t started;
+    const char *what;
+};
+
+static void check_ages(tern_loop *loop, const struct aged *want, unsigned n)
+{
+    struct seen s = {0};
+    cr_assert_eq(tern_loop_walk(loop, collect, &s), (int)n);
+    uint64_t now = tern_loop_now(loop);
+    for (unsigned i = 0; i < n; i++) {
+        const tern_op_info *op = find(&s, want[i].id);
+        cr_assert(op != NULL, "%s is missing from the walk", want[i].what);
+        cr_assert_str_eq(op->kind, "timer");
+        uint64_t exact = now - want[i].started;
+        cr_assert(within_a_unit(op->age_ns, exact),
+                  "%s: age %llu ns, but it started %llu ns of loop time ago", want[i].what,
+                  (unsigned long long)op->age_ns, (unsigned long long)exact);
+    }
+}
+
+/*
+ * A timer's age comes from a stamp in its record, whatever the record
+ * is doing: armed, rearmed by its repeat, waiting on the due queue (a
+ * one-shot, and a repeating one that is armed again while it waits), and
+ * in a slot a stopped timer gave back, where the stamp must be the new
+ * timer's and not the old one's.
+ */
+Test(walk, a_timers_age_holds_armed_rearmed_queued_and_in_a_reused_slot, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    unsigned repeats = 0, queued_calls = 0;
+    uint64_t t0 = tern_loop_now(loop);
+    tern_id armed, rearmed, gone;
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, &armed), 0);
+    cr_assert_eq(tern_timer_start(loop, 10 * MS, 10 * MS, count_timer, &repeats, &rearmed), 0);
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, &gone), 0);
+    cr_assert_eq(tern_timer_stop(loop, gone), 0); /* its slot heads the free list */
+
+    /* At least 50 ms of loop time, and the repeating timer rearmed on the way. */
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    while ((tern_loop_now(loop) < t0 + 50 * MS || repeats < 2) && mono_ns() < end)
+        tern_loop_run_once(loop, 5 * (int64_t)MS);
+    cr_assert_geq(repeats, 2u, "the repeating timer never rearmed");
+
+    uint64_t t1 = tern_loop_now(loop);
+    tern_id reused, one_shot, repeating;
+    cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, &reused), 0);
+    cr_assert_eq(tern_timer_start(loop, 0, 0, count_timer, &queued_calls, &one_shot), 0);
+    cr_assert_eq(tern_timer_start(loop, 0, HOUR, count_timer, &queued_calls, &repeating), 0);
+    /* Step 5 of this turn queues the two due timers; their callbacks wait for the next step 2. */
+    tern_loop_run_once(loop, 0);
+    cr_assert_eq(tern_loop_next_timeout(loop), 0, "the due timers wait on the due queue");
+    cr_assert_eq(queued_calls, 0u);
+    cr_assert_geq(tern_loop_now(loop) - t0, 50 * MS);
+
+    const struct aged want[] = {
+        {armed, t0, "an armed one-shot timer"},
+        {rearmed, t0, "a repeating timer rearmed since it started"},
+        {reused, t1, "a timer in a slot a stopped timer gave back"},
+        {one_shot, t1, "a one-shot timer on the due queue"},
+        {repeating, t1, "a repeating timer on the due queue, armed again"},
+    };
+    check_ages(loop, want, 5);
+
+    /* The queued timers run; the repeating one stays, armed, with its age. */
+    tern_loop_run_once(loop, 0);
+    cr_assert_eq(queued_calls, 2u);
+    const struct aged after[] = {
+        {armed, t0, "an armed one-shot timer"},
+        {rearmed, t0, "a repeating timer rearmed since it started"},
+        {reused, t1, "a timer in a slot a stopped timer gave back"},
+        {repeating, t1, "a repeating timer whose callback ran"},
+    };
+    check_ages(loop, after, 4);
+    cr_assert_eq(tern_timer_stop(loop, armed), 0);
+    cr_assert_eq(tern_timer_stop(loop, rearmed), 0);
+    cr_assert_eq(tern_timer_stop(loop, reused), 0);
+    cr_assert_eq(tern_timer_stop(loop, repeating), 0);
+    loop_free_clean(loop);
 }
 
 static void *sleepy_work(tern_job *job, void *arg)
@@ -272,7 +373,7 @@ Test(group_stall, a_forgotten_timer_is_named_to_the_callback, .timeout = TEST_TI
     cr_assert(t != NULL, "the report's walk does not show the forgotten timer");
     cr_assert_str_eq(t->kind, "timer");
     cr_assert(t->referenced);
-    cr_assert_geq(t->age_ns, 50 * MS, "the timer had lived at least the bound");
+    cr_assert_gt(t->age_ns + UNIT, 50 * MS, "the timer had lived at least the bound, to a unit");
 }
 
 Test(group_stall, without_a_callback_stderr_names_the_timer, .init = cr_redirect_stderr,
