@@ -28,6 +28,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdnoreturn.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,7 +47,8 @@ static tern_id timeout_timer;
 static int answer_status = 1; /* 1: no answer yet */
 static struct in_addr answer;
 
-static void fail(const char *what, int rc)
+/* Never returns: the calls after a failed start never see its id unset. */
+static noreturn void fail(const char *what, int rc)
 {
     fprintf(stderr, "cares_resolve: %s: %s\n", what, rc < 0 ? tern_strerror(rc) : "failed");
     exit(1);
