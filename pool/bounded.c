@@ -9,6 +9,13 @@
  * next power of two — is never full (ring.h's full-slot rule: a slot's
  * count is given back only after its cell was freed).
  *
+ * Lanes. A loop admits the jobs its callbacks submit in steps 1 and 2
+ * of a turn one by one, but holds them back in its lane (pool.h) and
+ * pushes them as one run at the turn's kick, or as soon as a worker's run
+ * of them has gathered: the ring's tail and cells are written once per
+ * run, and a worker takes a run instead of racing the loop job by job
+ * (decision 133).
+ *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
  * during the spin is cheaper to catch than to be woken for: a cross-core
  * wake measured about 20 µs; docs/performance.md has the figures),
@@ -223,29 +230,87 @@ static void enqueue(struct tern__pool *p, struct tern__work *job)
     submitted_wake(p);
 }
 
-int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake)
+/*
+ * This thread's lanes holding jobs, most recently opened first. A loop's
+ * callback may run another loop's turn, so there can be more than one;
+ * tern_pool_shutdown called from such a callback must push them all, and
+ * only this thread can find them. One word of initial-exec TLS.
+ */
+static _Thread_local struct tern__lane *open_lanes __attribute__((tls_model("initial-exec")));
+
+static void lane_close(struct tern__lane *lane)
+{
+    struct tern__lane **at = &open_lanes;
+    while (*at != lane) {
+        TERN_INSIST(*at != NULL); /* an open lane is on its thread's list */
+        at = &(*at)->next;
+    }
+    *at = lane->next;
+    lane->next = NULL;
+    lane->n = 0;
+}
+
+void tern__lane_flush(struct tern__lane *lane)
+{
+    if (lane->n == 0)
+        return;
+    /* Admitted, each on its own slot: the ring has room for them all (ring.h). */
+    tern__ring_push_many(&lane->pool->queue, (void *const *)lane->held, lane->n);
+    lane_close(lane);
+}
+
+void tern__lanes_flush_open(void)
+{
+    while (open_lanes != NULL)
+        tern__lane_flush(open_lanes);
+}
+
+void tern__lanes_forget_open(void)
+{
+    while (open_lanes != NULL)
+        lane_close(open_lanes);
+}
+
+/* Hold an admitted job in the lane; a full lane is pushed as one run. */
+static void lane_hold(struct tern__pool *p, struct tern__lane *lane, struct tern__work *job)
+{
+    if (lane->n == 0) {
+        lane->pool = p;
+        lane->next = open_lanes;
+        open_lanes = lane;
+    }
+    /* Its held jobs' units keep the lane's pool running: it is the one admitting. */
+    TERN_INSIST(lane->pool == p);
+    lane->held[lane->n++] = job;
+    if (lane->n == TERN__LANE_MAX)
+        tern__lane_flush(lane);
+}
+
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, struct tern__lane *lane)
 {
     uint64_t after;
     if (!take_slots(p, 1, &after))
         return -EAGAIN;
     note_peak(after);
-    if (wake)
+    if (lane == NULL)
         enqueue(p, job);
     else
-        tern__ring_push(&p->queue, job); /* the caller kicks later (pool.h) */
+        lane_hold(p, lane, job); /* the caller kicks later (pool.h) */
     return 0;
 }
 
 int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *jobs, unsigned n,
-                               bool wake)
+                               struct tern__lane *lane)
 {
     uint64_t after;
     if (!take_slots(p, n, &after))
         return -EAGAIN;
     note_peak(after);
     /* One run of ring positions for the batch (admitted: never full). */
+    if (lane != NULL)
+        tern__lane_flush(lane); /* what the caller submitted before goes first */
     tern__ring_push_many(&p->queue, (void *const *)jobs, n);
-    if (wake)
+    if (lane == NULL)
         submitted_wake(p); /* else the caller kicks later (pool.h) */
     return 0;
 }

@@ -178,18 +178,19 @@ static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
 }
 
 int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
-                      bool defer_wake, tern_refusal *cause)
+                      struct tern__lane *lane, tern_refusal *cause)
 {
     /*
      * Count in first (pairs with the seq_cst store of `closing` in
      * shutdown): once for the job, and once for this call if it may still
      * touch the pool (a wake, a long thread) after the job has run and
      * counted itself out. The call's unit is given back as it leaves. A
-     * deferred bounded accept touches nothing after its push, so the job's
-     * unit covers it: one contended add per job instead of two.
+     * bounded accept into a lane touches nothing of the pool after it
+     * (the lane's push is covered by the units of the jobs it holds), so
+     * the job's unit covers it: one contended add per job instead of two.
      */
     bool bounded = job->occupancy == TERN_BOUNDED;
-    bool call_unit = !(bounded && defer_wake);
+    bool call_unit = !(bounded && lane != NULL);
     tern__pool_enter(1 + call_unit);
     int rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
@@ -205,7 +206,7 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
         *checked = p->gen;
     }
     *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
-    rc = bounded ? tern__bounded_submit(p, job, !defer_wake) : tern__long_submit(p, job, cause);
+    rc = bounded ? tern__bounded_submit(p, job, lane) : tern__long_submit(p, job, cause);
     if (rc == 0) {
         if (call_unit)
             tern__pool_leave(); /* this call's unit; the job keeps its own */
@@ -219,12 +220,12 @@ refused:
 }
 
 int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
-                            struct tern__work *const *jobs, unsigned n, bool defer_wake,
+                            struct tern__work *const *jobs, unsigned n, struct tern__lane *lane,
                             tern_refusal *cause)
 {
     TERN_REQUIRE(n > 0);
     /* Count in first, as an accept: n units for the jobs, one for the call's wake. */
-    unsigned call_unit = !defer_wake;
+    unsigned call_unit = lane == NULL;
     tern__pool_enter(n + call_unit);
     int rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN;
@@ -239,7 +240,7 @@ int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
         *checked = p->gen;
     }
     *cause = TERN_REFUSED_QUEUE_FULL;
-    if ((rc = tern__bounded_submit_batch(p, jobs, n, !defer_wake)) == 0) {
+    if ((rc = tern__bounded_submit_batch(p, jobs, n, lane)) == 0) {
         if (call_unit)
             tern__pool_leave();
         return 0;
@@ -251,8 +252,10 @@ refused:
     return rc;
 }
 
-void tern__pool_kick(void)
+void tern__pool_kick(struct tern__lane *lane)
 {
+    /* The held jobs' own units cover their push (it ends before any shutdown can). */
+    tern__lane_flush(lane);
     /* The same count-in as an accept: shutdown either waits for us or we see it. */
     tern__pool_enter(1);
     if (!atomic_load_explicit(&closing, memory_order_seq_cst)) {
@@ -344,6 +347,13 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
 {
     if (mode != TERN_POOL_DRAIN && mode != TERN_POOL_CANCEL)
         return -EINVAL;
+    /*
+     * A loop's callback may shut the pool down with jobs still in its
+     * lane: they are accepted and counted in, and only this thread would
+     * ever push them. Before the wait for `closing`, which another
+     * shutdown holds while it waits for those very units.
+     */
+    tern__lanes_flush_open();
     /* One shutdown at a time; a second waits for the first (bounded polls). */
     bool expected = false;
     while (!atomic_compare_exchange_weak_explicit(&closing, &expected, true, memory_order_seq_cst,
@@ -498,6 +508,7 @@ static void after_fork_child(void)
     atomic_store_explicit(&tern__pool_inflight.left, 0, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
+    tern__lanes_forget_open();
     shape_set(NULL);
     if (atomic_load_explicit(&ever_started, memory_order_relaxed)) {
         reset_stats();

@@ -172,6 +172,27 @@ static inline bool tern__work_told(const struct tern__work *w)
 }
 
 /*
+ * A submitter's lane: bounded headers it admitted while it owed a wake
+ * decision anyway (a loop in steps 1 and 2 of its turn), held back from
+ * the queue and pushed as one run at the kick, or when a worker's run of
+ * them has gathered (decision 133). Admission is exact when a header
+ * enters the lane (its slot is taken and its unit counted in); only the
+ * push waits, so the loop writes the queue once per run instead of once
+ * per job, and a worker finds a run waiting instead of a job at a time.
+ * One thread at a time uses a lane, the thread that fills it; it is empty
+ * whenever that thread is outside the window (the kick flushes it), and
+ * a tern_pool_shutdown on a thread with lanes open flushes them first.
+ * The client zeroes it before first use and never touches its fields.
+ */
+#define TERN__LANE_MAX 32
+struct tern__lane {
+    unsigned n;
+    struct tern__pool *pool;  /* where the held headers were admitted (n > 0) */
+    struct tern__lane *next;  /* this thread's other open lanes (pool/bounded.c) */
+    struct tern__work *held[TERN__LANE_MAX];
+};
+
+/*
  * Admit w into its class and hand it to the pool, starting the pool with
  * cfg if none runs (NULL cfg adopts any). *checked caches the generation
  * whose configuration was last found equal to cfg, so the comparison is
@@ -183,20 +204,24 @@ static inline bool tern__work_told(const struct tern__work *w)
  * runs, or _THREADS when pthread_create refused the pool's start or a long
  * thread), -ENOMEM; on failure w was never seen
  * by a worker. Statistics of refusals are the client's to count.
- * With defer_wake, a bounded header is queued without waking a sleeping
- * worker: the caller owes a tern__pool_kick() before it waits for anything
- * (a loop batches a turn's submissions into one wake decision this way; a
- * spinning worker takes the header meanwhile). Long headers ignore it.
+ * With a lane (non-NULL), a bounded header is admitted into the lane, not
+ * yet the queue, and no sleeping worker is woken: the caller owes a
+ * tern__pool_kick(lane) before it waits for anything (a loop makes one
+ * push and one wake decision per turn's submissions this way). A header
+ * in a lane can be stopped (tern__work_stop) as a queued one. Long
+ * headers ignore the lane: they are handed to a thread at once.
  * Any thread.
  */
 int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *w,
-                      bool defer_wake, tern_refusal *cause);
+                      struct tern__lane *lane, tern_refusal *cause);
 
 /*
  * Admit n bounded headers as one batch: one count-in, one step that takes
  * n queue slots or none (queued + reserved + n within queue_capacity),
- * one run of ring positions, and one wake decision (none with defer_wake:
- * the caller then owes a tern__pool_kick, as for tern__pool_accept).
+ * one run of ring positions, and one wake decision (none with a lane,
+ * whose held headers are pushed first so the queue keeps the caller's
+ * order: the caller then owes a tern__pool_kick(lane), as for
+ * tern__pool_accept).
  * All or nothing: on failure no header was seen by a worker and nothing
  * is left counted.
  * Requires: n > 0; every header's fields written, state QUEUED, class
@@ -205,7 +230,7 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
  * Any thread.
  */
 int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
-                            struct tern__work *const *jobs, unsigned n, bool defer_wake,
+                            struct tern__work *const *jobs, unsigned n, struct tern__lane *lane,
                             tern_refusal *cause);
 
 /* Wake decisions the pool made for submissions, ever: one per single
@@ -214,12 +239,13 @@ int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
 uint64_t tern__test_pool_wake_checks(void);
 
 /*
- * Wake a sleeping bounded worker if the queue holds work: the one wake
- * decision owed for a run of deferred accepts. Harmless when nothing is
- * owed. During a shutdown it does nothing; the shutdown wakes the workers
- * itself. Any thread.
+ * Push what the lane holds into the queue as one run, then wake a
+ * sleeping bounded worker if the queue holds work: the one wake decision
+ * owed for a run of accepts into a lane. Harmless when nothing is owed.
+ * During a shutdown it only pushes; the shutdown wakes the workers
+ * itself. The lane's thread.
  */
-void tern__pool_kick(void);
+void tern__pool_kick(struct tern__lane *lane);
 
 /* 0 or -EINVAL: whether cfg is a valid pool configuration. Any thread. */
 int tern__pool_config_check(const tern_pool_config *cfg);

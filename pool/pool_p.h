@@ -555,8 +555,24 @@ static inline bool tern__runs_left(void)
 uint64_t tern__bounded_owed(void);
 /* Signal one parked worker, unless one is spinning or already being woken. */
 void tern__bounded_wake_one(struct tern__pool *p);
-/* Admit and enqueue; -EAGAIN when the queue is full. */
-int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake);
+/*
+ * Admit and enqueue; -EAGAIN when the queue is full. With a lane the job
+ * is held there (pushed with the lane's run, decision 133) and no worker
+ * is woken; without one it is pushed and a sleeping worker woken.
+ */
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, struct tern__lane *lane);
+/*
+ * Lanes (pool.h, struct tern__lane), bounded.c:
+ *   tern__lane_flush: push what the lane holds as one run, no wake. The
+ *     lane's thread.
+ *   tern__lanes_flush_open: flush every lane this thread has open (a
+ *     shutdown from inside a loop's callback).
+ *   tern__lanes_forget_open: a forked child's: the lanes of the parent's
+ *     loops are emptied and forgotten unpushed (their pool is the parent's).
+ */
+void tern__lane_flush(struct tern__lane *lane);
+void tern__lanes_flush_open(void);
+void tern__lanes_forget_open(void);
 /*
  * Wake decisions made for submissions, ever (relaxed; read by a test
  * seam, pool/seams.c): one per single submission, one per batch, one per
@@ -565,10 +581,11 @@ int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, bool wake
 extern _Atomic uint64_t tern__pool_wake_checks;
 /*
  * Admit n jobs at once: n slots in one step (all or none: -EAGAIN), one
- * run of ring positions, and one wake decision if wake.
+ * run of ring positions, and one wake decision unless there is a lane
+ * (whose held jobs are pushed first: the queue keeps the caller's order).
  */
 int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *jobs, unsigned n,
-                               bool wake);
+                               struct tern__lane *lane);
 /* Wake a sleeping worker if the queue holds work (tern__pool_kick). */
 void tern__bounded_kick(struct tern__pool *p);
 /*

@@ -176,7 +176,7 @@ int tern__jobs_init(tern_loop *loop)
 
 void tern__jobs_destroy(tern_loop *loop)
 {
-    TERN_INSIST(loop->undelivered == 0);
+    TERN_INSIST(loop->undelivered == 0 && loop->lane.n == 0);
     /* Pool threads may still be inside a hand-over to us; wait them out. */
     while (atomic_load_explicit(&loop->result_pins, memory_order_acquire) != 0)
         sched_yield();
@@ -218,7 +218,7 @@ void tern__jobs_kick(tern_loop *loop)
 {
     if (loop->kick_owed) {
         loop->kick_owed = false;
-        tern__pool_kick();
+        tern__pool_kick(&loop->lane);
     }
 }
 
@@ -334,14 +334,16 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
     loop->undelivered++;
     tern_refusal cause = TERN_REFUSED_NONE;
     /*
-     * Inside steps 1 and 2 the wake decision waits for the end of the
-     * batch (tern__jobs_kick, after step 2): a turn's submissions cost one
-     * wake check, not one each. Outside a turn the caller may block next,
-     * so the job wakes a worker at once.
+     * Inside steps 1 and 2 the push and the wake decision wait for the end
+     * of the batch (tern__jobs_kick, after step 2): the jobs a turn's
+     * callbacks submit go to the workers as runs from the loop's lane, not
+     * one by one, and cost one wake check (decision 133). Outside a turn
+     * the caller may block next, so the job is pushed and wakes a worker
+     * at once.
      */
     bool defer = loop->step == TERN__STEP_TAKE || loop->step == TERN__STEP_DISPATCH;
     rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
-                           &job->work, defer, &cause);
+                           &job->work, defer ? &loop->lane : NULL, &cause);
     if (rc < 0) {
         TERN_DECREMENT(loop->undelivered);
         /*
@@ -568,11 +570,15 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
         job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__work_stamp(tern__ticks()) : 0;
         works[made] = &job->work;
     }
-    /* As a single submission: inside steps 1 and 2 the turn makes the wake decision. */
-    bool defer = loop->step == 1 || loop->step == 2;
+    /*
+     * As a single submission: inside steps 1 and 2 the turn makes the wake
+     * decision (the lane's jobs, submitted earlier, are pushed first).
+     */
+    bool defer = loop->step == TERN__STEP_TAKE || loop->step == TERN__STEP_DISPATCH;
     tern_refusal cause = TERN_REFUSED_NONE;
     rc = tern__pool_accept_batch(loop->has_pool_config ? &loop->pool_config : NULL,
-                                 &loop->pool_checked, works, n, defer, &cause);
+                                 &loop->pool_checked, works, n, defer ? &loop->lane : NULL,
+                                 &cause);
     if (rc < 0) {
         batch_undo(loop, works, n, n, claimed);
         if (works != on_stack)

@@ -157,9 +157,9 @@ void tern__lookup_expired(tern_loop *loop, tern_job *job);
  * loop's job state (destroy waits out pool threads still handing a job
  * back); collect moves completions from the result ring to the ready
  * queue (step 1); pending says whether the ring holds any now; check_books
- * is the jobs' share of the TERN_CHECK_BOOKS audit; kick makes the one
- * wake decision owed for the jobs submitted in steps 1 and 2 (turn.c,
- * after step 2: tern__pool_accept's defer_wake).
+ * is the jobs' share of the TERN_CHECK_BOOKS audit; kick pushes the jobs
+ * submitted in steps 1 and 2 from the loop's lane and makes the one wake
+ * decision owed for them (turn.c, after step 2: tern__pool_accept's lane).
  */
 int tern__jobs_init(tern_loop *loop);
 void tern__jobs_destroy(tern_loop *loop);

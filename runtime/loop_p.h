@@ -74,16 +74,18 @@ struct tern_loop {
     /* Records for those calls, so none allocates (inbound.c). */
     alignas(TERN_CACHELINE) struct tern__cancel_reserve cancels;
     alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
-    /*
-     * Pool threads inside job_handback's push + wake (runtime/job.c);
-     * tern_loop_free waits for zero. On the wake word's line, which the
-     * hand-back's wake check reads next anyway: no extra cache miss.
-     */
-    _Atomic unsigned result_pins;
     _Atomic bool stop_requested;
     _Atomic bool closing;        /* tern_loop_free has begun */
     _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
+    /*
+     * Pool threads inside job_handback's push + wake (runtime/job.c);
+     * tern_loop_free waits for zero. On a line of its own: workers add
+     * and subtract it for every job, and on the wake word's line those
+     * writes took from the loop, at every submission, the line holding
+     * `closing` (decision 133).
+     */
+    alignas(TERN_CACHELINE) _Atomic unsigned result_pins;
     alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */
 
     /* ---- loop thread only ---- */
@@ -131,7 +133,8 @@ struct tern_loop {
     uint32_t job_map_mask, job_nchunks;
     unsigned jobs_held; /* records let go by the loop that the pool still holds */
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
-    bool kick_owed;   /* a job queued in this turn without a wake (job.c, tern__jobs_kick) */
+    bool kick_owed;   /* a job accepted in this turn without a wake (job.c, tern__jobs_kick) */
+    struct tern__lane lane; /* bounded jobs accepted in steps 1-2, pushed at the kick (pool.h) */
     uint64_t pool_checked; /* the pool start (generation) this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
@@ -181,12 +184,14 @@ _Static_assert(TERN__LINE_OF(posted) == TERN__LINE_OF(in_tail) &&
 _Static_assert(TERN__LINE_OF(cancels) > TERN__LINE_OF(in_tail) &&
                    TERN__LINE_OF(wake_state) > TERN__LINE_OF(cancels),
                "the cancel reserve is between the tail's and the wake word's lines");
-/* A hand-back's pin and its wake check read one line; the flags every
- * producer checks (stop, closing, sealed) are on it too. */
-_Static_assert(TERN__LINE_OF(result_pins) == TERN__LINE_OF(wake_state) &&
-                   TERN__LINE_OF(sealed) == TERN__LINE_OF(wake_state) &&
-                   TERN__LINE_OF(wake_syscalls) == TERN__LINE_OF(wake_state),
-               "the hand-back's pin and the producers' flags share the wake word's line");
+/* The flags every producer checks (stop, closing, sealed) are on the wake
+ * word's line, which the loop writes only to park and wake; the
+ * hand-back's pin, written for every job, is alone on the next. */
+_Static_assert(TERN__LINE_OF(sealed) == TERN__LINE_OF(wake_state) &&
+                   TERN__LINE_OF(wake_syscalls) == TERN__LINE_OF(wake_state) &&
+                   TERN__LINE_OF(result_pins) == TERN__LINE_OF(wake_state) + 1 &&
+                   TERN__LINE_OF(owner) == TERN__LINE_OF(result_pins) + 1,
+               "the producers' flags share the wake word's line; the pin has its own");
 /* The owner token (read by every loop-only check) alone on its line, and
  * the loop thread's own fields from the next line on: no field another
  * thread writes shares a line with them. */

@@ -422,3 +422,145 @@ Test(batch, out_of_memory_leaves_nothing_behind, .fini = shutdown_clean)
     walk_alloc_faults(loop, &o);
     tern_loop_free(loop);
 }
+
+/*
+ * The lane (decision 133): jobs a done callback submits are admitted at
+ * once but reach the queue at the turn's kick, or in runs of
+ * TERN__LANE_MAX. Whatever the mix of single submissions and batches, one
+ * worker starts them in the order they were submitted: a batch pushes
+ * what the lane holds before its own jobs, and a full lane pushes itself.
+ */
+enum { LANE_FIRST = 40, LANE_BATCH = 8, LANE_LAST = 5 };
+#define LANE_JOBS (LANE_FIRST + LANE_BATCH + LANE_LAST)
+static ph_job lane_jobs[LANE_JOBS];
+static void *lane_args[LANE_JOBS];
+static atomic_uint lane_started;
+static unsigned lane_order[LANE_JOBS]; /* the start position of each job */
+
+static void *ordered_work(tern_job *job, void *arg)
+{
+    lane_order[(ph_job *)arg - lane_jobs] = atomic_fetch_add(&lane_started, 1);
+    return ph_work(job, arg);
+}
+
+static void submit_mixed_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)id, (void)result, (void)arg;
+    cr_assert_eq(status, 0);
+    for (unsigned i = 0; i < LANE_FIRST; i++)
+        cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ordered_work, ph_done, &lane_jobs[i], NULL),
+                     0);
+    cr_assert_eq(tern_submit_batch(loop, TERN_BOUNDED, ordered_work, ph_done,
+                                   &lane_args[LANE_FIRST], LANE_BATCH, NULL, NULL),
+                 0);
+    for (unsigned i = LANE_FIRST + LANE_BATCH; i < LANE_JOBS; i++)
+        cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ordered_work, ph_done, &lane_jobs[i], NULL),
+                     0);
+}
+
+Test(batch, resubmissions_from_done_start_in_submission_order, .fini = shutdown_clean)
+{
+    tern_pool_config cfg = ph_config(1, 1024, 4);
+    tern_loop *loop = new_loop(&cfg, 0, 0);
+    init_jobs(lane_jobs, lane_args, LANE_JOBS, NULL);
+    ph_job first;
+    ph_job_init(&first, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_mixed_done, &first, NULL), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(lane_jobs, LANE_JOBS) == LANE_JOBS);
+    cr_assert(ok, "%d of %d dones", ph_done_total(lane_jobs, LANE_JOBS), LANE_JOBS);
+    for (unsigned i = 0; i < LANE_JOBS; i++) {
+        cr_assert_eq(atomic_load(&lane_jobs[i].ran), 1);
+        cr_assert_eq(lane_order[i], i, "job %u started %uth", i, lane_order[i]);
+    }
+    tern_loop_free(loop);
+}
+
+/*
+ * A shutdown called from a done callback, right after it submitted: the
+ * jobs are accepted but still in the loop's lane, where only this thread
+ * can push them. The shutdown pushes them first, so a draining one runs
+ * them and returns 0 (instead of waiting its timeout out for units that
+ * never leave).
+ */
+static ph_job held_jobs[3];
+static int held_shutdown_rc = 1;
+static int held_ran_at_return = -1;
+
+static void submit_then_shutdown_done(tern_loop *loop, tern_id id, int status, void *result,
+                                      void *arg)
+{
+    (void)id, (void)status, (void)result, (void)arg;
+    for (unsigned i = 0; i < 3; i++)
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &held_jobs[i]), 0);
+    held_shutdown_rc = tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC);
+    held_ran_at_return = 0;
+    for (unsigned i = 0; i < 3; i++)
+        held_ran_at_return += atomic_load(&held_jobs[i].ran);
+}
+
+Test(batch, shutdown_from_done_pushes_the_lane_first, .fini = shutdown_clean)
+{
+    tern_pool_config cfg = ph_config(2, 64, 4);
+    tern_loop *loop = new_loop(&cfg, 0, 0);
+    for (unsigned i = 0; i < 3; i++)
+        ph_job_init(&held_jobs[i], NULL);
+    ph_job first;
+    ph_job_init(&first, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_then_shutdown_done, &first,
+                             NULL),
+                 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(held_jobs, 3) == 3);
+    cr_assert(ok);
+    cr_assert_eq(held_shutdown_rc, 0, "the shutdown returned %s", tern_err_name(held_shutdown_rc));
+    cr_assert_eq(held_ran_at_return, 3, "%d of 3 jobs had run when the shutdown returned",
+                 held_ran_at_return);
+    for (unsigned i = 0; i < 3; i++)
+        cr_assert_eq(held_jobs[i].status, 0);
+    tern_loop_free(loop);
+}
+
+/*
+ * A job still in the lane is stopped as a queued one: its done says
+ * -ECANCELED, its work never runs, and its queue slot is free at once.
+ */
+static ph_job lane_cancelled, lane_kept;
+static int lane_cancel_rc = 1;
+static unsigned queued_after_cancel = 99;
+
+static void submit_then_cancel_done(tern_loop *loop, tern_id id, int status, void *result,
+                                    void *arg)
+{
+    (void)id, (void)status, (void)result, (void)arg;
+    unsigned q0 = ph_stats().queued;
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &lane_cancelled), 0);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &lane_kept), 0);
+    cr_assert_eq(ph_stats().queued, q0 + 2, "accepted into the lane, counted as queued");
+    lane_cancel_rc = tern__test_cancel_now(loop, lane_cancelled.id);
+    queued_after_cancel = ph_stats().queued - q0;
+}
+
+Test(batch, a_job_in_the_lane_cancels_as_a_queued_one, .fini = shutdown_clean)
+{
+    tern_pool_config cfg = ph_config(1, 64, 4);
+    tern_loop *loop = new_loop(&cfg, 0, 0);
+    ph_job_init(&lane_cancelled, NULL);
+    ph_job_init(&lane_kept, NULL);
+    ph_job first;
+    ph_job_init(&first, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_then_cancel_done, &first, NULL),
+                 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop,
+                  atomic_load(&lane_cancelled.done_calls) == 1 &&
+                      atomic_load(&lane_kept.done_calls) == 1);
+    cr_assert(ok);
+    cr_assert_eq(lane_cancel_rc, TERN_CANCEL_STOPPED);
+    cr_assert_eq(queued_after_cancel, 1, "the cancelled job's slot was not given back");
+    cr_assert_eq(lane_cancelled.status, -ECANCELED);
+    cr_assert_eq(atomic_load(&lane_cancelled.ran), 0);
+    cr_assert_eq(lane_kept.status, 0);
+    cr_assert_eq(atomic_load(&lane_kept.ran), 1);
+    tern_loop_free(loop);
+}
