@@ -52,6 +52,21 @@ struct tern__work;
  */
 typedef bool (*tern__handback_fn)(struct tern__work *w);
 /*
+ * Hand-back slots. Every bounded worker (fixed or overflow) has one word
+ * of its own, reached through this thread-local pointer (NULL on every
+ * other thread: a long thread, a shutdown's), where its hand-back names
+ * what it must keep alive until it returns: a release store of the
+ * object before the hand-back's push, and of NULL after its last touch.
+ * Plain stores on the worker's own line, where a shared count would move
+ * a line between workers twice per job. tern__pool_handing says whether
+ * some worker's slot names target now (acquire loads): a client that has
+ * taken every header handed back to target (each push acquired) and then
+ * finds target named nowhere knows no worker will touch it again.
+ */
+extern _Thread_local _Atomic(const void *) *tern__pool_hand_slot
+    __attribute__((tls_model("initial-exec")));
+bool tern__pool_handing(const void *target);
+/*
  * The client's one hand-back, for every header: it stores it (relaxed)
  * before its first tern__pool_accept, always the same function, and pool
  * threads load it (relaxed) as they hand a header back. One word for the

@@ -142,6 +142,8 @@ struct tern__worker_figures {
      * about to refuse (bounded.c); readers of the statistics subtract it.
      */
     _Atomic uint64_t owed;
+    /* The worker's hand-back slot (pool.h, tern__pool_hand_slot). */
+    _Atomic(const void *) handing;
     /*
      * The public figures (tern_pool_worker_stats_read), on the worker's
      * own lines, written only when TERN_FIGURES is built in: queue entries

@@ -45,6 +45,26 @@ struct worker_arg {
 
 struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
 
+_Thread_local _Atomic(const void *) *tern__pool_hand_slot
+    __attribute__((tls_model("initial-exec")));
+
+bool tern__pool_handing(const void *target)
+{
+    /*
+     * The running pool's workers. A pool shut down has none inside a
+     * hand-back: its shutdown waited for every job's unit, which a job
+     * gives up only after its hand-back returned.
+     */
+    unsigned fixed, n = tern__runs_in_use(&fixed);
+    for (unsigned i = 0; i < n; i++) {
+        unsigned slot = i < fixed ? i : TERN__MAX_THREADS + (i - fixed);
+        if (atomic_load_explicit(&tern__pool_workers[slot].handing, memory_order_acquire) ==
+            target)
+            return true;
+    }
+    return false;
+}
+
 struct worker {
     struct tern__pool *pool;
     struct tern__spin spin;
@@ -355,6 +375,7 @@ static void *worker_main(void *argp)
     struct tern__worker_figures *fig = &tern__pool_workers[a.figures];
     struct worker w = {.pool = p, .run = &tern__pool_runs[a.figures], .owed = &fig->owed};
     uint64_t seq = atomic_load_explicit(&fig->seq, memory_order_relaxed);
+    tern__pool_hand_slot = &fig->handing;
     tern__spin_init(&w.spin);
     /* `threads` counts the fixed set; overflow workers have their own gauge. */
     if (a.overflow < 0)

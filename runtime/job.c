@@ -12,6 +12,7 @@
 #include "job_p.h"
 #include "probe.h"
 #include "sized.h"
+#include "testing.h"
 
 static inline tern_job *job_of(struct tern__op *op)
 {
@@ -31,6 +32,8 @@ static inline tern_job *job_of(struct tern__op *op)
  * measured: the figure to watch is bench/pool_throughput's jobs per
  * second.)
  */
+_Atomic(tern__handback_pushed_hook) tern__handback_pushed;
+
 static bool job_handback(struct tern__work *w)
 {
     tern_job *job = (tern_job *)w; /* the header comes first */
@@ -41,14 +44,27 @@ static bool job_handback(struct tern__work *w)
     tern_loop *loop = tern__job_chunk(job)->loop;
     /*
      * Pin the loop across push + wake: once the job is on the ring the loop
-     * may deliver it and tern_loop_free may run; the free waits for pins
-     * to drop to zero before it releases anything we touch here.
+     * may deliver it and tern_loop_free may run; the free waits until no
+     * pin is left before it releases anything we touch here. A bounded
+     * worker pins in its own slot (pool.h: two plain stores on its own
+     * line); any other thread adds to the loop's count.
      */
-    atomic_fetch_add_explicit(&loop->result_pins, 1, memory_order_acquire);
+    _Atomic(const void *) *slot = tern__pool_hand_slot;
+    if (TERN_LIKELY(slot != NULL))
+        atomic_store_explicit(slot, loop, memory_order_release);
+    else
+        atomic_fetch_add_explicit(&loop->result_pins, 1, memory_order_acquire);
     tern__ring_push(loop->ring, job);
     bool woke = tern__loop_wake(loop);
-    /* Pairs with the acquire load in tern__jobs_destroy(). */
-    atomic_fetch_sub_explicit(&loop->result_pins, 1, memory_order_release);
+    tern__handback_pushed_hook hook =
+        atomic_load_explicit(&tern__handback_pushed, memory_order_relaxed);
+    if (TERN_UNLIKELY(hook != NULL))
+        hook(loop);
+    /* Pairs with the acquire loads in tern__jobs_destroy(). */
+    if (TERN_LIKELY(slot != NULL))
+        atomic_store_explicit(slot, NULL, memory_order_release);
+    else
+        atomic_fetch_sub_explicit(&loop->result_pins, 1, memory_order_release);
     return woke;
 }
 
@@ -177,8 +193,12 @@ int tern__jobs_init(tern_loop *loop)
 void tern__jobs_destroy(tern_loop *loop)
 {
     TERN_INSIST(loop->undelivered == 0 && loop->lane.n == 0);
-    /* Pool threads may still be inside a hand-over to us; wait them out. */
-    while (atomic_load_explicit(&loop->result_pins, memory_order_acquire) != 0)
+    /*
+     * Pool threads may still be inside a hand-over to us; wait them out.
+     * Every job was delivered, so each pin taken for one was seen with it.
+     */
+    while (atomic_load_explicit(&loop->result_pins, memory_order_acquire) != 0 ||
+           tern__pool_handing(loop))
         sched_yield();
     tern__job_records_destroy(loop);
     if (loop->ring != NULL) {

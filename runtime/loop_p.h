@@ -79,11 +79,12 @@ struct tern_loop {
     _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
     /*
-     * Pool threads inside job_handback's push + wake (runtime/job.c);
-     * tern_loop_free waits for zero. On a line of its own: workers add
-     * and subtract it for every job, and on the wake word's line those
-     * writes took from the loop, at every submission, the line holding
-     * `closing` (decision 133).
+     * Pool threads other than bounded workers (which pin in a slot of
+     * their own, pool.h) inside job_handback's push + wake (runtime/job.c);
+     * tern_loop_free waits for zero. On a line of its own: added to and
+     * subtracted from for every job it pins, and on the wake word's line
+     * those writes took from the loop the line holding `closing`, which
+     * every submission reads (decision 133).
      */
     alignas(TERN_CACHELINE) _Atomic unsigned result_pins;
     alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */

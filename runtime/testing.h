@@ -90,6 +90,15 @@ typedef void (*tern__group_finish_fn)(tern_group *group);
 extern _Atomic(tern__group_finish_fn) tern__group_finishing;
 
 /*
+ * A hook a pool thread calls inside a job's hand-back, after the push and
+ * the wake, while it still pins the loop (runtime/job.c): a test holds a
+ * worker there to see tern_loop_free wait for it. Set it before the pool
+ * runs the job; NULL (the default) costs one relaxed load a job.
+ */
+typedef void (*tern__handback_pushed_hook)(tern_loop *loop);
+extern _Atomic(tern__handback_pushed_hook) tern__handback_pushed;
+
+/*
  * Give back the calling thread's block of post records, so its next
  * tern_post allocates a fresh one: an input replayed under an armed
  * allocation fault then meets the same allocations as the first time.

@@ -252,3 +252,56 @@ Test(job_records, a_reused_record_keeps_no_mark_of_the_job_before)
     tern_loop_free(loop);
     cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
 }
+
+/*
+ * A loop freed while a worker is still inside the hand-back of one of its
+ * jobs (held by the seam after the push and the wake, the loop still
+ * pinned): the free waits until the worker lets go of the loop. A bounded
+ * worker pins in its own slot, not in the loop (runtime/job.c).
+ */
+static tern_loop *held_loop;
+static atomic_int held_state; /* 0: not yet, 1: a worker is held, 2: let it go */
+static atomic_bool held_freed;
+
+static void hold_in_handback(tern_loop *loop)
+{
+    int expected = 0;
+    if (loop != held_loop || !atomic_compare_exchange_strong(&held_state, &expected, 1))
+        return;
+    uint64_t deadline = ph_now() + PH_LIVENESS_NS;
+    while (atomic_load(&held_state) == 1 && ph_now() < deadline)
+        ph_sleep_ns(PH_MS / 10);
+}
+
+static void *free_held_loop(void *arg)
+{
+    tern_loop_free(arg);
+    atomic_store(&held_freed, true);
+    return NULL;
+}
+
+Test(job_records, a_loop_is_freed_only_after_its_hand_backs_return)
+{
+    start_one_worker();
+    cr_assert_eq(tern_loop_new(&held_loop, NULL), 0);
+    atomic_store(&tern__handback_pushed, hold_in_handback);
+    ph_job_init(&probe, NULL);
+    cr_assert_eq(ph_submit(held_loop, TERN_BOUNDED, &probe), 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, held_loop, atomic_load(&probe.done_calls) == 1);
+    cr_assert(ok);
+    PH_WAIT_UNTIL(ok, atomic_load(&held_state) == 1);
+    cr_assert(ok, "the worker never reached the seam");
+
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, free_held_loop, held_loop), 0);
+    /* A window to see the free return too early (it must not return at all). */
+    ph_sleep_ns(100 * PH_MS);
+    bool early = atomic_load(&held_freed);
+    atomic_store(&held_state, 2);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    atomic_store(&tern__handback_pushed, NULL);
+    cr_assert(!early, "tern_loop_free returned while a worker was inside its hand-back");
+    cr_assert(atomic_load(&held_freed));
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
