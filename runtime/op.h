@@ -257,17 +257,23 @@ static inline struct tern__timer *tern__timer_at(const struct tern__timer_table 
     return &t->rec[slot];
 }
 
+/* The timer's repeat index: its entry is t->repeat[index - 1]; 0 for a one-shot. */
+static inline uint32_t tern__timer_rep(const struct tern__timer *r)
+{
+    return r->bits >> TERN__TIMER_REPEAT_SHIFT;
+}
+
 /* Where the due-queue link of the queued timer r is (see struct tern__timer). */
 static inline uint32_t *tern__timer_link(const struct tern__timer_table *t, struct tern__timer *r)
 {
-    uint32_t rep = r->bits >> TERN__TIMER_REPEAT_SHIFT;
+    uint32_t rep = tern__timer_rep(r);
     return rep != 0 ? &t->repeat[rep - 1].next : &r->next;
 }
 
 /* Whether the live timer r holds a heap entry (its word is `heap`, not `next`). */
 static inline bool tern__timer_armed(const struct tern__timer *r)
 {
-    if ((r->bits & TERN__TIMER_QUEUED) && (r->bits >> TERN__TIMER_REPEAT_SHIFT) == 0)
+    if ((r->bits & TERN__TIMER_QUEUED) && tern__timer_rep(r) == 0)
         return false; /* a queued one-shot left the heap; the word is its link */
     return r->heap != UINT32_MAX;
 }

@@ -27,11 +27,9 @@
 
 #include "loop_p.h"
 
-#define REPEAT_SHIFT TERN__TIMER_REPEAT_SHIFT
-
 static uint64_t period_of(const struct tern__timer_table *t, const struct tern__timer *r)
 {
-    uint32_t ix = r->bits >> REPEAT_SHIFT;
+    uint32_t ix = tern__timer_rep(r);
     return ix != 0 ? t->repeat[ix - 1].period : 0;
 }
 
@@ -51,7 +49,7 @@ static void finish(tern_loop *loop, uint32_t slot)
         TERN_DECREMENT(loop->refs);
     tern__op_unadmit(loop);
     TERN_DECREMENT(t->live);
-    uint32_t rep = r->bits >> REPEAT_SHIFT;
+    uint32_t rep = tern__timer_rep(r);
     if (rep != 0) {
         /* Off the heap now: a queued timer's link moves into its record. */
         if (r->bits & TERN__TIMER_QUEUED)
@@ -111,7 +109,7 @@ static uint32_t due_pop(struct tern__timer_table *t)
     t->due_head = *tern__timer_link(t, r);
     if (t->due_head == TERN__SLOT_NONE)
         t->due_tail = TERN__SLOT_NONE;
-    if ((r->bits >> REPEAT_SHIFT) == 0)
+    if (tern__timer_rep(r) == 0)
         r->heap = UINT32_MAX; /* a one-shot's word was its link: it is not armed */
     r->bits &= ~TERN__TIMER_QUEUED;
     return slot;
@@ -136,7 +134,7 @@ static unsigned due_drain(tern_loop *loop, struct tern__op *op, unsigned budget,
         tern_id id = tern__timer_id_of(t, slot);
         tern_timer_cb cb = r->cb;
         void *arg = r->arg;
-        if ((r->bits >> REPEAT_SHIFT) == 0)
+        if (tern__timer_rep(r) == 0)
             finish(loop, slot); /* a one-shot id is stale once its callback starts */
         ran++;
         cb(loop, id, arg);
@@ -233,7 +231,7 @@ int tern_timer_start(tern_loop *loop, uint64_t delay_ns, uint64_t repeat_ns, ter
     struct tern__timer *r = tern__timer_at(t, slot);
     r->cb = cb;
     r->arg = arg;
-    r->bits = rep << REPEAT_SHIFT;
+    r->bits = rep << TERN__TIMER_REPEAT_SHIFT;
     r->born = tern__op_stamp(loop->now);
     t->live++;
     loop->refs++; /* ops_local counted it at admission */
