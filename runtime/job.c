@@ -19,6 +19,9 @@ static inline tern_job *job_of(struct tern__op *op)
     return caa_container_of(op, tern_job, op);
 }
 
+/* The test seam inside a hand-back (testing.h); NULL outside tern's tests. */
+_Atomic(tern__handback_pushed_hook) tern__handback_pushed;
+
 /*
  * The pool's one call into the loop (pool.h): a finished job goes onto its
  * loop's result ring, and the loop is woken; a stopped job both sides have
@@ -32,8 +35,6 @@ static inline tern_job *job_of(struct tern__op *op)
  * measured: the figure to watch is bench/pool_throughput's jobs per
  * second.)
  */
-_Atomic(tern__handback_pushed_hook) tern__handback_pushed;
-
 static bool job_handback(struct tern__work *w)
 {
     tern_job *job = (tern_job *)w; /* the header comes first */
