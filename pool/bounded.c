@@ -101,7 +101,7 @@ static uint64_t each_owed(bool take)
     unsigned fixed, n = tern__runs_in_use(&fixed);
     uint64_t sum = 0;
     for (unsigned i = 0; i < n; i++) {
-        unsigned slot = i < fixed ? i : TERN__MAX_THREADS + (i - fixed);
+        unsigned slot = tern__worker_slot(i, fixed);
         _Atomic uint64_t *owed = &tern__pool_workers[slot].owed;
         if (atomic_load_explicit(owed, memory_order_relaxed) == 0)
             continue;

@@ -538,9 +538,15 @@ static inline unsigned tern__runs_in_use(unsigned *fixed)
     *fixed = atomic_load_explicit(&tern__pool_shape.threads, memory_order_relaxed);
     return *fixed + atomic_load_explicit(&tern__pool_shape.overflow_slots, memory_order_relaxed);
 }
+/* The slot of the i-th worker in use: fixed workers first, then overflow
+ * workers, whose slots start at TERN__MAX_THREADS. */
+static inline unsigned tern__worker_slot(unsigned i, unsigned fixed)
+{
+    return i < fixed ? i : TERN__MAX_THREADS + (i - fixed);
+}
 static inline struct tern__run *tern__run_at(unsigned i, unsigned fixed)
 {
-    return &tern__pool_runs[i < fixed ? i : TERN__MAX_THREADS + (i - fixed)];
+    return &tern__pool_runs[tern__worker_slot(i, fixed)];
 }
 
 /* Whether some worker's run has entries its owner has not reached. */

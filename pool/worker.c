@@ -57,7 +57,7 @@ bool tern__pool_handing(const void *target)
      */
     unsigned fixed, n = tern__runs_in_use(&fixed);
     for (unsigned i = 0; i < n; i++) {
-        unsigned slot = i < fixed ? i : TERN__MAX_THREADS + (i - fixed);
+        unsigned slot = tern__worker_slot(i, fixed);
         if (atomic_load_explicit(&tern__pool_workers[slot].handing, memory_order_acquire) ==
             target)
             return true;
