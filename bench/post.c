@@ -14,6 +14,13 @@
  *             and _p99 (µs from post to acknowledgement), post_pingpong_p<N>
  *             (posts/s) and post_pingpong_p<N>_wakes.
  *
+ *   split     no twin, and not in bench/run's list: one thread posts `posts`
+ *             functions to a loop that is not running, then runs the loop
+ *             once to take them, `rounds` times (default 20; the first,
+ *             which touches fresh memory, is not counted); figures
+ *             post_split_producer_ns and post_split_loop_ns, each side's
+ *             cost per post on one warm core, with nothing crossing cores.
+ *
  * The producers wait for acknowledgements by spinning briefly and then
  * yielding (bench_wait_at_least), identically in both twins, so only the
  * runtime's hand-over and wake-up differ.
@@ -93,6 +100,34 @@ static void keepalive_cb(tern_loop *l, tern_id id, void *arg)
     (void)l, (void)id, (void)arg;
 }
 
+static void on_split(tern_loop *l, void *arg)
+{
+    (void)l, (void)arg;
+    ran++;
+}
+
+static void split(unsigned long rounds)
+{
+    uint64_t produce_ns = 0, take_ns = 0;
+    for (unsigned long r = 0; r <= rounds; r++) {
+        uint64_t t0 = bench_now_ns();
+        for (unsigned long i = 0; i < total; i++)
+            post_one(on_split, NULL);
+        uint64_t t1 = bench_now_ns();
+        ran = 0;
+        tern_loop_run_once(loop, 0);
+        uint64_t t2 = bench_now_ns();
+        BENCH_CHECK(ran == total, "ran %lu of %lu", ran, total);
+        if (r > 0) {
+            produce_ns += t1 - t0;
+            take_ns += t2 - t1;
+        }
+    }
+    double posts = (double)total * (double)rounds;
+    bench_figure("post_split_producer_ns", (double)produce_ns / posts, "ns");
+    bench_figure("post_split_loop_ns", (double)take_ns / posts, "ns");
+}
+
 int main(int argc, char **argv)
 {
     total = bench_arg(argc, argv, "posts", 1000000);
@@ -112,6 +147,14 @@ int main(int argc, char **argv)
 
     /* A far timer keeps tern_loop_run() from returning before the first
      * post arrives, as the uv_async_t handle does for libuv. */
+    if (strcmp(mode, "split") == 0) {
+        unsigned long rounds = bench_arg(argc, argv, "rounds", 20);
+        BENCH_CHECK(rounds >= 1, "rounds");
+        split(rounds);
+        tern_loop_free(loop);
+        return 0;
+    }
+
     tern_id keepalive;
     rc = tern_timer_start(loop, 3600ull * 1000000000u, 0, keepalive_cb, NULL, &keepalive);
     BENCH_CHECK(rc == 0, "tern_timer_start: %s", tern_strerror(rc));

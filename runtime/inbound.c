@@ -95,9 +95,8 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
         atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_release);
         return rc;
     }
-    in->kind = TERN__IN_POST;
-    in->u.post.fn = fn;
-    in->u.post.arg = arg;
+    in->fn = fn;
+    in->u.arg = arg;
     TERN_PROBE(post, loop, fn);
     return enqueue(loop, in);
 }
@@ -163,7 +162,7 @@ int tern_cancel(tern_loop *loop, tern_id id)
         struct tern__inbound *in = tern__cancel_node_get(&loop->cancels);
         rc = -EAGAIN;
         if (in != NULL) {
-            in->kind = TERN__IN_CANCEL;
+            in->fn = NULL;
             in->u.cancel_id = id;
             (void)enqueue(loop, in);
             rc = TERN_CANCEL_REQUESTED;
@@ -199,26 +198,44 @@ void tern__inbound_drain(tern_loop *loop)
     __cds_wfcq_for_each_blocking(&head, &tail, node) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         TSAN_ACQUIRE(in);
-        posts += in->kind == TERN__IN_POST;
+        posts += !tern__inbound_is_cancel(in);
     }
     atomic_store_explicit(&loop->posts_done,
                           atomic_load_explicit(&loop->posts_done, memory_order_relaxed) + posts,
                           memory_order_relaxed);
+    /*
+     * A producer's posts sit side by side in its block (inbound_block.c),
+     * so the records are given back a run at a time: one atomic step per
+     * run of the same block, not one per post. A record is read before it
+     * joins its run and is never touched after, so giving it back after
+     * later posts ran is safe.
+     */
+    struct tern__inbound *run = NULL;
+    unsigned run_len = 0;
     __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
-        if (in->kind == TERN__IN_CANCEL) {
+        if (tern__inbound_is_cancel(in)) {
             /* Reuse the node's link to keep the cancels in order. */
             in->node.next = NULL;
             *cancels_end = &in->node;
             cancels_end = &in->node.next;
             continue;
         }
-        tern_fn fn = in->u.post.fn;
-        void *arg = in->u.post.arg;
-        tern__inbound_node_free(in);
+        tern_fn fn = in->fn;
+        void *arg = in->u.arg;
+        if (run != NULL && tern__inbound_same_block(run, in)) {
+            run_len++;
+        } else {
+            if (run != NULL)
+                tern__inbound_nodes_free(run, run_len);
+            run = in;
+            run_len = 1;
+        }
         ran++;
         fn(loop, arg);
     }
+    if (run != NULL)
+        tern__inbound_nodes_free(run, run_len);
     atomic_fetch_add_explicit(&loop->st_posts, ran, memory_order_relaxed);
     while (cancels != NULL) {
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);

@@ -13,19 +13,24 @@
 
 #include "tern.h"
 
-enum tern__inbound_kind { TERN__IN_POST = 1, TERN__IN_CANCEL = 2 };
-
+/*
+ * A post carries its function, never NULL (tern_post refuses that), so a
+ * record without one is a cancel: no kind field, and a post record is
+ * three words.
+ */
 struct tern__inbound {
     struct cds_wfcq_node node;
-    enum tern__inbound_kind kind;
+    tern_fn fn; /* NULL: a cancel of u.cancel_id */
     union {
-        struct {
-            tern_fn fn;
-            void *arg;
-        } post;
+        void *arg;
         tern_id cancel_id;
     } u;
 };
+
+static inline bool tern__inbound_is_cancel(const struct tern__inbound *in)
+{
+    return in->fn == NULL;
+}
 
 /*
  * Cancel requests from other threads take their records from here, never
@@ -75,11 +80,14 @@ bool tern__inbound_quiet(tern_loop *loop);
 /*
  * Post records (inbound_block.c), carved from a block of the producing
  * thread's own: node_alloc is any thread's, NULL when out of memory (or
- * an injected allocation fault); node_free is the loop's, once the post
- * has been taken off the queue.
+ * an injected allocation fault). The loop gives records back once their
+ * posts are off the queue, a run at a time: nodes_free gives back `in`
+ * and n - 1 more records of the same block (same_block says which are),
+ * with one atomic step for the run.
  */
 struct tern__inbound *tern__inbound_node_alloc(void);
-void tern__inbound_node_free(struct tern__inbound *in);
+bool tern__inbound_same_block(const struct tern__inbound *a, const struct tern__inbound *b);
+void tern__inbound_nodes_free(struct tern__inbound *in, unsigned n);
 /* Give back the calling thread's block of post records, as its exit does:
  * its next post allocates a fresh one (runtime/seams.c). */
 void tern__inbound_drop_block(void);

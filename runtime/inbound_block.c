@@ -35,9 +35,11 @@ _Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its a
  * itself: the producer carving the next records never shares it. */
 _Static_assert(offsetof(struct node_block, nodes) == TERN_CACHELINE,
                "a block's count is alone on the first line");
-/* A post record is at most half a line: a burst writes two per line, and
- * a block carries at least 126 of them. */
-_Static_assert(sizeof(struct tern__inbound) <= 32, "a post record is at most 32 bytes");
+/* A post record is three words: a burst fills a line with fewer than
+ * three, and a 4 KiB block carries 168 of them on a 64-bit machine. */
+_Static_assert(sizeof(struct tern__inbound) == 3 * sizeof(void *) ||
+                   sizeof(struct tern__inbound) == 2 * sizeof(void *) + sizeof(tern_id),
+               "a post record is three words");
 
 static _Thread_local struct node_block *carving __attribute__((tls_model("initial-exec")));
 static _Thread_local unsigned carved __attribute__((tls_model("initial-exec")));
@@ -142,7 +144,17 @@ void tern__inbound_drop_block(void)
     carving_exit(NULL);
 }
 
-void tern__inbound_node_free(struct tern__inbound *in)
+static struct node_block *block_of(const struct tern__inbound *in)
 {
-    block_release((struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1)), 1);
+    return (struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1));
+}
+
+bool tern__inbound_same_block(const struct tern__inbound *a, const struct tern__inbound *b)
+{
+    return block_of(a) == block_of(b);
+}
+
+void tern__inbound_nodes_free(struct tern__inbound *in, unsigned n)
+{
+    block_release(block_of(in), n);
 }
