@@ -9,6 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#ifdef TERN_HAVE_GETCPU
+#include <sched.h>
+#endif
+
 #ifdef TERN_HAVE_EVENTFD
 #include <sys/eventfd.h>
 #endif
@@ -234,6 +238,15 @@ void tern__thread_name(const char *name)
     (void)pthread_setname_np(pthread_self(), name);
 #else
     (void)name;
+#endif
+}
+
+int tern__current_cpu(void)
+{
+#ifdef TERN_HAVE_GETCPU
+    return sched_getcpu();
+#else
+    return -1;
 #endif
 }
 

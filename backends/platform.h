@@ -108,6 +108,13 @@ struct timespec tern__cond_deadline(uint64_t ns);
 void tern__thread_name(const char *name);
 
 /*
+ * tern__current_cpu: the CPU the calling thread runs on (it may move at
+ * any moment: a hint, never a fact to rely on), or -1 where the system
+ * cannot say and in portable builds.
+ */
+int tern__current_cpu(void);
+
+/*
  * tern__tsc_invariant: whether the CPU's time-stamp counter ticks at a
  * constant rate through frequency changes and sleep states (CPUID
  * 0x80000007, EDX bit 8), which is what makes it a clock. False on

@@ -237,6 +237,7 @@ void tern__inbound_drain(tern_loop *loop)
     if (run != NULL)
         tern__inbound_nodes_free(run, run_len);
     atomic_fetch_add_explicit(&loop->st_posts, ran, memory_order_relaxed);
+    loop->posts_ran = ran;
     while (cancels != NULL) {
         struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;

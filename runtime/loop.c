@@ -102,6 +102,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
         goto fail;
     loop->lookup_expired = tern__lookup_expired;
     atomic_init(&loop->wake_state, TERN__WAKE_PARKING); /* unclaimed: asleep */
+    atomic_init(&loop->waker_cpu, -1);
     loop->magic = TERN__LOOP_MAGIC;
     *loopp = loop;
     return 0;

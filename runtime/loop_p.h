@@ -78,6 +78,7 @@ struct tern_loop {
     _Atomic bool closing;        /* tern_loop_free has begun */
     _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
+    _Atomic int waker_cpu; /* the CPU of the last post's wake, or -1 (turn.c) */
     /*
      * Pool threads other than bounded workers (which pin in a slot of
      * their own, pool.h) inside job_handback's push + wake (runtime/job.c);
@@ -126,6 +127,7 @@ struct tern_loop {
     unsigned long_undelivered; /* of the credits, those held by TERN_LONG jobs */
     unsigned last_refusal;  /* tern_refusal of the last submission (tern_loop_last_refusal) */
     struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
+    unsigned posts_ran;     /* posts this turn's step 1 ran (step 4 reads it: turn.c) */
     struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */
     struct tern_job *job_free;          /* free records, linked through op.ready_next */
     uint64_t job_bytes;                 /* the chunks' bytes */
@@ -190,6 +192,7 @@ _Static_assert(TERN__LINE_OF(cancels) > TERN__LINE_OF(in_tail) &&
  * hand-back's pin, written for every job, is alone on the next. */
 _Static_assert(TERN__LINE_OF(sealed) == TERN__LINE_OF(wake_state) &&
                    TERN__LINE_OF(wake_syscalls) == TERN__LINE_OF(wake_state) &&
+                   TERN__LINE_OF(waker_cpu) == TERN__LINE_OF(wake_state) &&
                    TERN__LINE_OF(result_pins) == TERN__LINE_OF(wake_state) + 1 &&
                    TERN__LINE_OF(owner) == TERN__LINE_OF(result_pins) + 1,
                "the producers' flags share the wake word's line; the pin has its own");

@@ -15,6 +15,7 @@
  */
 #define _LGPL_SOURCE /* liburcu's inline fast paths: the empty check, the quiescent state */
 #include <errno.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <urcu-qsbr.h>
@@ -166,6 +167,30 @@ static void fire_deadlines(tern_loop *loop)
     }
 }
 
+/*
+ * Before parking after a turn that ran posts: if the thread whose post
+ * woke the loop runs on the loop's CPU, the loop took that CPU from it.
+ * Parking now would hand it back for a moment only: the producer's next
+ * post finds the loop asleep, wakes it, and the scheduler (which likes to
+ * run a woken thread where its waker runs) takes the CPU from the
+ * producer again, two context switches and a wake for every post or two.
+ * On a machine with its other cores busy that is how a burst of posts
+ * runs. Yield the CPU once instead: the producer posts a run meanwhile,
+ * and the loop takes it without having slept; if nothing came, park as
+ * before. Not synchronisation: a post made after the yield finds the loop
+ * parking and wakes it as ever (decision 134).
+ */
+static bool posts_came_after_yield(tern_loop *loop)
+{
+    if (loop->posts_ran == 0 || atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
+        return false;
+    int waker = atomic_exchange_explicit(&loop->waker_cpu, -1, memory_order_relaxed);
+    if (waker != tern__current_cpu())
+        return false;
+    sched_yield();
+    return tern__inbound_pending(loop);
+}
+
 /* Announce the park, then re-check: see inbound.c for the protocol. */
 static bool park(tern_loop *loop)
 {
@@ -191,7 +216,7 @@ static bool park(tern_loop *loop)
  */
 static uint64_t wait_backend(tern_loop *loop, int64_t wait)
 {
-    if (wait != 0 && spin_for_work(loop))
+    if (wait != 0 && (spin_for_work(loop) || posts_came_after_yield(loop)))
         wait = 0;
     uint64_t began = wait != 0 ? tern__clock_now() : 0;
     bool parked = wait != 0 && park(loop);
@@ -234,6 +259,7 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     TERN_PROBE(turn_start, loop);
     loop->step = TERN__STEP_TAKE;
     /* Most turns find the inbound queue empty: two loads here, not a call. */
+    loop->posts_ran = 0;
     if (!cds_wfcq_empty(&loop->in_head, &loop->in_tail))
         tern__inbound_drain(loop);
     tern__jobs_collect(loop);

@@ -24,6 +24,8 @@ static inline bool tern__wake_checked(tern_loop *loop)
     if (!atomic_compare_exchange_strong(&loop->wake_state, &state, TERN__WAKE_NOTIFIED))
         return false; /* another producer got there first, or the loop woke */
     atomic_fetch_add_explicit(&loop->wake_syscalls, 1, memory_order_relaxed);
+    /* Where the waker runs: the loop gives this CPU back (turn.c). */
+    atomic_store_explicit(&loop->waker_cpu, tern__current_cpu(), memory_order_relaxed);
     TERN_PROBE(wake, loop);
     if (loop->backend.wakes_itself)
         loop->backend.ops->wake(&loop->backend);

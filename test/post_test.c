@@ -202,6 +202,26 @@ Test(post, no_post_refused_below_max_operations, .timeout = TEST_TIMEOUT)
                  (unsigned long long)refused);
 }
 
+/*
+ * Producers and the loop on one CPU (threads inherit the creator's
+ * affinity): each producer's wake puts the loop on the CPU the producer
+ * was using, and the loop yields it back before parking (decision 134).
+ * None lost, none twice, order kept, whoever has the CPU.
+ */
+Test(post, producers_sharing_the_loops_cpu, .timeout = TEST_TIMEOUT)
+{
+    cpu_set_t was, one;
+    cr_assert_eq(pthread_getaffinity_np(pthread_self(), sizeof was, &was), 0);
+    int cpu = sched_getcpu();
+    cr_assert_geq(cpu, 0);
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    cr_assert_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    run_producers(2, 50000, 1024);
+    run_producers(1, 100000, 65536);
+    cr_assert_eq(pthread_setaffinity_np(pthread_self(), sizeof was, &was), 0);
+}
+
 /* ---------------------------------------------------------------- */
 /* wake coalescing (SPEC §2)                                         */
 /* ---------------------------------------------------------------- */
