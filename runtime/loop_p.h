@@ -78,7 +78,7 @@ struct tern_loop {
     _Atomic bool closing;        /* tern_loop_free has begun */
     _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
-    _Atomic int waker_cpu; /* the CPU of the last post's wake, or -1 (turn.c) */
+    _Atomic int waker_cpu; /* the CPU of the last wake's maker, or -1 (turn.c) */
     /*
      * Pool threads other than bounded workers (which pin in a slot of
      * their own, pool.h) inside job_handback's push + wake (runtime/job.c);

@@ -168,8 +168,9 @@ static void fire_deadlines(tern_loop *loop)
 }
 
 /*
- * Before parking after a turn that ran posts: if the thread whose post
- * woke the loop runs on the loop's CPU, the loop took that CPU from it.
+ * Before parking after a turn that ran posts: if the thread that last
+ * woke the loop (a producer's post, or a worker's hand-back) runs on the
+ * loop's CPU, the loop took that CPU from it.
  * Parking now would hand it back for a moment only: the producer's next
  * post finds the loop asleep, wakes it, and the scheduler (which likes to
  * run a woken thread where its waker runs) takes the CPU from the
