@@ -264,6 +264,7 @@ void tern__jobs_collect(tern_loop *loop)
         return;
     tern_job *run[COLLECT_RUN];
     unsigned n;
+    loop->jobs_taken = 0;
     do {
         for (n = 0; n < COLLECT_RUN && (run[n] = tern__ring_pop_single(loop->ring)) != NULL; n++) {
             TERN_PREFETCH_WRITE(&run[n]->work.occupancy);
@@ -273,6 +274,7 @@ void tern__jobs_collect(tern_loop *loop)
             release_credit(loop, run[i]);
             tern__op_ready(loop, &run[i]->op);
         }
+        loop->jobs_taken += n;
     } while (n == COLLECT_RUN);
 }
 

@@ -128,6 +128,7 @@ struct tern_loop {
     unsigned last_refusal;  /* tern_refusal of the last submission (tern_loop_last_refusal) */
     struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
     unsigned posts_ran;     /* posts this turn's step 1 ran (step 4 reads it: turn.c) */
+    unsigned jobs_taken;    /* finished jobs this turn's step 1 took off the ring (the same) */
     struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */
     struct tern_job *job_free;          /* free records, linked through op.ready_next */
     uint64_t job_bytes;                 /* the chunks' bytes */

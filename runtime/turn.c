@@ -119,6 +119,9 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
  *    holding a core the worker needs.
  */
 #define SPIN_MAX_INFLIGHT 4
+/* A turn that took fewer finished jobs than this took "a job or two"
+ * (work_came_after_yield): one run of tern__jobs_collect. */
+#define YIELD_JOBS_BELOW 16
 
 static bool spin_for_work(tern_loop *loop)
 {
@@ -168,28 +171,37 @@ static void fire_deadlines(tern_loop *loop)
 }
 
 /*
- * Before parking after a turn that ran posts: if the thread that last
- * woke the loop (a producer's post, or a worker's hand-back) runs on the
- * loop's CPU, the loop took that CPU from it.
- * Parking now would hand it back for a moment only: the producer's next
- * post finds the loop asleep, wakes it, and the scheduler (which likes to
- * run a woken thread where its waker runs) takes the CPU from the
- * producer again, two context switches and a wake for every post or two.
- * On a machine with its other cores busy that is how a burst of posts
- * runs. Yield the CPU once instead: the producer posts a run meanwhile,
- * and the loop takes it without having slept; if nothing came, park as
- * before. Not synchronisation: a post made after the yield finds the loop
- * parking and wakes it as ever (decision 134).
+ * Before parking after a turn that took a little work from other threads:
+ * if the thread that last woke the loop (a producer's post, or a worker's
+ * hand-back) runs on the loop's CPU, the loop took that CPU from it.
+ * Parking now would hand it back for a moment only: the next post or
+ * hand-back finds the loop asleep, wakes it, and the scheduler (which
+ * likes to run a woken thread where its waker runs) takes the CPU from
+ * that thread again, two context switches and a wake for every post or
+ * two, every job or two. On a machine with its other cores busy that is
+ * how a burst of posts, or a pool a loop keeps a few hundred jobs ahead
+ * of, runs. Yield the CPU once instead: the waker goes on meanwhile, and
+ * the loop takes what it made without having slept; if nothing came,
+ * park as before. Which turns: any that ran posts; of the turns that
+ * took finished jobs, those that took fewer than a run (a loop woken
+ * for a job or two) while more than the spin's few jobs are in flight
+ * (with few, spin_for_work serves the round trip, and yielding to the
+ * worker would stall it). Not synchronisation: whatever comes after the
+ * yield finds the loop parking and wakes it, as ever (decision 134).
  */
-static bool posts_came_after_yield(tern_loop *loop)
+static bool work_came_after_yield(tern_loop *loop)
 {
-    if (loop->posts_ran == 0 || atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
+    unsigned bounded = loop->undelivered - loop->long_undelivered;
+    bool took_a_little = loop->posts_ran > 0 ||
+                         (loop->jobs_taken > 0 && loop->jobs_taken < YIELD_JOBS_BELOW &&
+                          bounded > SPIN_MAX_INFLIGHT);
+    if (!took_a_little || atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
         return false;
     int waker = atomic_exchange_explicit(&loop->waker_cpu, -1, memory_order_relaxed);
     if (waker != tern__current_cpu())
         return false;
     sched_yield();
-    return tern__inbound_pending(loop);
+    return tern__inbound_pending(loop) || tern__jobs_pending(loop);
 }
 
 /* Announce the park, then re-check: see inbound.c for the protocol. */
@@ -217,7 +229,7 @@ static bool park(tern_loop *loop)
  */
 static uint64_t wait_backend(tern_loop *loop, int64_t wait)
 {
-    if (wait != 0 && (spin_for_work(loop) || posts_came_after_yield(loop)))
+    if (wait != 0 && (spin_for_work(loop) || work_came_after_yield(loop)))
         wait = 0;
     uint64_t began = wait != 0 ? tern__clock_now() : 0;
     bool parked = wait != 0 && park(loop);
