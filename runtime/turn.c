@@ -122,6 +122,9 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
 /* A turn that took fewer finished jobs than this took "a job or two"
  * (work_came_after_yield): one run of tern__jobs_collect. */
 #define YIELD_JOBS_BELOW 16
+/* A yield for posts paid if the next turn ran at least this many: a run
+ * from a producer that went on posting (work_came_after_yield). */
+#define YIELD_POSTS_PAID 16
 
 static bool spin_for_work(tern_loop *loop)
 {
@@ -182,24 +185,36 @@ static void fire_deadlines(tern_loop *loop)
  * how a burst of posts, or a pool a loop keeps a few hundred jobs ahead
  * of, runs. Yield the CPU once instead: the waker goes on meanwhile, and
  * the loop takes what it made without having slept; if nothing came,
- * park as before. Which turns: any that ran posts; of the turns that
- * took finished jobs, those that took fewer than a run (a loop woken
- * for a job or two) while more than the spin's few jobs are in flight
- * (with few, spin_for_work serves the round trip, and yielding to the
- * worker would stall it). Not synchronisation: whatever comes after the
- * yield finds the loop parking and wakes it, as ever (decision 134).
+ * park as before. Which turns: of the turns that took finished jobs,
+ * those that took fewer than a run (a loop woken for a job or two) while
+ * more than the spin's few jobs are in flight (with few, spin_for_work
+ * serves the round trip, and yielding to the worker would stall it).
+ * And turns that ran posts, while yielding has been paying: a yield pays
+ * when the next turn runs a run of posts (the producer went on posting);
+ * a producer that waits for each post's effect leaves one, and yielding
+ * to it (or, worse, to an unrelated process that shares the CPU) only
+ * delays the loop. The credit is the spin's (backends/spin.h): each
+ * yield that pays earns one, each that does not costs four, and without
+ * credit the loop parks at once but for a probe every 32 chances. Not
+ * synchronisation: whatever comes after the yield finds the loop parking
+ * and wakes it, as ever (decision 134).
  */
 static bool work_came_after_yield(tern_loop *loop)
 {
     unsigned bounded = loop->undelivered - loop->long_undelivered;
-    bool took_a_little = loop->posts_ran > 0 ||
-                         (loop->jobs_taken > 0 && loop->jobs_taken < YIELD_JOBS_BELOW &&
-                          bounded > SPIN_MAX_INFLIGHT);
-    if (!took_a_little || atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
+    bool for_jobs = loop->jobs_taken > 0 && loop->jobs_taken < YIELD_JOBS_BELOW &&
+                    bounded > SPIN_MAX_INFLIGHT;
+    if (!(for_jobs || loop->posts_ran > 0) ||
+        atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
         return false;
     int waker = atomic_exchange_explicit(&loop->waker_cpu, -1, memory_order_relaxed);
     if (waker != tern__current_cpu())
         return false;
+    if (!for_jobs) {
+        if (tern__spin_budget(&loop->post_yield) == 0)
+            return false;
+        loop->post_yield_owed = true; /* judged by the next turn's posts */
+    }
     sched_yield();
     return tern__inbound_pending(loop) || tern__jobs_pending(loop);
 }
@@ -275,6 +290,10 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     loop->posts_ran = 0;
     if (!cds_wfcq_empty(&loop->in_head, &loop->in_tail))
         tern__inbound_drain(loop);
+    if (loop->post_yield_owed) {
+        loop->post_yield_owed = false;
+        tern__spin_result(&loop->post_yield, loop->posts_ran >= YIELD_POSTS_PAID);
+    }
     tern__jobs_collect(loop);
 
     loop->step = TERN__STEP_DISPATCH;
