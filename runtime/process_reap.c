@@ -166,3 +166,11 @@ void tern__reaper_sigchld(void)
     if (atomic_load(&wake_open))
         tern__wake_signal(&wake);
 }
+
+bool tern__reaper_running(void)
+{
+    pthread_mutex_lock(&lock);
+    bool r = running;
+    pthread_mutex_unlock(&lock);
+    return r;
+}

@@ -6,6 +6,7 @@
  */
 #include "inbound.h"
 #include "loop_p.h"
+#include "process_p.h"
 #include "testing.h"
 
 int64_t tern__loop_last_wait(const tern_loop *loop)
@@ -61,4 +62,9 @@ tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen)
 void tern__test_inbound_fresh_block(void)
 {
     tern__inbound_drop_block();
+}
+
+bool tern__test_reaper_running(void)
+{
+    return tern__reaper_running();
 }

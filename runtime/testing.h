@@ -90,6 +90,13 @@ typedef void (*tern__group_finish_fn)(tern_group *group);
 extern _Atomic(tern__group_finish_fn) tern__group_finishing;
 
 /*
+ * Whether the background reaper's thread exists (runtime/process_reap.c):
+ * set when a child is handed to it, cleared, under its lock, as the
+ * thread ends with nothing left to wait for.
+ */
+bool tern__test_reaper_running(void);
+
+/*
  * A hook a pool thread calls inside a job's hand-back, after the push and
  * the wake, while it still pins the loop (runtime/job.c): a test holds a
  * worker there to see tern_loop_free wait for it. Set it before the pool
