@@ -248,8 +248,8 @@ bool tern__jobs_pending(tern_loop *loop)
     return loop->ring != NULL && tern__ring_ready(loop->ring);
 }
 
-/* Results taken off the ring in one pass before any is touched (collect). */
-#define COLLECT_RUN 16
+/* Results are taken off the ring TERN__COLLECT_RUN at a time, each run
+ * before any of it is touched (job_p.h). */
 
 /*
  * Step 1's take of finished jobs: a run of results off the ring first,
@@ -262,11 +262,11 @@ void tern__jobs_collect(tern_loop *loop)
 {
     if (loop->ring == NULL)
         return;
-    tern_job *run[COLLECT_RUN];
+    tern_job *run[TERN__COLLECT_RUN];
     unsigned n;
     loop->jobs_taken = 0;
     do {
-        for (n = 0; n < COLLECT_RUN && (run[n] = tern__ring_pop_single(loop->ring)) != NULL; n++) {
+        for (n = 0; n < TERN__COLLECT_RUN && (run[n] = tern__ring_pop_single(loop->ring)) != NULL; n++) {
             TERN_PREFETCH_WRITE(&run[n]->work.occupancy);
             TERN_PREFETCH_WRITE(&run[n]->op);
         }
@@ -275,7 +275,7 @@ void tern__jobs_collect(tern_loop *loop)
             tern__op_ready(loop, &run[i]->op);
         }
         loop->jobs_taken += n;
-    } while (n == COLLECT_RUN);
+    } while (n == TERN__COLLECT_RUN);
 }
 
 static int ensure_ring(tern_loop *loop)

@@ -163,6 +163,9 @@ void tern__lookup_expired(tern_loop *loop, tern_job *job);
  */
 int tern__jobs_init(tern_loop *loop);
 void tern__jobs_destroy(tern_loop *loop);
+/* Step 1 takes finished jobs off the ring in runs of this many; it sets
+ * loop->jobs_taken to how many it took (turn.c reads it). */
+#define TERN__COLLECT_RUN 16
 void tern__jobs_collect(tern_loop *loop);
 bool tern__jobs_pending(tern_loop *loop);
 void tern__jobs_check_books(tern_loop *loop);

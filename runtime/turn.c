@@ -119,9 +119,6 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
  *    holding a core the worker needs.
  */
 #define SPIN_MAX_INFLIGHT 4
-/* A turn that took fewer finished jobs than this took "a job or two"
- * (work_came_after_yield): one run of tern__jobs_collect. */
-#define YIELD_JOBS_BELOW 16
 /* A yield for posts paid if the next turn ran at least this many: a run
  * from a producer that went on posting (work_came_after_yield). */
 #define YIELD_POSTS_PAID 16
@@ -202,7 +199,7 @@ static void fire_deadlines(tern_loop *loop)
 static bool work_came_after_yield(tern_loop *loop)
 {
     unsigned bounded = loop->undelivered - loop->long_undelivered;
-    bool for_jobs = loop->jobs_taken > 0 && loop->jobs_taken < YIELD_JOBS_BELOW &&
+    bool for_jobs = loop->jobs_taken > 0 && loop->jobs_taken < TERN__COLLECT_RUN &&
                     bounded > SPIN_MAX_INFLIGHT;
     if (!(for_jobs || loop->posts_ran > 0) ||
         atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
