@@ -167,12 +167,13 @@ void tern__bounded_wake_all(struct tern__pool *p)
 }
 
 /*
- * Take n queued slots if queued + reserved stays within capacity: all n
- * or none. A compare-and-swap rather than an add and an undo: a refused
- * submission must never make the count, even for an instant, exceed what
- * a reader may observe (SPEC §13).
+ * Take up to n queued slots, at least `least`, while queued + reserved
+ * stays within capacity; returns how many were taken (0: refused). A
+ * compare-and-swap rather than an add and an undo: a refused submission
+ * must never make the count, even for an instant, exceed what a reader
+ * may observe (SPEC §13).
  */
-static bool take_slots(struct tern__pool *p, unsigned n, uint64_t *after)
+static unsigned take_slots(struct tern__pool *p, unsigned n, unsigned least, uint64_t *after)
 {
     uint64_t cap = p->cfg.queue_capacity, room = tern__queue_room(&p->cfg);
     /*
@@ -182,11 +183,18 @@ static bool take_slots(struct tern__pool *p, unsigned n, uint64_t *after)
      */
     uint64_t s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
     bool reclaimed = false;
+    uint64_t k;
     for (;;) {
         uint64_t used = (uint64_t)tern__slots_queued(s) + tern__slots_reserved(s);
-        if (used + n > cap ||
-            used + n + atomic_load_explicit(&tern__pool_stats.tombstones, memory_order_relaxed) >
-                room) {
+        uint64_t in_ring =
+            used + atomic_load_explicit(&tern__pool_stats.tombstones, memory_order_relaxed);
+        uint64_t free = used >= cap ? 0 : cap - used;
+        if (in_ring >= room)
+            free = 0;
+        else if (room - in_ring < free)
+            free = room - in_ring;
+        k = free < n ? free : n;
+        if (k < least) {
             /* Slots the workers owe are free: take them back once, then look again. */
             if (!reclaimed && (reclaimed = true, reclaim_owed())) {
                 s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
@@ -196,15 +204,15 @@ static bool take_slots(struct tern__pool *p, unsigned n, uint64_t *after)
              * Counted by the client (runtime/job.c, refuse); over the
              * room, tombstones fill the ring: full until a worker skips them.
              */
-            return false;
+            return 0;
         }
         if (atomic_compare_exchange_weak_explicit(&tern__pool_stats.queued, &s,
-                                                  s + n * TERN__SLOT_QUEUED, memory_order_acquire,
+                                                  s + k * TERN__SLOT_QUEUED, memory_order_acquire,
                                                   memory_order_acquire))
             break;
     }
-    *after = s + n * TERN__SLOT_QUEUED;
-    return true;
+    *after = s + k * TERN__SLOT_QUEUED;
+    return (unsigned)k;
 }
 
 static void note_peak(uint64_t slots)
@@ -248,6 +256,7 @@ static void lane_close(struct tern__lane *lane)
     *at = lane->next;
     lane->next = NULL;
     lane->n = 0;
+    lane->credit = 0;
 }
 
 void tern__lane_flush(struct tern__lane *lane)
@@ -256,6 +265,18 @@ void tern__lane_flush(struct tern__lane *lane)
         return;
     /* Admitted, each on its own slot: the ring has room for them all (ring.h). */
     tern__ring_push_many(&lane->pool->queue, (void *const *)lane->held, lane->n);
+    uint64_t slots;
+    if (lane->credit > 0) {
+        /* The credit not spent: its slots and units go back. */
+        slots = atomic_fetch_sub_explicit(&tern__pool_stats.queued,
+                                          lane->credit * TERN__SLOT_QUEUED, memory_order_release) -
+                lane->credit * TERN__SLOT_QUEUED;
+        tern__pool_leave_n(lane->credit);
+    } else
+        slots = atomic_load_explicit(&tern__pool_stats.queued, memory_order_relaxed);
+    note_peak(slots);
+    atomic_fetch_add_explicit(&tern__pool_stats.submitted, lane->n, memory_order_relaxed);
+    lane->want = lane->n;
     lane_close(lane);
 }
 
@@ -286,16 +307,40 @@ static void lane_hold(struct tern__pool *p, struct tern__lane *lane, struct tern
         tern__lane_flush(lane);
 }
 
-int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, struct tern__lane *lane)
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job)
 {
     uint64_t after;
-    if (!take_slots(p, 1, &after))
+    if (take_slots(p, 1, 1, &after) == 0)
         return -EAGAIN;
     note_peak(after);
-    if (lane == NULL)
-        enqueue(p, job);
-    else
-        lane_hold(p, lane, job); /* the caller kicks later (pool.h) */
+    enqueue(p, job);
+    return 0;
+}
+
+unsigned tern__lane_credit_wanted(const struct tern__lane *lane)
+{
+    if (lane->credit > 0)
+        return 0;
+    unsigned room = TERN__LANE_MAX - lane->n;
+    unsigned k = lane->n == 0 ? (lane->want > 0 ? lane->want : 1) : lane->n;
+    return k < room ? k : room;
+}
+
+int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
+                              struct tern__lane *lane, unsigned fresh)
+{
+    if (fresh > 0) {
+        uint64_t after;
+        unsigned got = take_slots(p, fresh, 1, &after);
+        if (got == 0)
+            return -EAGAIN; /* the caller gives the fresh units back */
+        if (got < fresh)
+            tern__pool_leave_n(fresh - got);
+        lane->credit = got;
+    }
+    TERN_INSIST(lane->credit > 0);
+    lane->credit--;
+    lane_hold(p, lane, job); /* the caller kicks later (pool.h) */
     return 0;
 }
 
@@ -303,7 +348,7 @@ int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *j
                                struct tern__lane *lane)
 {
     uint64_t after;
-    if (!take_slots(p, n, &after))
+    if (take_slots(p, n, n, &after) == 0)
         return -EAGAIN;
     note_peak(after);
     /* One run of ring positions for the batch (admitted: never full). */

@@ -177,45 +177,79 @@ static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
     return rc;
 }
 
-int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
-                      struct tern__lane *lane, tern_refusal *cause)
+/*
+ * The pool to admit into, once the caller has counted itself in: NULL
+ * with *cause and *rc set when it is closing or cannot start.
+ */
+static struct tern__pool *accepting(const tern_pool_config *cfg, uint64_t *checked, int *rc,
+                                    tern_refusal *cause)
 {
-    /*
-     * Count in first (pairs with the seq_cst store of `closing` in
-     * shutdown): once for the job, and once for this call if it may still
-     * touch the pool (a wake, a long thread) after the job has run and
-     * counted itself out. The call's unit is given back as it leaves. A
-     * bounded accept into a lane touches nothing of the pool after it
-     * (the lane's push is covered by the units of the jobs it holds), so
-     * the job's unit covers it: one contended add per job instead of two.
-     */
-    bool bounded = job->occupancy == TERN_BOUNDED;
-    bool call_unit = !(bounded && lane != NULL);
-    tern__pool_enter(1 + call_unit);
-    int rc = -EAGAIN;
+    *rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
     if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
-        goto refused;
+        return NULL;
     struct tern__pool *p = tern__pool_current();
     if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
-        if ((rc = pool_get(cfg, &p)) < 0) {
+        if ((*rc = pool_get(cfg, &p)) < 0) {
             /* -EAGAIN here is pthread_create's: the pool could not start. */
             *cause = TERN_REFUSED_THREADS;
-            goto refused;
+            return NULL;
         }
         *checked = p->gen;
     }
-    *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
-    rc = bounded ? tern__bounded_submit(p, job, lane) : tern__long_submit(p, job, cause);
-    if (rc == 0) {
-        if (call_unit)
-            tern__pool_leave(); /* this call's unit; the job keeps its own */
-        return 0;
+    return p;
+}
+
+/*
+ * A bounded accept into a lane spends the lane's credit (pool.h): units
+ * counted in and slots taken ahead for the rest of its run, so a loop
+ * resubmitting from its callbacks makes one locked step on each shared
+ * word per run, not per job. The held jobs' units cover the lane's push;
+ * the credit left at the push is given back with it.
+ */
+static int lane_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
+                       struct tern__lane *lane, tern_refusal *cause)
+{
+    unsigned fresh = tern__lane_credit_wanted(lane);
+    if (fresh > 0)
+        tern__pool_enter(fresh); /* count in first (pairs with `closing`) */
+    int rc;
+    struct tern__pool *p = accepting(cfg, checked, &rc, cause);
+    if (p != NULL) {
+        *cause = TERN_REFUSED_QUEUE_FULL;
+        if ((rc = tern__bounded_submit_lane(p, job, lane, fresh)) == 0)
+            return 0;
     }
-refused:
-    tern__pool_leave();
-    if (call_unit)
-        tern__pool_leave();
+    if (fresh > 0)
+        tern__pool_leave_n(fresh);
+    return rc;
+}
+
+int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
+                      struct tern__lane *lane, tern_refusal *cause)
+{
+    bool bounded = job->occupancy == TERN_BOUNDED;
+    if (bounded && lane != NULL)
+        return lane_accept(cfg, checked, job, lane, cause);
+    /*
+     * Count in first (pairs with the seq_cst store of `closing` in
+     * shutdown): once for the job, and once for this call, which may still
+     * touch the pool (a wake, a long thread) after the job has run and
+     * counted itself out. The call's unit is given back as it leaves.
+     */
+    tern__pool_enter(2);
+    int rc;
+    struct tern__pool *p = accepting(cfg, checked, &rc, cause);
+    if (p != NULL) {
+        *cause = bounded ? TERN_REFUSED_QUEUE_FULL : TERN_REFUSED_LONG_CEILING;
+        rc = bounded ? tern__bounded_submit(p, job) : tern__long_submit(p, job, cause);
+        if (rc == 0) {
+            atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
+            tern__pool_leave(); /* this call's unit; the job keeps its own */
+            return 0;
+        }
+    }
+    tern__pool_leave_n(2);
     return rc;
 }
 
@@ -227,28 +261,19 @@ int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
     /* Count in first, as an accept: n units for the jobs, one for the call's wake. */
     unsigned call_unit = lane == NULL;
     tern__pool_enter(n + call_unit);
-    int rc = -EAGAIN;
-    *cause = TERN_REFUSED_SHUTDOWN;
-    if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
-        goto refused;
-    struct tern__pool *p = tern__pool_current();
-    if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
-        if ((rc = pool_get(cfg, &p)) < 0) {
-            *cause = TERN_REFUSED_THREADS;
-            goto refused;
+    int rc;
+    struct tern__pool *p = accepting(cfg, checked, &rc, cause);
+    if (p != NULL) {
+        *cause = TERN_REFUSED_QUEUE_FULL;
+        if ((rc = tern__bounded_submit_batch(p, jobs, n, lane)) == 0) {
+            atomic_fetch_add_explicit(&tern__pool_stats.submitted, n, memory_order_relaxed);
+            if (call_unit)
+                tern__pool_leave();
+            return 0;
         }
-        *checked = p->gen;
     }
-    *cause = TERN_REFUSED_QUEUE_FULL;
-    if ((rc = tern__bounded_submit_batch(p, jobs, n, lane)) == 0) {
-        if (call_unit)
-            tern__pool_leave();
-        return 0;
-    }
-refused:
-    /* Nothing was queued: every unit counted in goes out again (a rare path). */
-    for (unsigned i = 0; i < n + call_unit; i++)
-        tern__pool_leave();
+    /* Nothing was queued: every unit counted in goes out again. */
+    tern__pool_leave_n(n + call_unit);
     return rc;
 }
 

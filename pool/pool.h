@@ -202,6 +202,8 @@ static inline bool tern__work_told(const struct tern__work *w)
 #define TERN__LANE_MAX 32
 struct tern__lane {
     unsigned n;
+    unsigned credit;          /* slots taken and units counted in ahead, unused (bounded.c) */
+    unsigned want;            /* the credit to take next: the last run's length */
     struct tern__pool *pool;  /* where the held headers were admitted (n > 0) */
     struct tern__lane *next;  /* this thread's other open lanes (pool/bounded.c) */
     struct tern__work *held[TERN__LANE_MAX];

@@ -424,10 +424,14 @@ static inline void tern__pool_enter(unsigned n)
     atomic_fetch_add_explicit(&tern__pool_inflight.entered, n, memory_order_seq_cst);
 }
 
-static inline void tern__pool_leave(void)
+static inline void tern__pool_leave_n(unsigned n)
 {
     /* Pairs with the acquire load in tern__pool_in_flight(). */
-    atomic_fetch_add_explicit(&tern__pool_inflight.left, 1, memory_order_release);
+    atomic_fetch_add_explicit(&tern__pool_inflight.left, n, memory_order_release);
+}
+static inline void tern__pool_leave(void)
+{
+    tern__pool_leave_n(1);
 }
 
 /*
@@ -568,7 +572,21 @@ void tern__bounded_wake_one(struct tern__pool *p);
  * is held there (pushed with the lane's run, decision 133) and no worker
  * is woken; without one it is pushed and a sleeping worker woken.
  */
-int tern__bounded_submit(struct tern__pool *p, struct tern__work *job, struct tern__lane *lane);
+int tern__bounded_submit(struct tern__pool *p, struct tern__work *job);
+/*
+ * Lane credit: the units and slots a lane takes ahead when it has none
+ * (0 while it has some): the last run's length, or as many again as it
+ * holds when a run outgrows it, within the lane's room.
+ */
+unsigned tern__lane_credit_wanted(const struct tern__lane *lane);
+/*
+ * Admit into the lane on its credit; fresh units (counted in by the
+ * caller, tern__lane_credit_wanted) first become credit with as many
+ * slots as fit, the units without a slot given back. -EAGAIN when the
+ * queue is full: the fresh units are the caller's to give back.
+ */
+int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
+                              struct tern__lane *lane, unsigned fresh);
 /*
  * Lanes (pool.h, struct tern__lane), bounded.c:
  *   tern__lane_flush: push what the lane holds as one run, no wake. The

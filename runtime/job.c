@@ -387,7 +387,6 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         tern__owner_link(owner, job);
     if (timeout != 0)
         tern__deadline_arm(loop, &job->op, loop->now + timeout);
-    atomic_fetch_add_explicit(&tern__pool_stats.submitted, 1, memory_order_relaxed);
     TERN_PROBE(job_submitted, loop, id, job, (int)occ);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
     if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
@@ -621,7 +620,6 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
             ids[i] = job->op.id;
         TERN_PROBE(job_submitted, loop, job->op.id, job, (int)TERN_BOUNDED);
     }
-    atomic_fetch_add_explicit(&tern__pool_stats.submitted, n, memory_order_relaxed);
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
     if (loop->undelivered > atomic_load_explicit(&loop->st_undelivered_peak, memory_order_relaxed))
         atomic_store_explicit(&loop->st_undelivered_peak, loop->undelivered, memory_order_relaxed);

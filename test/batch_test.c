@@ -564,3 +564,61 @@ Test(batch, a_job_in_the_lane_cancels_as_a_queued_one, .fini = shutdown_clean)
     cr_assert_eq(atomic_load(&lane_kept.ran), 1);
     tern_loop_free(loop);
 }
+
+/*
+ * A lane takes queue slots and pool units ahead, as many as its last run
+ * held (pool.h, struct tern__lane), and gives back what its run did not
+ * use when it is pushed: a run of eight, then a run of one, leaves no
+ * slot behind (the seven the second took ahead come back at its push),
+ * and the pool still drains (its units came back too: the fixture's
+ * shutdown would time out).
+ */
+#define CREDIT_RUN 8
+static ph_job credit_run[CREDIT_RUN], credit_single;
+static unsigned credit_run_done;
+static unsigned credit_queued_in_turn = 99;
+
+static void credit_run_done_cb(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    ph_done(loop, id, status, result, arg);
+    if (++credit_run_done < CREDIT_RUN)
+        return;
+    /* The last of the run: one job, on a credit the size of the last run. */
+    unsigned q0 = ph_stats().queued;
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &credit_single), 0);
+    credit_queued_in_turn = ph_stats().queued - q0;
+}
+
+static void submit_credit_run_done(tern_loop *loop, tern_id id, int status, void *result,
+                                   void *arg)
+{
+    (void)id, (void)status, (void)result, (void)arg;
+    for (unsigned i = 0; i < CREDIT_RUN; i++)
+        cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, credit_run_done_cb,
+                                 &credit_run[i], NULL),
+                     0);
+}
+
+Test(batch, a_lane_gives_back_the_credit_its_run_did_not_use, .fini = shutdown_clean)
+{
+    tern_pool_config cfg = ph_config(1, 64, 4);
+    tern_loop *loop = new_loop(&cfg, 0, 0);
+    init_jobs(credit_run, (void *[CREDIT_RUN]){0}, CREDIT_RUN, NULL);
+    ph_job_init(&credit_single, NULL);
+    ph_job first;
+    ph_job_init(&first, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_credit_run_done, &first, NULL),
+                 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&credit_single.done_calls) == 1);
+    cr_assert(ok, "%u of %d dones of the run, and the single's never came", credit_run_done,
+              CREDIT_RUN);
+    cr_assert_eq(credit_single.status, 0);
+    /* Inside the turn the credit shows as queued: the run's length, no more. */
+    cr_assert(credit_queued_in_turn >= 1 && credit_queued_in_turn <= CREDIT_RUN,
+              "the single submission moved queued by %u", credit_queued_in_turn);
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.queued, 0, "%u slots left behind by the lane's credit", s.queued);
+    cr_assert_eq(s.reserved, 0);
+    tern_loop_free(loop);
+}
