@@ -96,6 +96,12 @@ bool tern__work_claim(struct tern__work *w);
 bool tern__work_started(struct tern__work *w);
 void tern__work_returned(struct tern__work *w);
 /* Run a claimed header and complete it (stats recorded); as complete. */
+/*
+ * tern__work_run without the unit's leave: the caller owes it to
+ * tern__pool_inflight and gives it back after the hand-back (a bounded
+ * worker, once per run).
+ */
+bool tern__work_execute(struct tern__work *w, unsigned worker_index);
 bool tern__work_run(struct tern__work *w, unsigned worker_index);
 
 /* ------------------------------------------------------------------ */

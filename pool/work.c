@@ -138,7 +138,7 @@ void tern__work_returned(struct tern__work *w)
         atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
 }
 
-bool tern__work_run(struct tern__work *w, unsigned worker)
+bool tern__work_execute(struct tern__work *w, unsigned worker)
 {
     if (TERN_UNLIKELY(!tern__work_started(w))) {
         w->result = NULL;
@@ -155,7 +155,14 @@ bool tern__work_run(struct tern__work *w, unsigned worker)
         tern__work_returned(w);
     }
     atomic_store_explicit(&w->state, TERN__WORK_FINISHED, memory_order_release);
-    return tern__work_complete(w);
+    return hand_back(w);
+}
+
+bool tern__work_run(struct tern__work *w, unsigned worker)
+{
+    bool woke = tern__work_execute(w, worker);
+    tern__pool_leave(); /* handed back: the job's pool life ends here */
+    return woke;
 }
 
 bool tern_job_cancelled(const tern_job *job)

@@ -77,7 +77,23 @@ struct worker {
     /* Its run and its figures' count of slots owed (pool_p.h). */
     struct tern__run *run;
     _Atomic uint64_t *owed;
+    /*
+     * Units of tern__pool_inflight owed for jobs of the run handed back
+     * (tern__work_execute): given back with the slots when the run ends,
+     * one add on a line every worker writes instead of one per job.
+     */
+    unsigned units;
 };
+
+/* A run ended: repay the slots and the units its jobs owe. */
+static void repay(struct worker *w)
+{
+    tern__bounded_repay(w->owed);
+    if (w->units != 0) {
+        tern__pool_leave_n(w->units);
+        w->units = 0;
+    }
+}
 
 /* Work for an idle worker: the queue, or another worker's run. */
 static bool work_waiting(struct tern__pool *p)
@@ -110,7 +126,7 @@ static struct tern__work *next_entry(struct worker *w, bool *fresh)
     struct tern__work *job = tern__run_take(w->run);
     if (job != NULL)
         return job;
-    tern__bounded_repay(w->owed);
+    repay(w);
     struct tern__work *taken[TERN__TAKE_MAX];
     unsigned n = tern__bounded_take_run(w->pool, taken);
     if (n == 0)
@@ -144,7 +160,7 @@ static struct tern__work *next_entry(struct worker *w, bool *fresh)
  */
 static void put_back_run(struct worker *w)
 {
-    tern__bounded_repay(w->owed);
+    repay(w);
     struct tern__run *r = w->run;
     uint64_t word = atomic_load_explicit(&r->word, memory_order_acquire);
     unsigned next, len;
@@ -340,7 +356,8 @@ static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__w
     }
     if (!tern__queue_claim_owed(job, w->owed))
         return 0;
-    w->loop_slept = tern__work_run(job, index);
+    w->loop_slept = tern__work_execute(job, index);
+    w->units++;
     return 1;
 }
 
