@@ -99,9 +99,11 @@ void tern__work_returned(struct tern__work *w);
 /*
  * tern__work_run without the unit's leave: the caller owes it to
  * tern__pool_inflight and gives it back after the hand-back (a bounded
- * worker, once per run).
+ * worker, once per run). *ran: the ticks the work function ran (0 when
+ * it did not start), the same reading as the run histogram's, so a
+ * worker's busy time costs no clock reading of its own.
  */
-bool tern__work_execute(struct tern__work *w, unsigned worker_index);
+bool tern__work_execute(struct tern__work *w, unsigned worker_index, uint64_t *ran);
 bool tern__work_run(struct tern__work *w, unsigned worker_index);
 
 /* ------------------------------------------------------------------ */

@@ -138,8 +138,9 @@ void tern__work_returned(struct tern__work *w)
         atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
 }
 
-bool tern__work_execute(struct tern__work *w, unsigned worker)
+bool tern__work_execute(struct tern__work *w, unsigned worker, uint64_t *ran)
 {
+    *ran = 0;
     if (TERN_UNLIKELY(!tern__work_started(w))) {
         w->result = NULL;
     } else {
@@ -151,7 +152,8 @@ bool tern__work_execute(struct tern__work *w, unsigned worker)
         /* The public handle is the header's address (pool.h). */
         TERN_PROBE(job_started, w, (int)w->occupancy);
         w->result = w->fn((tern_job *)w, w->arg);
-        tern__hist_record(&tern__pool_run_hist[worker], tern__ticks() - start, shared);
+        *ran = tern__ticks() - start;
+        tern__hist_record(&tern__pool_run_hist[worker], *ran, shared);
         tern__work_returned(w);
     }
     atomic_store_explicit(&w->state, TERN__WORK_FINISHED, memory_order_release);
@@ -160,7 +162,8 @@ bool tern__work_execute(struct tern__work *w, unsigned worker)
 
 bool tern__work_run(struct tern__work *w, unsigned worker)
 {
-    bool woke = tern__work_execute(w, worker);
+    uint64_t ran;
+    bool woke = tern__work_execute(w, worker, &ran);
     tern__pool_leave(); /* handed back: the job's pool life ends here */
     return woke;
 }
