@@ -46,8 +46,8 @@
 #define ROUND_NS (400 * STRESS_MS)
 #define MAX_LOOPS 4
 #define RECS (1u << 15)      /* records per loop per round */
-#define MAX_INFLIGHT 192     /* per loop: 4 x 192 against the queue's 256 */
-#define QUEUE_CAPACITY 256
+#define MAX_INFLIGHT 192     /* per loop: 4 x 192 against the queue's 128 */
+#define QUEUE_CAPACITY 128
 #define MAX_BATCH 48
 #define RECENT 64            /* ids a loop may cancel */
 #define STALL_MS 10          /* the watchdog's stall bound */
