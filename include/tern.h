@@ -310,7 +310,9 @@ typedef void (*tern_fn)(tern_loop *loop, void *arg);
 /*
  * tern_post: run fn(loop, arg) on the loop, in step 1 of a coming turn.
  * Posts from one thread run in the order they were posted. A pending post
- * keeps the loop alive and counts against max_operations.
+ * keeps the loop alive and counts against max_operations, as does, until
+ * the loop's next turn, the credit a thread's burst took ahead (at most 63
+ * posts a thread; one thread alone is refused exactly at the bound).
  * Requires: loop != NULL and not being freed.
  * Returns: 0; -EINVAL if fn is NULL; -EAGAIN when max_operations is
  *          reached; -ESHUTDOWN while the loop is being freed; -ENOMEM.

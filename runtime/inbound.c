@@ -55,30 +55,27 @@ static int enqueue(tern_loop *loop, struct tern__inbound *in)
     return 0;
 }
 
-int tern_post(tern_loop *loop, tern_fn fn, void *arg)
+/*
+ * Admission of `credit` posts at once: exact among posts (one counter),
+ * read against the loop's ops. The count is taken before `closing` is
+ * read, so tern_loop_free (which sets `closing`, then waits for posted ==
+ * posts_done) either sees this credit and settles it, or we see it
+ * closing and give the count back. Pairs with the seq_cst store of
+ * `closing` in tern_loop_free().
+ */
+static int post_admit(tern_loop *loop, unsigned credit)
 {
-    TERN__REQUIRE_LOOP(loop);
-    if (fn == NULL)
-        return -EINVAL;
-    /*
-     * Admission: exact among posts (one counter), read against the loop's
-     * ops. The count is taken before `closing` is read, so tern_loop_free
-     * (which sets `closing`, then waits for posted == posts_done) either
-     * sees this post and runs it, or we see it closing and give the count
-     * back. Pairs with the seq_cst store of `closing` in tern_loop_free().
-     */
-    uint64_t ticket = atomic_fetch_add_explicit(&loop->posted, 1, memory_order_seq_cst) + 1;
+    uint64_t ticket = atomic_fetch_add_explicit(&loop->posted, credit, memory_order_seq_cst) + credit;
     uint64_t done = atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
     /*
-     * `ticket` counts this post and those admitted before it; `done` may
-     * already count posts admitted after it (their producers ran on while
+     * `ticket` counts this credit and all taken before it; `done` may
+     * already count credit taken after it (its producers ran on while
      * this one was preempted between the two reads), so it can pass
-     * `ticket`. This post is still pending then: one, not a wrapped
+     * `ticket`. This credit is still pending then: not a wrapped
      * difference that would refuse it far below the limit.
      */
-    uint64_t pending = ticket > done ? ticket - done : 1;
+    uint64_t pending = ticket > done + credit ? ticket - done : credit;
     int rc = 0;
-    struct tern__inbound *in = NULL;
     if (atomic_load_explicit(&loop->closing, memory_order_seq_cst)) {
         /* A group's destroy phase: scheduling is a violation, not a refusal. */
         if (atomic_load_explicit(&loop->sealed, memory_order_relaxed))
@@ -88,17 +85,54 @@ int tern_post(tern_loop *loop, tern_fn fn, void *arg)
     else if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
                            loop->max_operations))
         rc = -EAGAIN;
-    else if ((in = tern__inbound_node_alloc()) == NULL)
-        rc = -ENOMEM;
-    if (TERN_UNLIKELY(rc < 0)) {
+    if (TERN_UNLIKELY(rc < 0))
         /* Pairs with the acquire load in tern__inbound_quiet(). */
-        atomic_fetch_sub_explicit(&loop->posted, 1, memory_order_release);
-        return rc;
+        atomic_fetch_sub_explicit(&loop->posted, credit, memory_order_release);
+    return rc;
+}
+
+/*
+ * A post joins its thread's open run to the loop when it can, with credit
+ * the run already holds: no shared line, no wake (the run's first record
+ * is still ahead of the loop, and that record's enqueue did the wake
+ * check). Otherwise it takes credit for the run to come, and extends the
+ * open run or starts one (inbound_block.c). Near max_operations, credit
+ * for one post at a time: the refusal stays exact for one producer.
+ */
+int tern_post(tern_loop *loop, tern_fn fn, void *arg)
+{
+    TERN__REQUIRE_LOOP(loop);
+    if (fn == NULL)
+        return -EINVAL;
+    /* Both on the wake word's line. */
+    unsigned drains = atomic_load_explicit(&loop->runs_closed, memory_order_relaxed);
+    if (TERN_LIKELY(!atomic_load_explicit(&loop->closing, memory_order_relaxed)) &&
+        tern__post_append(loop, drains, fn, arg)) {
+        TERN_PROBE(post, loop, fn);
+        return 0;
     }
-    in->fn = fn;
-    in->u.arg = arg;
+    unsigned credit = tern__post_credit_wanted(loop, drains);
+    int rc = post_admit(loop, credit);
+    if (rc == -EAGAIN && credit > 1)
+        rc = post_admit(loop, credit = 1);
+    if (TERN_UNLIKELY(rc < 0))
+        return rc;
+    unsigned kept = credit;
+    struct tern__inbound *head = tern__post_push(loop, drains, fn, arg, &kept, &rc);
+    if (TERN_UNLIKELY(rc < 0 || kept < credit)) {
+        /* Pairs with the acquire load in tern__inbound_quiet(). */
+        atomic_fetch_sub_explicit(&loop->posted, rc < 0 ? credit : credit - kept,
+                                  memory_order_release);
+        if (rc < 0)
+            return rc;
+    }
     TERN_PROBE(post, loop, fn);
-    return enqueue(loop, in);
+    if (head != NULL) {
+        (void)enqueue(loop, head);
+        /* After the enqueue's full barrier: pairs with the drain's bump. */
+        tern__post_began(atomic_load_explicit(&loop->runs_closed, memory_order_relaxed));
+    }
+    return 0;
 }
 
 /*
@@ -180,6 +214,17 @@ int tern_cancel(tern_loop *loop, tern_id id)
  */
 void tern__inbound_drain(tern_loop *loop)
 {
+    if (cds_wfcq_empty(&loop->in_head, &loop->in_tail))
+        return;
+    /*
+     * Before the splice, whose exchange orders it: a producer that read
+     * runs_closed after enqueueing a run's first record and sees it move
+     * later knows this splice, or an earlier one, took that record
+     * (inbound_block.c).
+     */
+    atomic_store_explicit(&loop->runs_closed,
+                          atomic_load_explicit(&loop->runs_closed, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     struct __cds_wfcq_head head;
     struct cds_wfcq_tail tail;
     __cds_wfcq_init(&head, &tail);
@@ -188,30 +233,32 @@ void tern__inbound_drain(tern_loop *loop)
         return;
 
     struct cds_wfcq_node *node, *next;
-    unsigned ran = 0, posts = 0;
+    unsigned ran = 0;
+    uint64_t credit = 0;
     struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
 
     /*
-     * Posts stop counting as live before they run, as a timer does; the
-     * whole batch is settled with one store of the loop's own counter.
+     * Close every run before running any, so a post made by a post joins
+     * a run of the next turn. Posts stop counting as live before they
+     * run, as a timer does; the runs' credit, spent and unspent, is
+     * settled with one store of the loop's own counter.
      */
     __cds_wfcq_for_each_blocking(&head, &tail, node) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         TSAN_ACQUIRE(in);
-        posts += !tern__inbound_is_cancel(in);
+        if (!tern__inbound_is_cancel(in))
+            /* Acquire: the records the producer counted in before the close. */
+            credit += tern__run_credit(
+                atomic_fetch_or_explicit(&in->run, TERN__RUN_CLOSED, memory_order_acquire));
     }
     atomic_store_explicit(&loop->posts_done,
-                          atomic_load_explicit(&loop->posts_done, memory_order_relaxed) + posts,
+                          atomic_load_explicit(&loop->posts_done, memory_order_relaxed) + credit,
                           memory_order_relaxed);
     /*
-     * A producer's posts sit side by side in its block (inbound_block.c),
-     * so the records are given back a run at a time: one atomic step per
-     * run of the same block, not one per post. A record is read before it
-     * joins its run and is never touched after, so giving it back after
-     * later posts ran is safe.
+     * A run's posts follow its first record in one block
+     * (inbound_block.c) and are given back together, with one atomic
+     * step, once the run's functions have run.
      */
-    struct tern__inbound *run = NULL;
-    unsigned run_len = 0;
     __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
         struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
         if (tern__inbound_is_cancel(in)) {
@@ -221,21 +268,15 @@ void tern__inbound_drain(tern_loop *loop)
             cancels_end = &in->node.next;
             continue;
         }
-        tern_fn fn = in->fn;
-        void *arg = in->u.arg;
-        if (run != NULL && tern__inbound_same_block(run, in)) {
-            run_len++;
-        } else {
-            if (run != NULL)
-                tern__inbound_nodes_free(run, run_len);
-            run = in;
-            run_len = 1;
+        unsigned n = tern__run_length(atomic_load_explicit(&in->run, memory_order_relaxed));
+        in->fn(loop, in->u.arg);
+        for (unsigned k = 1; k < n; k++) {
+            const struct tern__post_entry *e = tern__run_entry(in, k);
+            e->fn(loop, e->arg);
         }
-        ran++;
-        fn(loop, arg);
+        tern__inbound_run_free(in, n);
+        ran += n;
     }
-    if (run != NULL)
-        tern__inbound_nodes_free(run, run_len);
     atomic_fetch_add_explicit(&loop->st_posts, ran, memory_order_relaxed);
     loop->posts_ran = ran;
     while (cancels != NULL) {

@@ -7,7 +7,9 @@
 #define TERN_INBOUND_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <urcu/wfcqueue.h>
 
@@ -15,8 +17,14 @@
 
 /*
  * A post carries its function, never NULL (tern_post refuses that), so a
- * record without one is a cancel: no kind field, and a post record is
- * three words.
+ * record without one is a cancel: no kind field.
+ *
+ * Posts travel in runs (inbound_block.c): only a run's first record is
+ * linked on the queue; the producer's later posts to the same loop sit
+ * after it in its block, and `run` on the first record counts them and
+ * the admission credit the producer took for the run. The loop closes a
+ * run (TERN__RUN_CLOSED) when it takes the queue; from then on the word
+ * is the loop's, and the producer starts a new run.
  */
 struct tern__inbound {
     struct cds_wfcq_node node;
@@ -25,7 +33,20 @@ struct tern__inbound {
         void *arg;
         tern_id cancel_id;
     } u;
+    _Atomic uint64_t run; /* a run's first record only: closed | credit << 32 | length */
 };
+
+#define TERN__RUN_CLOSED (UINT64_C(1) << 63)
+
+static inline unsigned tern__run_length(uint64_t run)
+{
+    return (uint32_t)run;
+}
+
+static inline unsigned tern__run_credit(uint64_t run)
+{
+    return (unsigned)(run >> 32) & 0x7fffffffu;
+}
 
 static inline bool tern__inbound_is_cancel(const struct tern__inbound *in)
 {
@@ -77,17 +98,47 @@ void tern__inbound_drain(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */
 bool tern__inbound_quiet(tern_loop *loop);
 
+/* A post after the first of its run: function and argument, no link. */
+struct tern__post_entry {
+    tern_fn fn;
+    void *arg;
+};
+
+/* The n-th post of the run `in` heads, n >= 1 (the first is `in` itself). */
+static inline const struct tern__post_entry *tern__run_entry(const struct tern__inbound *in,
+                                                             unsigned n)
+{
+    return (const struct tern__post_entry *)(in + 1) + (n - 1);
+}
+
 /*
- * Post records (inbound_block.c), carved from a block of the producing
- * thread's own: node_alloc is any thread's, NULL when out of memory (or
- * an injected allocation fault). The loop gives records back once their
- * posts are off the queue, a run at a time: nodes_free gives back `in`
- * and n - 1 more records of the same block (same_block says which are),
- * with one atomic step for the run.
+ * Post records and runs (inbound_block.c), carved from a block of the
+ * producing thread's own; any thread's calls. `drains` is the loop's
+ * runs_closed as the caller read it first: a run whose first record was
+ * enqueued under another value has been, or is being, closed.
+ *
+ * append: add fn(arg) to the calling thread's open run to `loop`, within
+ * the credit the run already holds; true when done (nothing to enqueue,
+ * no wake: the run's first record is still ahead of the loop).
+ * credit_wanted: how much admission credit the thread's next post to
+ * `loop` should take, for the run it extends or starts (1 and up, within
+ * the block).
+ * push: with *credit freshly admitted, extend the open run (NULL, *rc 0)
+ * or start a new run with fn(arg) first (its record, to enqueue); NULL
+ * and *rc -ENOMEM when no record could be had (or an injected fault).
+ * It may lower *credit to what the run can spend: the caller gives back
+ * the rest.
+ * run_free: the loop gives back a closed run of `length` posts, one
+ * atomic step.
  */
-struct tern__inbound *tern__inbound_node_alloc(void);
-bool tern__inbound_same_block(const struct tern__inbound *a, const struct tern__inbound *b);
-void tern__inbound_nodes_free(struct tern__inbound *in, unsigned n);
+bool tern__post_append(const tern_loop *loop, unsigned drains, tern_fn fn, void *arg);
+unsigned tern__post_credit_wanted(const tern_loop *loop, unsigned drains);
+struct tern__inbound *tern__post_push(const tern_loop *loop, unsigned drains, tern_fn fn, void *arg,
+                                      unsigned *credit, int *rc);
+/* After enqueueing the run push returned: the loop's runs_closed, read
+ * after the enqueue. */
+void tern__post_began(unsigned drains);
+void tern__inbound_run_free(struct tern__inbound *in, unsigned length);
 /* Give back the calling thread's block of post records, as its exit does:
  * its next post allocates a fresh one (runtime/seams.c). */
 void tern__inbound_drop_block(void);

@@ -1,8 +1,10 @@
 /*
  * Post records, carved from per-producer blocks (inbound.h): the
  * allocator behind tern_post, so a post costs no malloc and the loop's
- * free of it no cross-thread free.
+ * free of it no cross-thread free; and the runs a producer's posts
+ * travel in, so a burst pays the shared lines once per run.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -18,43 +20,52 @@
 /*
  * A post is allocated by its producer and freed by the loop. Through
  * malloc that is a cross-thread free per post, which in glibc ends in the
- * producer's arena lock. Instead each producer thread carves nodes from a
- * 4 KiB block of its own; the loop releases a node by one decrement of the
- * block's count, and whoever drops the count to zero frees the block. The
- * producer holds one extra count while it still carves from the block.
+ * producer's arena lock. Instead each producer thread carves records from
+ * a 4 KiB block of its own, in 16-byte units: a run's first record (queue
+ * link, function, argument, run word) takes two, every later post of the
+ * run one (function and argument). The loop gives a run's units back with
+ * one decrement of the block's count, and whoever drops the count to zero
+ * retires the block. The producer holds one extra count while it carves.
  */
 #define BLOCK_SIZE 4096u
-#define BLOCK_NODES ((BLOCK_SIZE - TERN_CACHELINE) / sizeof(struct tern__inbound))
+#define UNIT sizeof(struct tern__post_entry)
+#define BLOCK_UNITS ((BLOCK_SIZE - TERN_CACHELINE) / UNIT)
+#define HEAD_UNITS (sizeof(struct tern__inbound) / UNIT)
 
 struct node_block {
     alignas(TERN_CACHELINE) _Atomic unsigned refs;
-    alignas(TERN_CACHELINE) struct tern__inbound nodes[BLOCK_NODES];
+    struct node_block *spare_next; /* on the spare stack only */
+    alignas(TERN_CACHELINE) struct tern__post_entry units[BLOCK_UNITS];
 };
 _Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its alignment");
-/* The count the loop decrements on every post it frees has its line to
+/* The count the loop decrements for every run it frees has its line to
  * itself: the producer carving the next records never shares it. */
-_Static_assert(offsetof(struct node_block, nodes) == TERN_CACHELINE,
+_Static_assert(offsetof(struct node_block, units) == TERN_CACHELINE,
                "a block's count is alone on the first line");
-/* A post record is three words: a burst fills a line with fewer than
- * three, and a 4 KiB block carries 168 of them on a 64-bit machine. */
-_Static_assert(sizeof(struct tern__inbound) == 3 * sizeof(void *) ||
-                   sizeof(struct tern__inbound) == 2 * sizeof(void *) + sizeof(tern_id),
-               "a post record is three words");
+/* A run's first record is a whole number of units, so the posts after it
+ * follow it unit by unit; on a 64-bit machine a block carries 252 posts
+ * of one run, four to a line. */
+_Static_assert(sizeof(struct tern__inbound) % UNIT == 0 &&
+                   alignof(struct tern__inbound) <= UNIT,
+               "a run's first record is whole units");
 
-static _Thread_local struct node_block *carving __attribute__((tls_model("initial-exec")));
-static _Thread_local unsigned carved __attribute__((tls_model("initial-exec")));
+#define TLS __attribute__((tls_model("initial-exec")))
+static _Thread_local struct node_block *carving TLS;
+static _Thread_local unsigned carved TLS; /* units of `carving` handed out */
 static pthread_key_t carving_key;
 static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
 
 /*
- * Spent blocks wait on a small process-wide stack for the next producer
- * that needs one, instead of going back to malloc: freed by the loop into
- * the producer's arena, they cost an arena lock each way and, once glibc
- * trimmed them, fresh page faults. One lock per block, not per post.
+ * Spent blocks wait on a process-wide stack for the next producer that
+ * needs one, instead of going back to malloc: freed by the loop into the
+ * producer's arena, they cost an arena lock each way and, once glibc
+ * trimmed them, fresh page faults for every post of a burst that outran
+ * the loop. One lock per block, not per post. The stack keeps what a
+ * backlog of about 250 k posts needed (4 MiB) and frees beyond that.
  */
-#define SPARE_MAX 64
+#define SPARE_MAX 1024u
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct node_block *spare[SPARE_MAX];
+static struct node_block *spare;
 static unsigned spare_len;
 
 static void block_release(struct node_block *b, unsigned n)
@@ -63,7 +74,9 @@ static void block_release(struct node_block *b, unsigned n)
         return;
     pthread_mutex_lock(&spare_lock);
     if (spare_len < SPARE_MAX) {
-        spare[spare_len++] = b;
+        b->spare_next = spare;
+        spare = b;
+        spare_len++;
         b = NULL;
     }
     pthread_mutex_unlock(&spare_lock);
@@ -72,10 +85,12 @@ static void block_release(struct node_block *b, unsigned n)
 
 static struct node_block *block_get(void)
 {
-    struct node_block *b = NULL;
     pthread_mutex_lock(&spare_lock);
-    if (spare_len > 0)
-        b = spare[--spare_len];
+    struct node_block *b = spare;
+    if (b != NULL) {
+        spare = b->spare_next;
+        spare_len--;
+    }
     pthread_mutex_unlock(&spare_lock);
     return b != NULL ? b : aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
 }
@@ -91,27 +106,63 @@ static void spare_after_fork(void)
     pthread_mutex_unlock(&spare_lock);
 }
 
+static void run_forget(void);
+
+/* The child's loops are new: its one thread's open run, a run to a loop
+ * of the parent's, must never be extended there. */
+static void spare_after_fork_child(void)
+{
+    pthread_mutex_unlock(&spare_lock);
+    run_forget();
+}
+
 __attribute__((constructor)) static void spare_fork_handlers(void)
 {
-    pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork);
+    pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork_child);
 }
 
 /* Give the spares back to malloc at exit, so the process ends valgrind-clean. */
 __attribute__((destructor)) static void spare_free(void)
 {
     pthread_mutex_lock(&spare_lock);
-    while (spare_len > 0)
-        free(spare[--spare_len]);
+    while (spare != NULL) {
+        struct node_block *b = spare;
+        spare = b->spare_next;
+        free(b);
+    }
+    spare_len = 0;
     pthread_mutex_unlock(&spare_lock);
 }
 
-/* Thread exit: give back the producer's hold and the nodes never carved. */
+/*
+ * The thread's open run: its first record, the loop it goes to, and its
+ * word as this thread last wrote it. The run's posts are the last units
+ * carved from `carving`, so the next unit carved would extend it; a new
+ * block ends that (open_head = NULL).
+ */
+static _Thread_local struct tern__inbound *open_head TLS;
+static _Thread_local const tern_loop *open_loop TLS;
+static _Thread_local uint64_t open_word TLS;
+/* The loop's runs_closed, read after the run's first record was enqueued. */
+static _Thread_local unsigned open_drains TLS;
+/* Credit the thread's next run or extension takes: doubles while its runs
+ * fill, and follows the length of the last run the loop closed. */
+#define CREDIT_MAX 64u
+static _Thread_local unsigned credit_want TLS = 1;
+
+static void run_forget(void)
+{
+    open_head = NULL;
+}
+
+/* Thread exit: give back the producer's hold and the units never carved. */
 static void carving_exit(void *arg)
 {
     (void)arg;
     if (carving != NULL)
-        block_release(carving, 1 + (unsigned)(BLOCK_NODES - carved));
+        block_release(carving, 1 + (unsigned)(BLOCK_UNITS - carved));
     carving = NULL;
+    open_head = NULL;
 }
 
 static void carving_init(void)
@@ -119,24 +170,28 @@ static void carving_init(void)
     pthread_key_create(&carving_key, carving_exit);
 }
 
-struct tern__inbound *tern__inbound_node_alloc(void)
+/* A run's first record, from a fresh block when this one has no room. */
+static struct tern__inbound *head_alloc(void)
 {
-    if (TERN_UNLIKELY(carving == NULL || carved == BLOCK_NODES)) {
+    if (TERN_UNLIKELY(carving == NULL || carved + HEAD_UNITS > BLOCK_UNITS)) {
         if (tern__fault_hit(TERN__FAULT_ALLOC))
             return NULL;
         struct node_block *b = block_get();
         if (b == NULL)
             return NULL;
-        atomic_init(&b->refs, (unsigned)BLOCK_NODES + 1);
+        atomic_init(&b->refs, (unsigned)BLOCK_UNITS + 1);
         pthread_once(&carving_once, carving_init);
         if (carving != NULL)
-            block_release(carving, 1);
+            block_release(carving, 1 + (unsigned)(BLOCK_UNITS - carved));
         else
             pthread_setspecific(carving_key, b); /* any non-NULL value arms the destructor */
         carving = b;
         carved = 0;
+        open_head = NULL;
     }
-    return &carving->nodes[carved++];
+    struct tern__inbound *in = (struct tern__inbound *)&carving->units[carved];
+    carved += HEAD_UNITS;
+    return in;
 }
 
 void tern__inbound_drop_block(void)
@@ -144,17 +199,124 @@ void tern__inbound_drop_block(void)
     carving_exit(NULL);
 }
 
-static struct node_block *block_of(const struct tern__inbound *in)
+static struct node_block *block_of(const void *p)
 {
-    return (struct node_block *)((uintptr_t)in & ~(uintptr_t)(BLOCK_SIZE - 1));
+    return (struct node_block *)((uintptr_t)p & ~(uintptr_t)(BLOCK_SIZE - 1));
 }
 
-bool tern__inbound_same_block(const struct tern__inbound *a, const struct tern__inbound *b)
+void tern__inbound_run_free(struct tern__inbound *in, unsigned length)
 {
-    return block_of(a) == block_of(b);
+    block_release(block_of(in), (unsigned)HEAD_UNITS + length - 1);
 }
 
-void tern__inbound_nodes_free(struct tern__inbound *in, unsigned n)
+/*
+ * Runs. A producer's first post to a loop takes admission credit for
+ * several (tern_post), is linked on the loop's queue and wakes it; its
+ * next posts to that loop go into the units after it, and a
+ * compare-and-swap on the first record's word counts each one in. That
+ * line is the producer's own until the loop takes the queue and closes
+ * the run with one atomic OR; the producer's next compare-and-swap then
+ * fails, and it starts a new run. So a post made while the loop is behind
+ * pays neither the queue's shared tail, nor the shared admission count,
+ * nor the wake check; only the run's first post does.
+ *
+ * The compare-and-swap decides every race with the close: a post counted
+ * in before it is run by that drain, one after it starts the next run.
+ */
+static unsigned clamp_credit(unsigned n)
 {
-    block_release(block_of(in), n);
+    return n < 1 ? 1 : n > CREDIT_MAX ? CREDIT_MAX : n;
+}
+
+/*
+ * Whether the open run goes to `loop` and may take the next unit. A drain
+ * since it began has closed it, or is about to: leave it without a
+ * compare-and-swap on a line the loop has taken (the close gives back
+ * its unspent credit either way), so a thread that posts one at a time
+ * pays no miss for its last run.
+ */
+static bool run_open_to(const tern_loop *loop, unsigned drains)
+{
+    if (open_head == NULL || open_loop != loop || carved >= BLOCK_UNITS)
+        return false;
+    if (drains != open_drains) {
+        credit_want = clamp_credit(tern__run_length(open_word));
+        open_head = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Count the unit after the run's last in, adding `credit`; false when the
+ * loop closed the run (its unspent credit went back with the close). */
+static bool run_extend(tern_fn fn, void *arg, unsigned credit)
+{
+    struct tern__post_entry *e = &carving->units[carved];
+    e->fn = fn;
+    e->arg = arg;
+    uint64_t w = open_word;
+    uint64_t next = w + ((uint64_t)credit << 32) + 1;
+    /* Release: the entry's fields before the count that shows it. */
+    if (!atomic_compare_exchange_strong_explicit(&open_head->run, &w, next, memory_order_release,
+                                                 memory_order_relaxed)) {
+        credit_want = clamp_credit(tern__run_length(w));
+        open_head = NULL;
+        return false;
+    }
+    carved++;
+    open_word = next;
+    return true;
+}
+
+bool tern__post_append(const tern_loop *loop, unsigned drains, tern_fn fn, void *arg)
+{
+    return run_open_to(loop, drains) && tern__run_length(open_word) < tern__run_credit(open_word) &&
+           run_extend(fn, arg, 0);
+}
+
+unsigned tern__post_credit_wanted(const tern_loop *loop, unsigned drains)
+{
+    unsigned room; /* posts that fit where this one goes */
+    if (run_open_to(loop, drains))
+        room = (unsigned)(BLOCK_UNITS - carved);
+    else if (carving != NULL && carved + HEAD_UNITS <= BLOCK_UNITS)
+        room = (unsigned)(BLOCK_UNITS - carved - HEAD_UNITS + 1);
+    else
+        room = (unsigned)(BLOCK_UNITS - HEAD_UNITS + 1);
+    return credit_want < room ? credit_want : room;
+}
+
+struct tern__inbound *tern__post_push(const tern_loop *loop, unsigned drains, tern_fn fn, void *arg,
+                                      unsigned *credit, int *rc)
+{
+    *rc = 0;
+    if (run_open_to(loop, drains) && run_extend(fn, arg, *credit)) {
+        credit_want = clamp_credit(2 * credit_want);
+        return NULL;
+    }
+    struct tern__inbound *in = head_alloc();
+    if (in == NULL) {
+        *rc = -ENOMEM;
+        return NULL;
+    }
+    /* Credit taken to extend a run the loop had just closed: a new run's
+     * first record takes one unit more, so the block may hold one post
+     * fewer than was counted for. Keep no credit that cannot be spent. */
+    unsigned room = 1 + (unsigned)(BLOCK_UNITS - carved);
+    if (*credit > room)
+        *credit = room;
+    in->fn = fn;
+    in->u.arg = arg;
+    /* Published by the queue's enqueue, a full barrier. */
+    uint64_t w = ((uint64_t)*credit << 32) | 1;
+    atomic_store_explicit(&in->run, w, memory_order_relaxed);
+    open_head = in;
+    open_loop = loop;
+    open_word = w;
+    return in;
+}
+
+void tern__post_began(unsigned drains)
+{
+    open_drains = drains;
 }

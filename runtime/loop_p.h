@@ -79,6 +79,10 @@ struct tern_loop {
     _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
     _Atomic int waker_cpu; /* the CPU of the last wake's maker, or -1 (turn.c) */
+    /* Bumped by every drain before it closes the runs it took: a
+     * producer that sees it moved since its run began starts a new run
+     * without touching the old one's line (inbound_block.c). */
+    _Atomic unsigned runs_closed;
     /*
      * Pool threads other than bounded workers (which pin in a slot of
      * their own, pool.h) inside job_handback's push + wake (runtime/job.c);
@@ -196,6 +200,7 @@ _Static_assert(TERN__LINE_OF(cancels) > TERN__LINE_OF(in_tail) &&
 _Static_assert(TERN__LINE_OF(sealed) == TERN__LINE_OF(wake_state) &&
                    TERN__LINE_OF(wake_syscalls) == TERN__LINE_OF(wake_state) &&
                    TERN__LINE_OF(waker_cpu) == TERN__LINE_OF(wake_state) &&
+                   TERN__LINE_OF(runs_closed) == TERN__LINE_OF(wake_state) &&
                    TERN__LINE_OF(result_pins) == TERN__LINE_OF(wake_state) + 1 &&
                    TERN__LINE_OF(owner) == TERN__LINE_OF(result_pins) + 1,
                "the producers' flags share the wake word's line; the pin has its own");

@@ -21,8 +21,10 @@ uint64_t tern_loop_memory_bytes(const tern_loop *loop)
              (uint64_t)l->timers.repeat_cap * sizeof(struct tern__timer_repeat);
     bytes += tern__slab_bytes(&l->defers);
     bytes += (uint64_t)l->fds_len * sizeof(*l->fds);
-    /* Posts waiting on the inbound queue: their records, carved from the producers' blocks. */
-    bytes += tern__posts_pending(l) * sizeof(struct tern__inbound);
+    /* Posts waiting on the inbound queue: their records, carved from the
+     * producers' blocks, counted at the size of a run's later posts (a
+     * run's first record is twice that; unspent credit is none). */
+    bytes += tern__posts_pending(l) * sizeof(struct tern__post_entry);
     /* Job records: the loop's chunks of them (in flight, held by the pool
      * as tombstones, or free for reuse); the result ring. */
     bytes += tern__job_bytes(l);
