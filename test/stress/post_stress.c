@@ -14,7 +14,10 @@
  * (one post in flight, the next sent as soon as the previous ran, after a
  * random spin) that aims each post at the loop's way back to sleep, where
  * a broken park protocol loses the wake-up. A lost wake-up shows as a
- * stall, which the watchdog reports instead of hanging.
+ * stall, which the watchdog reports instead of hanging. Phase 4 runs two
+ * loops on threads of their own, and producers that switch between them
+ * every few posts, leaving a run of posts open on the other loop each
+ * time.
  *
  * Seed: TERN_SEED (default 0x5eed2024): pauses in phase 2, spins in phase
  * 3. Bounded: a fixed count of posts, a stall detector (no progress for
@@ -268,6 +271,143 @@ static void run_phase(const char *name, unsigned producers, unsigned total, bool
     stress_phase_end();
 }
 
+/*
+ * Two loops, each run by a thread of its own, and producers that switch
+ * between them at random every 1..32 posts: every switch leaves a run
+ * open behind it on the other loop (inbound_block.c), which that loop
+ * closes while the producer is away or racing back to it. Each loop checks
+ * each producer's sequence of posts to it.
+ */
+#define TWO 2
+struct two_side {
+    tern_loop *loop;
+    pthread_t thread;
+    tern_id keepalive;
+    uint64_t next_seq[PRODUCERS]; /* its loop thread only */
+    uint64_t out_of_order, wrong_loop;
+    atomic_uint_fast64_t received;
+    uint64_t want;                /* set by the producers' join, before the last post */
+    atomic_uint_fast64_t sent;
+};
+
+static struct two_side two[TWO];
+static atomic_uint two_producers_left;
+
+static void two_post(tern_loop *loop, void *arg)
+{
+    uint64_t v = (uint64_t)(uintptr_t)arg;
+    unsigned side = (unsigned)(v >> 60);
+    unsigned producer = (unsigned)(v >> 40) & 0xfffffu;
+    uint64_t seq = v & ((UINT64_C(1) << 40) - 1);
+    struct two_side *t = &two[side];
+    if (t->loop != loop)
+        t->wrong_loop++;
+    if (producer >= PRODUCERS || seq != t->next_seq[producer])
+        t->out_of_order++;
+    else
+        t->next_seq[producer] = seq + 1;
+    atomic_fetch_add(&t->received, 1);
+}
+
+/* Posted last to each loop, once every producer is done: ends its run. */
+static void two_end(tern_loop *loop, void *arg)
+{
+    struct two_side *t = arg;
+    int rc = tern_timer_stop(loop, t->keepalive);
+    CHECK(rc == 0, "two loops: stopping the keep-alive timer: %s", tern_err_name(rc));
+}
+
+static void *two_run(void *arg)
+{
+    struct two_side *t = arg;
+    int rc = tern_loop_run(t->loop);
+    CHECK(rc == 0, "two loops: tern_loop_run returned %d", rc);
+    return NULL;
+}
+
+static void *two_produce(void *arg)
+{
+    unsigned index = (unsigned)(uintptr_t)arg;
+    uint64_t rng = SEED ^ ((uint64_t)(index + 17) * UINT64_C(0x9e3779b97f4a7c15));
+    uint64_t seq[TWO] = {0, 0};
+    unsigned total = DEFAULT_TOTAL / 10 / PRODUCERS;
+    unsigned side = 0, left = 0;
+    for (unsigned i = 0; i < total; i++) {
+        if (left == 0) {
+            side = (unsigned)(rng_next(&rng) & 1);
+            left = 1 + (unsigned)(rng_next(&rng) % 32);
+        }
+        left--;
+        void *v = (void *)(uintptr_t)(((uint64_t)side << 60) | ((uint64_t)index << 40) |
+                                      seq[side]);
+        int rc;
+        while ((rc = tern_post(two[side].loop, two_post, v)) == -EAGAIN)
+            sched_yield();
+        if (rc != 0) {
+            printf("two loops: tern_post: %s\n", tern_err_name(rc));
+            stress_fail_now("tern_post failed");
+        }
+        seq[side]++;
+    }
+    for (unsigned k = 0; k < TWO; k++)
+        atomic_fetch_add(&two[k].sent, seq[k]);
+    if (atomic_fetch_sub(&two_producers_left, 1) == 1)
+        for (unsigned k = 0; k < TWO; k++) {
+            two[k].want = atomic_load(&two[k].sent);
+            int rc;
+            while ((rc = tern_post(two[k].loop, two_end, &two[k])) == -EAGAIN)
+                sched_yield();
+            CHECK(rc == 0, "two loops: the last post: %s", tern_err_name(rc));
+        }
+    return NULL;
+}
+
+static void run_two_loops(void)
+{
+    const char *name = "two loops";
+    stress_phase(name, 180 * STRESS_SEC);
+    memset(two, 0, sizeof two);
+    atomic_store(&two_producers_left, PRODUCERS);
+    for (unsigned k = 0; k < TWO; k++) {
+        tern_loop_options o;
+        tern_loop_options_init(&o);
+        o.max_operations = 1024; /* refusals too */
+        int rc = tern_loop_new(&two[k].loop, &o);
+        CHECK(rc == 0, "tern_loop_new: %s", tern_err_name(rc));
+        if (rc != 0)
+            return;
+        rc = tern_timer_start(two[k].loop, UINT64_C(3600) * 1000000000u, 0, never, NULL,
+                              &two[k].keepalive);
+        CHECK(rc == 0, "keep-alive timer: %s", tern_err_name(rc));
+        pthread_create(&two[k].thread, NULL, two_run, &two[k]);
+    }
+    pthread_t t[PRODUCERS];
+    for (unsigned i = 0; i < PRODUCERS; i++)
+        pthread_create(&t[i], NULL, two_produce, (void *)(uintptr_t)i);
+    for (unsigned i = 0; i < PRODUCERS; i++)
+        pthread_join(t[i], NULL);
+    for (unsigned k = 0; k < TWO; k++) {
+        pthread_join(two[k].thread, NULL);
+        struct two_side *s = &two[k];
+        uint64_t got = atomic_load(&s->received), sum = 0;
+        for (unsigned i = 0; i < PRODUCERS; i++)
+            sum += s->next_seq[i];
+        CHECK(got == s->want && sum == s->want, "%s: loop %u ran %" PRIu64 " posts (%" PRIu64
+              " in order) of %" PRIu64, name, k, got, sum, s->want);
+        CHECK(s->out_of_order == 0, "%s: loop %u: %" PRIu64 " posts lost, repeated or out of order",
+              name, k, s->out_of_order);
+        CHECK(s->wrong_loop == 0, "%s: loop %u ran %" PRIu64 " posts of the other loop", name, k,
+              s->wrong_loop);
+        tern_loop_stats st;
+        tern_loop_stats_get(s->loop, &st);
+        CHECK(st.live_operations == 0, "%s: loop %u: %u operations left live", name, k,
+              st.live_operations);
+        printf("%s: loop %u ran %" PRIu64 " posts in %" PRIu64 " turns\n", name, k, got, st.turns);
+        stress_loop_free(s->loop);
+    }
+    stress_phase_end();
+}
+
 int main(int argc, char **argv)
 {
     stress_init("post_stress", DEFAULT_SEED);
@@ -282,5 +422,6 @@ int main(int argc, char **argv)
     run_phase("flood", PRODUCERS, total, false, false, 4096);
     run_phase("bursts", PRODUCERS, total / 10, true, false, 65536);
     run_phase("pingpong", 1, total / 50, false, true, 65536);
+    run_two_loops();
     return stress_summary();
 }
