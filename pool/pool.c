@@ -28,6 +28,22 @@
 #include "sized.h"
 
 struct tern__pool_counters tern__pool_stats;
+_Thread_local uint64_t tern__outcomes_due[TERN__OUTCOME_KINDS]
+    __attribute__((tls_model("initial-exec")));
+
+void tern__outcomes_add(void)
+{
+    _Atomic uint64_t *to[TERN__OUTCOME_KINDS] = {
+        [TERN__OUTCOME_COMPLETED] = &tern__pool_stats.completed,
+        [TERN__OUTCOME_CANCELLED] = &tern__pool_stats.cancelled,
+        [TERN__OUTCOME_TIMED_OUT] = &tern__pool_stats.timed_out,
+    };
+    for (unsigned k = 0; k < TERN__OUTCOME_KINDS; k++) {
+        if (tern__outcomes_due[k] != 0)
+            atomic_fetch_add_explicit(to[k], tern__outcomes_due[k], memory_order_relaxed);
+        tern__outcomes_due[k] = 0;
+    }
+}
 struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
 struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
@@ -450,6 +466,7 @@ static uint64_t memory_bytes(unsigned long_threads)
 void tern_pool_stats_read(tern_pool_stats *out, size_t size)
 {
     TERN_REQUIRE(out != NULL && size > 0);
+    tern__outcomes_settle(); /* a done reading them counts itself and those before it */
     struct tern__pool_counters *c = &tern__pool_stats;
 #define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
     uint64_t slots = LOAD(queued); /* queued and reserved at one instant */

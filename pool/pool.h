@@ -388,6 +388,26 @@ _Static_assert(offsetof(struct tern__pool_counters, stalls) == TERN__OUTCOMES_ +
 extern struct tern__pool_counters tern__pool_stats;
 
 /*
+ * Outcomes a thread's loops have delivered but not yet added to the
+ * counters above, by kind. A loop counts each done here, on its own
+ * thread, and adds them once as the step that ran them ends
+ * (tern__outcomes_settle); a statistics read settles its own thread's
+ * first. The add per job this replaces waited, as every locked
+ * instruction does, for the stores before it, and those were the misses
+ * on the record just handed back. So a reader on another thread sees a
+ * step's outcomes when the step ends, one step late at most.
+ */
+enum { TERN__OUTCOME_COMPLETED, TERN__OUTCOME_CANCELLED, TERN__OUTCOME_TIMED_OUT, TERN__OUTCOME_KINDS };
+extern _Thread_local uint64_t tern__outcomes_due[TERN__OUTCOME_KINDS]
+    __attribute__((tls_model("initial-exec")));
+void tern__outcomes_add(void);
+static inline void tern__outcomes_settle(void)
+{
+    if ((tern__outcomes_due[0] | tern__outcomes_due[1] | tern__outcomes_due[2]) != 0)
+        tern__outcomes_add();
+}
+
+/*
  * The size of the client's record around a work header (runtime/job.c
  * stores it as it sets a loop up): the pool's memory figure counts one
  * per job in flight (tern_pool_stats.memory_bytes). 0: the header's size.

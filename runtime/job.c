@@ -110,11 +110,13 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
         tern__deadline_unclaim(loop);
     tern__owner_unlink(job);
     TERN_DECREMENT(loop->jobs_live);
-    /* submitted == completed + cancelled + timed_out + jobs whose done is still owed */
-    atomic_fetch_add_explicit(status == 0              ? &tern__pool_stats.completed
-                              : status == -ETIMEDOUT ? &tern__pool_stats.timed_out
-                                                     : &tern__pool_stats.cancelled,
-                              1, memory_order_relaxed);
+    /*
+     * submitted == completed + cancelled + timed_out + jobs whose done is
+     * still owed: counted on this thread, added as the step ends (pool.h).
+     */
+    tern__outcomes_due[status == 0              ? TERN__OUTCOME_COMPLETED
+                       : status == -ETIMEDOUT ? TERN__OUTCOME_TIMED_OUT
+                                              : TERN__OUTCOME_CANCELLED]++;
     TERN_PROBE(job_done, loop, id, job, status);
     ((tern_done_fn)job->work.client_fn)(loop, id, status, job->work.result, job->work.arg);
     if (tern__work_let_go(&job->work))

@@ -78,6 +78,7 @@ static void dispatch(tern_loop *loop)
             break;
     }
     atomic_fetch_add_explicit(&loop->st_events, ran, memory_order_relaxed);
+    tern__outcomes_settle(); /* the dones this step ran, in one add per kind */
 }
 
 static int64_t compute_wait(tern_loop *loop, int64_t max_wait)

@@ -107,6 +107,96 @@ Test(stats, occupancy_counters_follow_the_pool)
     shutdown_clean();
 }
 
+/*
+ * A loop adds its dones' outcomes once per step, not once per job. A done
+ * reading the figures on its own thread still sees itself and every done
+ * before it, and another thread sees them all once the step has ended.
+ */
+struct counted_done {
+    unsigned seen, cancelled_seen;
+    uint64_t completed0, cancelled0;
+    ph_job *blocker; /* its done counts too */
+    bool exact;      /* every done saw the outcomes so far, itself included */
+};
+
+static void *empty_work(tern_job *job, void *arg)
+{
+    (void)job;
+    return arg;
+}
+
+static void read_in_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop, (void)id, (void)result;
+    struct counted_done *c = arg;
+    c->seen++;
+    c->cancelled_seen += status == -ECANCELED;
+    tern_pool_stats s = ph_stats();
+    uint64_t all = c->seen + (unsigned)atomic_load(&c->blocker->done_calls);
+    if (s.completed - c->completed0 + s.cancelled - c->cancelled0 != all ||
+        s.cancelled - c->cancelled0 != c->cancelled_seen)
+        c->exact = false;
+}
+
+static void *read_elsewhere(void *arg)
+{
+    *(tern_pool_stats *)arg = ph_stats();
+    return NULL;
+}
+
+Test(stats, outcomes_are_exact_on_the_loop_thread_and_whole_after_the_step)
+{
+    enum { N = 40 };
+    tern_pool_config cfg = ph_config(1, 64, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    tern_pool_stats s0 = ph_stats();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job blocker;
+    ph_job_init(&blocker, &gate);
+    struct counted_done c = {.completed0 = s0.completed, .cancelled0 = s0.cancelled,
+                             .blocker = &blocker, .exact = true};
+    /* The one worker is held, so the first job is cancelled while queued. */
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &blocker), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+    tern_id first = 0;
+    for (int i = 0; i < N; i++) {
+        tern_id id;
+        cr_assert_eq(tern_submit(loop, TERN_BOUNDED, empty_work, read_in_done, &c, &id), 0);
+        if (i == 0)
+            first = id;
+    }
+    cr_assert_eq(tern_cancel(loop, first), TERN_CANCEL_REQUESTED);
+    bool ok;
+    /* The request resolves on the loop: the queued job becomes a tombstone. */
+    PH_PUMP_UNTIL(ok, loop, ph_stats().tombstones == 1);
+    cr_assert(ok);
+    ph_gate_open(&gate);
+    PH_PUMP_UNTIL(ok, loop, c.seen == N && atomic_load(&blocker.done_calls) == 1);
+    cr_assert(ok, "%u of %d dones", c.seen, N);
+    cr_assert_eq(c.cancelled_seen, 1u);
+    cr_assert(c.exact, "a done read outcomes that did not count itself and those before it");
+    /* Dones that read nothing: their step's end adds them. */
+    ph_job quiet[N];
+    for (int i = 0; i < N; i++) {
+        ph_job_init(&quiet[i], NULL);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &quiet[i]), 0);
+    }
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(quiet, N) == N);
+    cr_assert(ok);
+    /* The steps have ended: another thread sees every outcome at once. */
+    tern_pool_stats s;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, read_elsewhere, &s), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    cr_assert_eq(s.completed - s0.completed, (uint64_t)N + N);
+    cr_assert_eq(s.cancelled - s0.cancelled, 1u);
+    tern_loop_free(loop);
+    ph_gate_destroy(&gate);
+    shutdown_clean();
+}
+
 Test(stats, submitted_is_completed_plus_cancelled)
 {
     enum { N = 30 };
