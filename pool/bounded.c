@@ -76,11 +76,34 @@ static void repay_slots(uint64_t n)
         tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", "queued went below zero");
 }
 
-void tern__bounded_repay(_Atomic uint64_t *owed)
+/*
+ * Settle what owed holds: move `settled` up to what was claimed, and
+ * return how many slots that gave back to the caller to repay (0: none
+ * owed, or another settled them first).
+ */
+static uint64_t settle(struct tern__owed *owed)
 {
-    if (atomic_load_explicit(owed, memory_order_relaxed) == 0)
-        return; /* nothing claimed since the last repayment: no locked step */
-    uint64_t n = atomic_exchange_explicit(owed, 0, memory_order_relaxed);
+    uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_acquire);
+    for (;;) {
+        /*
+         * Claimed is read after settled, each time round: another may have
+         * settled up to a claim made since this thread last looked, and
+         * settled must never move back. Acquiring the settled count a
+         * release set makes the claimed count read next at least as new
+         * as the one it was set to.
+         */
+        uint64_t claimed = atomic_load_explicit(&owed->claimed, memory_order_relaxed);
+        if (settled == claimed)
+            return 0;
+        if (atomic_compare_exchange_weak_explicit(&owed->settled, &settled, claimed,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return claimed - settled;
+    }
+}
+
+void tern__bounded_repay(struct tern__owed *owed)
+{
+    uint64_t n = settle(owed);
     if (n != 0)
         repay_slots(n);
 }
@@ -102,11 +125,14 @@ static uint64_t each_owed(bool take)
     uint64_t sum = 0;
     for (unsigned i = 0; i < n; i++) {
         unsigned slot = tern__worker_slot(i, fixed);
-        _Atomic uint64_t *owed = &tern__pool_workers[slot].owed;
-        if (atomic_load_explicit(owed, memory_order_relaxed) == 0)
-            continue;
-        sum += take ? atomic_exchange_explicit(owed, 0, memory_order_relaxed)
-                    : atomic_load_explicit(owed, memory_order_relaxed);
+        struct tern__owed *owed = &tern__pool_workers[slot].owed;
+        if (take) {
+            sum += settle(owed);
+        } else {
+            /* settled first: it never passes a claimed count read after it (settle) */
+            uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_acquire);
+            sum += atomic_load_explicit(&owed->claimed, memory_order_relaxed) - settled;
+        }
     }
     return sum;
 }

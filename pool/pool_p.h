@@ -141,15 +141,23 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
  * at each start and each end; the watchdog (watchdog.c) sees a stall as
  * an odd seq that has not moved for the stall bound.
  */
+/*
+ * Queue slots a worker owes back (tern__queue_claim_owed): jobs of its run
+ * it has claimed, whose slots still count as queued. What is owed is
+ * claimed - settled. Only the worker writes `claimed`, with a plain
+ * store, so a claim costs no locked instruction; `settled` moves by
+ * compare-and-swap, when the worker repays at the end of a run or when an
+ * admission about to refuse takes the slots back (bounded.c), so each
+ * claimed slot is given back once. Readers of the statistics subtract it.
+ */
+struct tern__owed {
+    _Atomic uint64_t claimed, settled;
+};
+
 struct tern__worker_figures {
     alignas(TERN_CACHELINE) _Atomic uint64_t seq;
-    /*
-     * Queue slots the worker owes back (tern__queue_claim_owed): jobs of
-     * its run it has claimed, whose slots still count as queued. Given
-     * back in one step when the run ends, or taken back by an admission
-     * about to refuse (bounded.c); readers of the statistics subtract it.
-     */
-    _Atomic uint64_t owed;
+    /* Queue slots the worker owes back (struct tern__owed). */
+    struct tern__owed owed;
     /* The worker's hand-back slot (pool.h, tern__pool_hand_slot). */
     _Atomic(const void *) handing;
     /*
@@ -370,13 +378,14 @@ static inline bool tern__queue_claim(struct tern__work *w)
  * run's in one step on the shared `queued` word (tern__bounded_repay),
  * not one step per job. The owed count is on the worker's own line.
  */
-static inline bool tern__queue_claim_owed(struct tern__work *w, _Atomic uint64_t *owed)
+static inline bool tern__queue_claim_owed(struct tern__work *w, struct tern__owed *owed)
 {
     if (!tern__work_claim(w)) {
         tern__tombstones_sub();
         return false;
     }
-    atomic_fetch_add_explicit(owed, 1, memory_order_relaxed);
+    uint64_t claimed = atomic_load_explicit(&owed->claimed, memory_order_relaxed);
+    atomic_store_explicit(&owed->claimed, claimed + 1, memory_order_relaxed);
     return true;
 }
 /* Per worker histograms; index TERN__MAX_THREADS is shared by long workers. */
@@ -493,7 +502,7 @@ struct tern__work *tern__bounded_take(struct tern__pool *p);
 #define TERN__TAKE_MAX 32
 unsigned tern__bounded_take_run(struct tern__pool *p, struct tern__work **jobs);
 /* Give back what owed holds to the queued count: one atomic step, none if nothing is owed. */
-void tern__bounded_repay(_Atomic uint64_t *owed);
+void tern__bounded_repay(struct tern__owed *owed);
 /*
  * Put the untouched rest of a run back at the queue's tail (a pause is
  * on: the worker must not start them). Their slots are still counted,

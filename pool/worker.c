@@ -76,7 +76,7 @@ struct worker {
     bool loop_slept;
     /* Its run and its figures' count of slots owed (pool_p.h). */
     struct tern__run *run;
-    _Atomic uint64_t *owed;
+    struct tern__owed *owed;
     /*
      * Units of tern__pool_inflight owed for jobs of the run handed back
      * (tern__work_execute): given back with the slots when the run ends,
@@ -489,8 +489,10 @@ static void figures_reset(void)
          * Nothing owed, no run: a pool's workers repay and empty them
          * before they exit, but a child of fork inherits its parent's.
          */
-        if (atomic_load_explicit(&f->owed, memory_order_relaxed) != 0)
-            atomic_store_explicit(&f->owed, 0, memory_order_relaxed);
+        if (atomic_load_explicit(&f->owed.claimed, memory_order_relaxed) != 0) {
+            atomic_store_explicit(&f->owed.claimed, 0, memory_order_relaxed);
+            atomic_store_explicit(&f->owed.settled, 0, memory_order_relaxed);
+        }
         if (tern__run_left(&tern__pool_runs[i]))
             atomic_store_explicit(&tern__pool_runs[i].word, 0, memory_order_relaxed);
         if (atomic_load_explicit(&f->parks, memory_order_relaxed) == 0 &&
