@@ -100,6 +100,13 @@ int main(int argc, char **argv)
     fprintf(stderr, "loop: %.4f wake syscalls per job, %.1f jobs per turn\n",
             (double)st.wake_syscalls / (double)total_jobs,
             st.turns ? (double)total_jobs / (double)st.turns : 0.0);
+    for (unsigned i = 0; i < tern_pool_worker_count(); i++) {
+        tern_pool_worker_stats ws;
+        if (tern_pool_worker_stats_get(i, &ws) == 0)
+            fprintf(stderr, "worker %u: %llu entries, %llu parks, %llu woken\n", i,
+                    (unsigned long long)ws.jobs, (unsigned long long)ws.parks,
+                    (unsigned long long)ws.wakes);
+    }
 
     tern_loop_free(loop);
     tern_pool_shutdown(TERN_POOL_DRAIN, 1000000000u);
