@@ -529,10 +529,10 @@ TERN_EXTERN void tern_freeaddrinfo(struct addrinfo *res);
 /*
  * Outcomes, ever: submitted == completed (done got 0) + cancelled (done
  * got -ECANCELED) + timed_out (done got -ETIMEDOUT) + jobs whose done is
- * still owed or not yet counted. A loop adds the outcomes of the dones it ran as the step
- * that ran them ends, so another thread sees them one step late at most;
- * a read on the loop's own thread, a done's included, sees them all.
- * refused_<cause> counts every refusal of each
+ * still owed or not yet counted: a loop adds the outcomes of the dones it
+ * ran as the step that ran them ends, so another thread sees them one
+ * step late at most; a read on the loop's own thread, a done's included,
+ * sees them all. refused_<cause> counts every refusal of each
  * TERN_REFUSAL_MAP cause, process-wide. Fields after run_p99_ns were
  * added later, at the end.
  */

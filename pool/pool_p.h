@@ -131,17 +131,6 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
 #define TERN__MAX_OVERFLOW 64 /* overflow workers alive at once, at most */
 
 /*
- * One bounded worker's figures, written by that worker alone with plain
- * relaxed stores (no locked instruction) and read by anyone. Indexed by
- * worker: bounded workers 0..threads-1, overflow workers from
- * TERN__MAX_THREADS. Outside the pool, as the counters are, so a reader
- * never races a free.
- *
- * seq: odd while the worker runs what it took from the queue, one more
- * at each start and each end; the watchdog (watchdog.c) sees a stall as
- * an odd seq that has not moved for the stall bound.
- */
-/*
  * Queue slots a worker owes back (tern__queue_claim_owed): jobs of its run
  * it has claimed, whose slots still count as queued. What is owed is
  * claimed - settled. Only the worker writes `claimed`, with a plain
@@ -154,6 +143,17 @@ struct tern__owed {
     _Atomic uint64_t claimed, settled;
 };
 
+/*
+ * One bounded worker's figures, written by that worker alone with plain
+ * relaxed stores (no locked instruction) and read by anyone. Indexed by
+ * worker: bounded workers 0..threads-1, overflow workers from
+ * TERN__MAX_THREADS. Outside the pool, as the counters are, so a reader
+ * never races a free.
+ *
+ * seq: odd while the worker runs what it took from the queue, one more
+ * at each start and each end; the watchdog (watchdog.c) sees a stall as
+ * an odd seq that has not moved for the stall bound.
+ */
 struct tern__worker_figures {
     alignas(TERN_CACHELINE) _Atomic uint64_t seq;
     /* Queue slots the worker owes back (struct tern__owed). */
@@ -376,7 +376,7 @@ static inline bool tern__queue_claim(struct tern__work *w)
  * several steps: those settle at once, as above) and owes its queued slot
  * instead of giving it back: the slot is given back with the rest of its
  * run's in one step on the shared `queued` word (tern__bounded_repay),
- * not one step per job. The owed count is on the worker's own line.
+ * not one step per job. The claimed count is on the worker's own line.
  */
 static inline bool tern__queue_claim_owed(struct tern__work *w, struct tern__owed *owed)
 {
@@ -501,7 +501,8 @@ struct tern__work *tern__bounded_take(struct tern__pool *p);
  */
 #define TERN__TAKE_MAX 32
 unsigned tern__bounded_take_run(struct tern__pool *p, struct tern__work **jobs);
-/* Give back what owed holds to the queued count: one atomic step, none if nothing is owed. */
+/* Give back what owed holds to the queued count: a swap of the settled
+ * count and one step on the queued word; neither if nothing is owed. */
 void tern__bounded_repay(struct tern__owed *owed);
 /*
  * Put the untouched rest of a run back at the queue's tail (a pause is
