@@ -26,6 +26,12 @@
  * run one (function and argument). The loop gives a run's units back with
  * one decrement of the block's count, and whoever drops the count to zero
  * retires the block. The producer holds one extra count while it carves.
+ *
+ * A run starts on a line of its own: the loop reads one run's posts while
+ * the producer writes the next run's first record, and on a shared line
+ * each write would take the line from the other's cache. The units
+ * skipped to get there are the producer's, given back with its hold
+ * (decision 139 has the measurement).
  */
 #define BLOCK_SIZE 4096u
 #define UNIT sizeof(struct tern__post_entry)
@@ -52,6 +58,9 @@ _Static_assert(sizeof(struct tern__inbound) % UNIT == 0 &&
 #define TLS __attribute__((tls_model("initial-exec")))
 static _Thread_local struct node_block *carving TLS;
 static _Thread_local unsigned carved TLS; /* units of `carving` handed out */
+/* Units of `carving` skipped to start a run on a fresh line: the
+ * producer's to give back, with its hold, when it retires the block. */
+static _Thread_local unsigned skipped TLS;
 static pthread_key_t carving_key;
 static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
 
@@ -160,7 +169,7 @@ static void carving_exit(void *arg)
 {
     (void)arg;
     if (carving != NULL)
-        block_release(carving, 1 + (unsigned)(BLOCK_UNITS - carved));
+        block_release(carving, 1 + skipped + (unsigned)(BLOCK_UNITS - carved));
     carving = NULL;
     open_head = NULL;
 }
@@ -170,10 +179,17 @@ static void carving_init(void)
     pthread_key_create(&carving_key, carving_exit);
 }
 
+/* Where the next run's first record would go: the next line's first unit. */
+#define LINE_UNITS (TERN_CACHELINE / UNIT)
+static unsigned head_at(void)
+{
+    return (carved + LINE_UNITS - 1) & ~(LINE_UNITS - 1);
+}
+
 /* A run's first record, from a fresh block when this one has no room. */
 static struct tern__inbound *head_alloc(void)
 {
-    if (TERN_UNLIKELY(carving == NULL || carved + HEAD_UNITS > BLOCK_UNITS)) {
+    if (TERN_UNLIKELY(carving == NULL || head_at() + HEAD_UNITS > BLOCK_UNITS)) {
         if (tern__fault_hit(TERN__FAULT_ALLOC))
             return NULL;
         struct node_block *b = block_get();
@@ -182,13 +198,17 @@ static struct tern__inbound *head_alloc(void)
         atomic_init(&b->refs, (unsigned)BLOCK_UNITS + 1);
         pthread_once(&carving_once, carving_init);
         if (carving != NULL)
-            block_release(carving, 1 + (unsigned)(BLOCK_UNITS - carved));
+            block_release(carving, 1 + skipped + (unsigned)(BLOCK_UNITS - carved));
         else
             pthread_setspecific(carving_key, b); /* any non-NULL value arms the destructor */
         carving = b;
         carved = 0;
+        skipped = 0;
         open_head = NULL;
     }
+    unsigned at = head_at();
+    skipped += at - carved;
+    carved = at;
     struct tern__inbound *in = (struct tern__inbound *)&carving->units[carved];
     carved += HEAD_UNITS;
     return in;
@@ -279,8 +299,8 @@ unsigned tern__post_credit_wanted(const tern_loop *loop, unsigned drains)
     unsigned room; /* posts that fit where this one goes */
     if (run_open_to(loop, drains))
         room = (unsigned)(BLOCK_UNITS - carved);
-    else if (carving != NULL && carved + HEAD_UNITS <= BLOCK_UNITS)
-        room = (unsigned)(BLOCK_UNITS - carved - HEAD_UNITS + 1);
+    else if (carving != NULL && head_at() + HEAD_UNITS <= BLOCK_UNITS)
+        room = (unsigned)(BLOCK_UNITS - head_at() - HEAD_UNITS + 1);
     else
         room = (unsigned)(BLOCK_UNITS - HEAD_UNITS + 1);
     return credit_want < room ? credit_want : room;
