@@ -545,8 +545,16 @@ Test(admission_paths, closing_an_owner_with_queued_running_and_finished_file_req
     probe finished = {0}, running = {0}, q_mkdir = {0}, q_read = {0}, q_write = {0};
     /* Finished: its callback is on the way (not yet run) when the owner closes. */
     cr_assert_eq(tern_fs_stat(loop, at("f"), &fo, probe_fs, &finished, NULL), 0);
+    /*
+     * Until the stat has made its call: queued read first, busy after. A
+     * worker counts itself busy before its job leaves the queued figure
+     * and stays busy until the job has run, so an empty queue and then no
+     * worker busy means the call is made. Read the other way round, busy
+     * can be 0 because no worker has woken yet, and the hold armed below
+     * then catches the stat's call instead of the read's.
+     */
     bool ok;
-    PH_WAIT_UNTIL(ok, ph_stats().busy == 0 && ph_stats().queued == 0);
+    PH_WAIT_UNTIL(ok, ph_stats().queued == 0 && ph_stats().busy == 0);
     cr_assert(ok);
     /* Running: the first step of a read_file, held by the fault seam before
      * its open(2) (its slot turned into a reservation when a worker took it). */
