@@ -21,9 +21,13 @@ trap 'rm -rf "$work"' EXIT
 
 # -timeout: one input must never take this long (the harness bounds each
 # input to milliseconds); -rss_limit_mb: far above the ~400 MB it uses.
+# -error_exitcode: libFuzzer's own default, 77, is the code meson reads
+# as "skipped", so a finding would pass as a skip. The frames of a
+# report's stack (" #3 0x... in fn file:line") are kept with the rest.
 "$fuzzer" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -max_len=1024 \
+    -error_exitcode=1 -timeout_exitcode=1 \
     -print_final_stats=1 -artifact_prefix="$artifacts/fuzz-" \
-    "$work" "$here/fuzz/corpus" 2>&1 | grep -E '^(#[0-9]+ +(INITED|DONE)|Done|stat::|==|SUMMARY|fuzz_api:|artifact_prefix|Test unit written)|runtime error|#[0-9]+ in '
+    "$work" "$here/fuzz/corpus" 2>&1 | grep -E '^(#[0-9]+ +(INITED|DONE)|Done|stat::|==|SUMMARY|fuzz_api:|artifact_prefix|Test unit written|Direct leak|Indirect leak)|runtime error|#[0-9]+ (0x[0-9a-f]+ )?in '
 status=${PIPESTATUS[0]}
 if [ "$status" -eq 0 ]; then
     echo "1 passed, 0 failed"
