@@ -4,8 +4,9 @@
 # Fuzz the public API for a bounded time (SECONDS, else TERN_FUZZ_SECONDS,
 # else 60) starting from the committed corpus (test/fuzz/corpus). New
 # inputs go to a scratch directory, so the source tree is never written.
-# A crash (a broken invariant, an ASan or UBSan report, a leak) leaves its
-# input as <build>/fuzz-crash-* and fails. FUZZ_API is the fuzz_api
+# A finding (a broken invariant, an ASan or UBSan report, a leak, a
+# timeout) leaves its input beside the executable as fuzz-crash-*,
+# fuzz-leak-* or fuzz-timeout-* and fails. FUZZ_API is the fuzz_api
 # executable of a -Dfuzz=true build (see test/fuzz/meson.build).
 # Ends with "1 passed, 0 failed" or "0 passed, 1 failed".
 set -uo pipefail
