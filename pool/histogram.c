@@ -33,20 +33,21 @@ static uint64_t value_of(unsigned idx)
 
 /* A single writer needs no read-modify-write (no lock prefix); readers
  * may see a count a moment old either way. */
-static uint64_t bump(_Atomic uint64_t *c, bool shared)
+static uint64_t bump(_Atomic uint64_t *c, unsigned by, bool shared)
 {
     if (shared)
-        return atomic_fetch_add_explicit(c, 1, memory_order_relaxed) + 1;
-    uint64_t v = atomic_load_explicit(c, memory_order_relaxed) + 1;
+        return atomic_fetch_add_explicit(c, by, memory_order_relaxed) + by;
+    uint64_t v = atomic_load_explicit(c, memory_order_relaxed) + by;
     atomic_store_explicit(c, v, memory_order_relaxed);
     return v;
 }
 
-void tern__hist_record(struct tern__hist *h, uint64_t value, bool shared)
+void tern__hist_record(struct tern__hist *h, uint64_t value, unsigned weight, bool shared)
 {
-    bump(&h->buckets[bucket_of(value)], shared);
-    uint64_t n = bump(&h->count, shared);
-    if (n % TERN__HIST_DECAY == 0) {
+    bump(&h->buckets[bucket_of(value)], weight, shared);
+    uint64_t n = bump(&h->count, weight, shared);
+    /* The count crossed a multiple of the decay period. */
+    if (n % TERN__HIST_DECAY < weight) {
         for (unsigned i = 0; i < TERN__HIST_BUCKETS; i++) {
             uint64_t b = atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
             if (b != 0)

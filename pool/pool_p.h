@@ -99,11 +99,12 @@ void tern__work_returned(struct tern__work *w);
 /*
  * tern__work_run without the unit's leave: the caller owes it to
  * tern__pool_inflight and gives it back after the hand-back (a bounded
- * worker, once per run). *ran: the ticks the work function ran (0 when
- * it did not start), the same reading as the run histogram's, so a
- * worker's busy time costs no clock reading of its own.
+ * worker, once per run). weight: 0 leaves the work function untimed;
+ * else its run time goes into the run histogram as that many samples
+ * and *ran is set to it (worker.c, "Timing"). *ran is 0 otherwise.
  */
-bool tern__work_execute(struct tern__work *w, unsigned worker_index, uint64_t *ran);
+bool tern__work_execute(struct tern__work *w, unsigned worker_index, unsigned weight,
+                        uint64_t *ran);
 bool tern__work_run(struct tern__work *w, unsigned worker_index);
 
 /* ------------------------------------------------------------------ */
@@ -118,8 +119,12 @@ struct tern__hist {
     _Atomic uint64_t buckets[TERN__HIST_BUCKETS];
 };
 
-/* shared: several threads record into h (the long class); else one does. */
-void tern__hist_record(struct tern__hist *h, uint64_t value, bool shared);
+/*
+ * Record value as `weight` samples: a job timed as one of several chosen
+ * at random stands for them all (worker.c, "Timing"). shared: several
+ * threads record into h (the long class); else one does.
+ */
+void tern__hist_record(struct tern__hist *h, uint64_t value, unsigned weight, bool shared);
 /* Percentile q (0..1) over the sum of n histograms, in recorded units. */
 uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q);
 

@@ -27,7 +27,7 @@ bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned work
     /* Claimed by the worker (tern__queue_claim): its queued slot is now its reservation. */
     uint64_t start = tern__ticks();
     if (job->t_submit != 0)
-        tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(job->t_submit, start),
+        tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(job->t_submit, start), 1,
                           false);
     /*
      * During a cancelling shutdown the step still runs: it sees
@@ -38,7 +38,7 @@ bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned work
     void *result = job->fn((tern_job *)job, job->arg);
     tern__work_returned(job);
     uint64_t end = tern__ticks();
-    tern__hist_record(&tern__pool_run_hist[worker], end - start, false);
+    tern__hist_record(&tern__pool_run_hist[worker], end - start, 1, false);
     if (result == NULL) {
         /*
          * Another step follows. Once the state says QUEUED (stored by

@@ -138,22 +138,26 @@ void tern__work_returned(struct tern__work *w)
         atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
 }
 
-bool tern__work_execute(struct tern__work *w, unsigned worker, uint64_t *ran)
+bool tern__work_execute(struct tern__work *w, unsigned worker, unsigned weight, uint64_t *ran)
 {
     *ran = 0;
     if (TERN_UNLIKELY(!tern__work_started(w))) {
         w->result = NULL;
     } else {
         bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
-        uint64_t start = tern__ticks();
+        /* A clock reading only for a figure that wants one: the wait's
+         * sample (its loop's choice), the run's (the worker's). */
+        uint64_t start = w->t_submit != 0 || weight != 0 ? tern__ticks() : 0;
         if (w->t_submit != 0)
             tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(w->t_submit, start),
-                              shared);
+                              1, shared);
         /* The public handle is the header's address (pool.h). */
         TERN_PROBE(job_started, w, (int)w->occupancy);
         w->result = w->fn((tern_job *)w, w->arg);
-        *ran = tern__ticks() - start;
-        tern__hist_record(&tern__pool_run_hist[worker], *ran, shared);
+        if (weight != 0) {
+            *ran = tern__ticks() - start;
+            tern__hist_record(&tern__pool_run_hist[worker], *ran, weight, shared);
+        }
         tern__work_returned(w);
     }
     atomic_store_explicit(&w->state, TERN__WORK_FINISHED, memory_order_release);
@@ -163,7 +167,7 @@ bool tern__work_execute(struct tern__work *w, unsigned worker, uint64_t *ran)
 bool tern__work_run(struct tern__work *w, unsigned worker)
 {
     uint64_t ran;
-    bool woke = tern__work_execute(w, worker, &ran);
+    bool woke = tern__work_execute(w, worker, 1, &ran); /* every job timed */
     tern__pool_leave(); /* handed back: the job's pool life ends here */
     return woke;
 }

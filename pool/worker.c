@@ -11,6 +11,16 @@
  *
  * Exclusive mode (gate.c) holds the workers between jobs: each reads the
  * hold count once per job and, finding it non-zero, holds here.
+ *
+ * Timing. Two clock readings around every job were a fifth of a short
+ * job's cost on the worker. A worker times every job while the last job
+ * it timed ran at least TIME_ALL_NS (the readings are then noise beside
+ * the work); otherwise it times one job in four, chosen at random, and
+ * records it as four samples. The choice depends only on jobs already
+ * run, so each job is counted four times with chance 1/4 or once for
+ * sure: the run histogram still estimates every job's share without
+ * bias, and a pattern in the work (one slow job in ten) cannot line up
+ * with the sample. Busy time is read per run instead (`span`, below).
  */
 #define _LGPL_SOURCE /* the reader's `registered` flag, as in runtime/rcu.c */
 #include <errno.h>
@@ -35,6 +45,9 @@ _Atomic unsigned tern__pool_holds;
  * budget (TERN__SPIN_NS) and many beside the cost of one yield.
  */
 #define YIELD_EVERY 256
+
+/* Timing: jobs at least this long are all timed (see the top). */
+#define TIME_ALL_NS 16000
 
 struct worker_arg {
     struct tern__pool *pool;
@@ -83,7 +96,65 @@ struct worker {
      * one add on a line every worker writes instead of one per job.
      */
     unsigned units;
+    /* Timing (see the top): the sampler's state, and its threshold in ticks. */
+    uint32_t rng;
+    bool time_all;
+    uint64_t long_ticks;
+#ifdef TERN_FIGURES
+    /*
+     * Busy time is read per run, not per job: from the tick it found
+     * work (span_from) to the next fresh run, or to running dry or
+     * holding, whichever is first; so it counts the worker's own steps
+     * between jobs as busy too.
+     */
+    bool spanning;
+    uint64_t span_from;
+#endif
 };
+
+/* The threshold of "Timing" in ticks; the rate firms up as the process ages. */
+static uint64_t long_ticks(void)
+{
+    return (uint64_t)(tern__ticks_per_ns() * TIME_ALL_NS);
+}
+
+/* Weight of the next job's run time: 1 (all timed), 4 (sampled) or 0 (untimed). */
+static unsigned run_weight(struct worker *w)
+{
+    if (w->time_all)
+        return 1;
+    uint32_t x = w->rng; /* xorshift32 */
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    w->rng = x;
+    return (x & 3) == 0 ? 4 : 0;
+}
+
+/* Busy time: a span starts, or goes on (the time so far is added), or ends. */
+static void span_mark(struct worker *w, struct tern__worker_figures *fig, bool go_on)
+{
+#ifdef TERN_FIGURES
+    uint64_t now = go_on || w->spanning ? tern__ticks() : 0;
+    if (w->spanning)
+        TERN__FIGURE_ADD(fig->busy_ticks, now - w->span_from);
+    w->spanning = go_on;
+    w->span_from = now;
+#else
+    (void)w, (void)fig, (void)go_on;
+#endif
+}
+
+/* An entry found: a span starts, or, at a fresh run, its time so far is added. */
+static void span_found(struct worker *w, struct tern__worker_figures *fig, bool fresh)
+{
+#ifdef TERN_FIGURES
+    if (fresh || !w->spanning)
+        span_mark(w, fig, true);
+#else
+    (void)w, (void)fig, (void)fresh;
+#endif
+}
 
 /* A run ended: repay the slots and the units its jobs owe. */
 static void repay(struct worker *w)
@@ -339,18 +410,13 @@ static bool spin(struct worker *w, bool *busy)
 /*
  * Run what a worker took from the queue: a job, a lookup, or one step of
  * a request. Returns 1 if it ran (a lookup counts when taken), 0 for a
- * tombstone: the figures' count of entries run. *busy: the ticks it ran,
- * for a plain job the work function's own (the run histogram's reading:
- * no clock reading of its own on the path every job takes).
+ * tombstone: the figures' count of entries run. Lookups and steps are
+ * timed every one (they are rare beside plain jobs).
  */
 static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__work *job,
-                          unsigned index, uint64_t *busy)
+                          unsigned index)
 {
-    *busy = 0;
     if (job->kind == TERN__WORK_LOOKUP || job->kind == TERN__WORK_STEPS) {
-#ifdef TERN_FIGURES
-        uint64_t t0 = tern__ticks();
-#endif
         unsigned ran = 1;
         if (job->kind == TERN__WORK_LOOKUP)
             tern__lookup_run(p, job, index); /* claims it under the cap */
@@ -358,14 +424,15 @@ static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__w
             ran = 0; /* a tombstone: its stop gave the slot back */
         else
             w->loop_slept = tern__steps_run(p, job, index); /* one step, then requeued or done */
-#ifdef TERN_FIGURES
-        *busy = tern__ticks() - t0;
-#endif
         return ran;
     }
     if (!tern__queue_claim_owed(job, w->owed))
         return 0;
-    w->loop_slept = tern__work_execute(job, index, busy);
+    unsigned weight = run_weight(w);
+    uint64_t ticks;
+    w->loop_slept = tern__work_execute(job, index, weight, &ticks);
+    if (weight != 0)
+        w->time_all = ticks >= w->long_ticks;
     w->units++;
     return 1;
 }
@@ -399,7 +466,12 @@ static void *worker_main(void *argp)
     tern__thread_name(a.overflow < 0 ? "tern-pool" : "tern-overflow");
     struct tern__pool *p = a.pool;
     struct tern__worker_figures *fig = &tern__pool_workers[a.figures];
-    struct worker w = {.pool = p, .run = &tern__pool_runs[a.figures], .owed = &fig->owed};
+    struct worker w = {.pool = p,
+                       .run = &tern__pool_runs[a.figures],
+                       .owed = &fig->owed,
+                       .rng = 0x9e3779b9u * (a.figures + 1), /* never 0: xorshift's fixed point */
+                       .time_all = true, /* until a job shows it is short */
+                       .long_ticks = long_ticks()};
     uint64_t seq = atomic_load_explicit(&fig->seq, memory_order_relaxed);
     tern__pool_hand_slot = &fig->handing;
     tern__spin_init(&w.spin);
@@ -419,6 +491,7 @@ static void *worker_main(void *argp)
         if (TERN_UNLIKELY(holds != 0)) {
             if (holds & TERN__HOLDS_COUNT) {
                 put_back_run(&w);
+                span_mark(&w, fig, false); /* a held worker is not busy */
                 hold(p, &busy);
             }
             else /* only a test's stop: the gate read open, the job not yet taken */
@@ -432,6 +505,7 @@ static void *worker_main(void *argp)
                 atomic_fetch_add_explicit(&tern__pool_stats.busy, 1, memory_order_relaxed);
             }
             woken(&parked); /* before the pass-on: a wake skips while it is set */
+            span_found(&w, fig, fresh);
             /*
              * Pass the wake on: more work than this worker (the queue, or
              * the rest of its run, which an idle worker may take from it).
@@ -440,18 +514,17 @@ static void *worker_main(void *argp)
                 tern__bounded_wake_one(p);
             /* Odd while it runs (the watchdog's view); this worker's line alone. */
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
-            uint64_t busy_ticks;
-            unsigned ran = run_taken(p, &w, job, a.index, &busy_ticks);
+            unsigned ran = run_taken(p, &w, job, a.index);
 #ifdef TERN_FIGURES
-            TERN__FIGURE_ADD(fig->busy_ticks, busy_ticks);
             TERN__FIGURE_ADD(fig->jobs, ran);
 #else
-            (void)ran, (void)busy_ticks;
+            (void)ran;
 #endif
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
             continue;
         }
         woken(&parked);
+        span_mark(&w, fig, false); /* ran dry */
         if (atomic_load_explicit(&p->exiting, memory_order_acquire)) {
             idle(&busy);
             break;
@@ -463,6 +536,7 @@ static void *worker_main(void *argp)
                                                     memory_order_relaxed);
             bool idled = park(p, idle_ns, fig);
             parked = true;
+            w.long_ticks = long_ticks(); /* a park costs more: the rate, read again */
             if (idled) {
                 woken(&parked); /* a signal that raced the timeout: the retire looks at the queue */
                 if (overflow_retire(p, a.overflow))

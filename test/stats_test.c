@@ -12,6 +12,8 @@
  * cancelled + timed_out (no job here has a deadline).
  */
 #include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "pool_helpers.h"
 
@@ -320,6 +322,65 @@ Test(stats, p50_and_p99_are_different_ranks)
                  (unsigned long long)s.run_p50_ns);
     tern_loop_free(loop);
     shutdown_clean();
+}
+
+/*
+ * A worker whose jobs are short times one in four, chosen at random, and
+ * counts it four times (pool/worker.c, "Timing"); it times every job
+ * while they are long (16 us and more). Run the pattern long, long,
+ * short, long, short on one worker: three jobs in five are long, so the
+ * median is a long one. Counted once each, the sampled jobs would put it
+ * on a short one: a timed short job sends the worker back to sampling,
+ * where a long job is timed only one time in four, while a timed long
+ * job has every job after it timed. One worker and its fixed seed make
+ * the choices the same on every run.
+ */
+static void run_pattern(const char *pattern, int rounds, uint64_t long_ns, tern_pool_stats *s)
+{
+    int len = (int)strlen(pattern), n = len * rounds;
+    tern_pool_config cfg = ph_config(1, (unsigned)n, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_job *jobs = calloc((size_t)n, sizeof *jobs);
+    cr_assert_not_null(jobs);
+    for (int i = 0; i < n; i++) {
+        ph_job_init(&jobs[i], NULL);
+        jobs[i].sleep_ns = pattern[i % len] == 'L' ? long_ns : 0;
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0);
+    }
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, (size_t)n) == n);
+    cr_assert(ok);
+    PH_WAIT_UNTIL(ok, (*s = ph_stats(), s->completed == (uint64_t)n));
+    cr_assert(ok);
+    cr_log_info("%s x%d: run p50 %llu p99 %llu ns", pattern, rounds,
+                (unsigned long long)s->run_p50_ns, (unsigned long long)s->run_p99_ns);
+    tern_loop_free(loop);
+    free(jobs);
+    shutdown_clean();
+}
+
+Test(stats, sampled_run_times_keep_each_jobs_share)
+{
+    const uint64_t long_ns = 100 * PH_MS / 1000;
+    tern_pool_stats s;
+    run_pattern("LLSLS", 200, long_ns, &s);
+    cr_assert_geq(s.run_p50_ns, long_ns - long_ns / 8,
+                  "run p50 %llu ns: three jobs in five slept %llu ns, the median is one of them",
+                  (unsigned long long)s.run_p50_ns, (unsigned long long)long_ns);
+}
+
+/* Among short jobs, sampled, one slow job in ten still reaches p99. */
+Test(stats, one_slow_job_in_ten_reaches_p99_among_short_ones)
+{
+    const uint64_t long_ns = 200 * PH_MS / 1000;
+    tern_pool_stats s;
+    run_pattern("SSSSSSSSSL", 100, long_ns, &s);
+    cr_assert_neq(s.run_p50_ns, 0u, "short jobs were never timed");
+    cr_assert_lt(s.run_p50_ns, long_ns / 2, "run p50 %llu ns: nine jobs in ten did not sleep",
+                 (unsigned long long)s.run_p50_ns);
+    cr_assert_geq(s.run_p99_ns, long_ns - long_ns / 8, "run p99 %llu ns misses the slow jobs",
+                  (unsigned long long)s.run_p99_ns);
 }
 
 Test(stats, long_jobs_count_in_the_run_time)

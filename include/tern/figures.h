@@ -37,8 +37,9 @@ typedef struct tern_pool_worker_stats {
     uint64_t jobs;
     uint64_t parks;   /* times it parked (slept on the pool's condition) */
     uint64_t wakes;   /* parks ended by a submitter's wake signal */
-    /* Time spent running what it took off the queue: a job's work
-     * function, a lookup, a request's step. */
+    /* Time spent running what it took off the queue (a job's work
+     * function, a lookup, a request's step) and its own steps between
+     * them: from finding work to running dry, added run by run. */
     uint64_t busy_ns;
     /* Wake latency, from the wake signal to the worker running again. */
     uint64_t wake_latency[TERN_POOL_WAKE_BUCKETS];
