@@ -564,7 +564,9 @@ typedef struct tern_pool_stats {
  * Never blocks, never fails; the fields are read one by one without a lock
  * and may be a moment apart. All zero before the pool first starts.
  * Percentiles cover recent jobs (a decaying window) in nanoseconds, to
- * within the histogram's bucket width (about 1/8 of the value).
+ * within the histogram's bucket width (about 1/8 of the value), from a
+ * sample: a quarter of the queue waits, and of short bounded jobs' run
+ * times a random quarter, each counted four times (docs/pool.md).
  * Fills the first size bytes of out: a caller compiled against an older,
  * shorter struct gets its prefix; fields the library does not know (a
  * newer header than the library) read as zero (docs/api.md, "How the ABI
