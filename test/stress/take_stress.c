@@ -308,6 +308,27 @@ static void report(void)
 static unsigned long long total_refused_batches, total_batches, total_cancelled, total_timed_out;
 static uint64_t total_stalls, total_overflow;
 
+/* The watchdog every pool of this program runs under: a short stall bound, two overflow workers. */
+static int watch_short(void)
+{
+    tern_pool_watch w;
+    tern_pool_watch_init(&w);
+    w.stall_ns = STALL_MS * STRESS_MS;
+    w.overflow_max = 2;
+    w.overflow_idle_ns = IDLE_MS * STRESS_MS;
+    return tern_pool_watch_set(&w);
+}
+
+/* A pool of `threads` workers with the small queue batches are refused from. */
+static int pool_start(unsigned threads)
+{
+    tern_pool_config pc;
+    tern_pool_config_init(&pc);
+    pc.threads = threads;
+    pc.queue_capacity = QUEUE_CAPACITY;
+    return tern_pool_start(&pc);
+}
+
 static void round_run(unsigned round)
 {
     /* (2, 2), (2, 4), (4, 2), (4, 4); then (2, 2) and (4, 4) ending in a cancelling shutdown. */
@@ -330,20 +351,11 @@ static void round_run(unsigned round)
     atomic_store(&pauses, 0);
     memset(recs, 0, sizeof recs);
 
-    tern_pool_watch w;
-    tern_pool_watch_init(&w);
-    w.stall_ns = STALL_MS * STRESS_MS;
-    w.overflow_max = 2;
-    w.overflow_idle_ns = IDLE_MS * STRESS_MS;
-    STRESS_CHECK(tern_pool_watch_set(&w) == 0, "round %u: the watchdog takes a %d ms stall bound",
-                 round, STALL_MS);
+    STRESS_CHECK(watch_short() == 0, "round %u: the watchdog takes a %d ms stall bound", round,
+                 STALL_MS);
     /* The pool's counters carry on from one pool to the next: this round's are the difference. */
     tern_pool_stats before = stress_pool_stats();
-    tern_pool_config pc;
-    tern_pool_config_init(&pc);
-    pc.threads = threads;
-    pc.queue_capacity = QUEUE_CAPACITY;
-    int rc = tern_pool_start(&pc);
+    int rc = pool_start(threads);
     STRESS_CHECK(rc == 0, "round %u: a pool of %u workers: %s", round, threads, tern_strerror(rc));
 
     tern_group_options go;
@@ -545,19 +557,9 @@ static void overflow_phase(void)
 {
     stress_phase("both fixed workers gated, jobs behind them", 60 * STRESS_SEC);
     atomic_store(&n_bad, 0);
-    tern_pool_watch w;
-    tern_pool_watch_init(&w);
-    w.stall_ns = STALL_MS * STRESS_MS;
-    w.overflow_max = 2;
-    w.overflow_idle_ns = IDLE_MS * STRESS_MS;
-    STRESS_CHECK(tern_pool_watch_set(&w) == 0, "overflow: the watchdog takes a %d ms stall bound",
-                 STALL_MS);
+    STRESS_CHECK(watch_short() == 0, "overflow: the watchdog takes a %d ms stall bound", STALL_MS);
     uint64_t before = stress_pool_stats().overflow_started;
-    tern_pool_config pc;
-    tern_pool_config_init(&pc);
-    pc.threads = 2;
-    pc.queue_capacity = QUEUE_CAPACITY;
-    STRESS_CHECK(tern_pool_start(&pc) == 0, "overflow: a pool of 2 workers starts");
+    STRESS_CHECK(pool_start(2) == 0, "overflow: a pool of 2 workers starts");
     tern_loop *loop = NULL;
     STRESS_CHECK(tern_loop_new(&loop, NULL) == 0, "overflow: a loop");
     unsigned dones = 0;
