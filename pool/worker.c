@@ -20,7 +20,7 @@
  * run, so each job is counted four times with chance 1/4 or once for
  * sure: the run histogram still estimates every job's share without
  * bias, and a pattern in the work (one slow job in ten) cannot line up
- * with the sample. Busy time is read per run instead (`span`, below).
+ * with the sample. Busy time is read per run instead (span_mark, below).
  */
 #define _LGPL_SOURCE /* the reader's `registered` flag, as in runtime/rcu.c */
 #include <errno.h>
