@@ -1,7 +1,11 @@
 /*
- * The ring's setup (ring.h has the scheme and the push and pops).
+ * The ring's setup, and the producer's rare wait (ring.h has the scheme
+ * and the push and pops).
  */
 #include <errno.h>
+#include <sched.h>
+
+#include <urcu/arch.h>
 
 #include "fault.h"
 #include "ring.h"
@@ -27,4 +31,16 @@ void tern__ring_destroy(struct tern__ring *ring)
     if (ring->slots != NULL)
         tern__free_lazy(ring->slots, ring->mask + 1, sizeof(ring->slots[0]));
     ring->slots = NULL;
+}
+
+void tern__ring_wait_free(_Atomic uint64_t *cell, uint64_t free_cell)
+{
+    /* Pairs with the consumer's release store that freed the slot a lap ago. */
+    for (unsigned spins = 0; atomic_load_explicit(cell, memory_order_acquire) != free_cell;
+         spins++) {
+        if (spins > TERN__RING_SPINS_BEFORE_YIELD)
+            sched_yield();
+        else
+            caa_cpu_relax();
+    }
 }

@@ -45,14 +45,11 @@
 #ifndef TERN_RING_H
 #define TERN_RING_H
 
-#include <sched.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <urcu/arch.h>
 
 #include "check.h"
 
@@ -137,6 +134,13 @@ static inline void tern__ring_release(struct tern__ring *ring, uint64_t pos)
                           tern__ring_free(ring, pos + ring->mask + 1), memory_order_release);
 }
 
+/*
+ * The wait of the full-slot rule (ring.c), out of line: a run of pushes
+ * keeps the ring's shape in registers only if no call sits in its loop.
+ * Returns once cell reads free_cell.
+ */
+__attribute__((cold)) void tern__ring_wait_free(_Atomic uint64_t *cell, uint64_t free_cell);
+
 /* Fill the slot of a position the caller has claimed from the tail. */
 static inline void tern__ring_fill(struct tern__ring *ring, uint64_t pos, void *item)
 {
@@ -146,13 +150,8 @@ static inline void tern__ring_fill(struct tern__ring *ring, uint64_t pos, void *
     _Atomic uint64_t *cell = &ring->slots[pos & ring->mask].cell;
     uint64_t free_cell = tern__ring_free(ring, pos);
     /* Pairs with the consumer's release store that freed the slot a lap ago. */
-    for (unsigned spins = 0; atomic_load_explicit(cell, memory_order_acquire) != free_cell;
-         spins++) {
-        if (spins > TERN__RING_SPINS_BEFORE_YIELD)
-            sched_yield();
-        else
-            caa_cpu_relax();
-    }
+    if (TERN_UNLIKELY(atomic_load_explicit(cell, memory_order_acquire) != free_cell))
+        tern__ring_wait_free(cell, free_cell);
     /* Pairs with the acquire load in the pops and in tern__ring_ready(). */
     atomic_store_explicit(cell, free_cell | ((uint64_t)at >> 2) | 1, memory_order_release);
 }
@@ -181,8 +180,10 @@ static inline void tern__ring_push_many(struct tern__ring *ring, void *const *it
 {
     /* Relaxed, as in push: each slot's own cell orders its item. */
     uint64_t pos = atomic_fetch_add_explicit(&ring->tail, n, memory_order_relaxed);
+    /* The ring's shape in locals: a cell's store could alias its fields. */
+    struct tern__ring shape = {.mask = ring->mask, .slots = ring->slots, .shift = ring->shift};
     for (unsigned i = 0; i < n; i++)
-        tern__ring_fill(ring, pos + i, items[i]);
+        tern__ring_fill(&shape, pos + i, items[i]);
 }
 
 /* Whether a pop would find an item now (any thread; a snapshot). */
@@ -194,17 +195,36 @@ static inline bool tern__ring_ready(struct tern__ring *ring)
         ring, pos, atomic_load_explicit(&ring->slots[pos & ring->mask].cell, memory_order_acquire));
 }
 
+/*
+ * The one consumer of a single-consumer ring: pop up to max items into
+ * out, in order, with one store of the head for them all. Returns how many.
+ */
+static inline unsigned tern__ring_pop_single_many(struct tern__ring *ring, void **out,
+                                                  unsigned max)
+{
+    /* The ring's shape in locals, as in push_many. */
+    struct tern__ring shape = {.mask = ring->mask, .slots = ring->slots, .shift = ring->shift};
+    uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    unsigned n = 0;
+    for (; n < max; n++, pos++) {
+        /* Pairs with the release store in tern__ring_fill(). */
+        uint64_t cell =
+            atomic_load_explicit(&shape.slots[pos & shape.mask].cell, memory_order_acquire);
+        if (!tern__ring_holds(&shape, pos, cell))
+            break;
+        out[n] = tern__ring_item(cell);
+        tern__ring_release(&shape, pos);
+    }
+    if (n > 0)
+        atomic_store_explicit(&ring->head, pos, memory_order_relaxed);
+    return n;
+}
+
 /* The one consumer of a single-consumer ring. NULL when nothing is ready. */
 static inline void *tern__ring_pop_single(struct tern__ring *ring)
 {
-    uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
-    /* Pairs with the release store in tern__ring_fill(). */
-    uint64_t cell = atomic_load_explicit(&ring->slots[pos & ring->mask].cell, memory_order_acquire);
-    if (!tern__ring_holds(ring, pos, cell))
-        return NULL;
-    tern__ring_release(ring, pos);
-    atomic_store_explicit(&ring->head, pos + 1, memory_order_relaxed);
-    return tern__ring_item(cell);
+    void *item;
+    return tern__ring_pop_single_many(ring, &item, 1) == 1 ? item : NULL;
 }
 
 /*

@@ -318,8 +318,8 @@ void tern__lanes_forget_open(void)
         lane_close(open_lanes);
 }
 
-/* Hold an admitted job in the lane; a full lane is pushed as one run. */
-static void lane_hold(struct tern__pool *p, struct tern__lane *lane, struct tern__work *job)
+/* Open an empty lane on this thread for jobs admitted into p. */
+static void lane_open(struct tern__pool *p, struct tern__lane *lane)
 {
     if (lane->n == 0) {
         lane->pool = p;
@@ -328,9 +328,6 @@ static void lane_hold(struct tern__pool *p, struct tern__lane *lane, struct tern
     }
     /* Its held jobs' units keep the lane's pool running: it is the one admitting. */
     TERN_INSIST(lane->pool == p);
-    lane->held[lane->n++] = job;
-    if (lane->n == TERN__LANE_MAX)
-        tern__lane_flush(lane);
 }
 
 int tern__bounded_submit(struct tern__pool *p, struct tern__work *job)
@@ -364,9 +361,8 @@ int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
             tern__pool_leave_n(fresh - got);
         lane->credit = got;
     }
-    TERN_INSIST(lane->credit > 0);
-    lane->credit--;
-    lane_hold(p, lane, job); /* the caller kicks later (pool.h) */
+    lane_open(p, lane);
+    tern__lane_spend(lane, job); /* the caller kicks later (pool.h) */
     return 0;
 }
 

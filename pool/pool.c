@@ -226,6 +226,20 @@ static struct tern__pool *accepting(const tern_pool_config *cfg, uint64_t *check
 static int lane_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
                        struct tern__lane *lane, tern_refusal *cause)
 {
+    /*
+     * On credit the lane holds, the pool is settled: the credit was taken
+     * from lane->pool against this caller's configuration, and its units
+     * keep that pool current (a shutdown waits for them). Only a shutdown
+     * begun since then refuses. Most of a turn's submissions come here.
+     */
+    if (lane->credit > 0) {
+        if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst))) {
+            *cause = TERN_REFUSED_SHUTDOWN;
+            return -EAGAIN;
+        }
+        tern__lane_spend(lane, job);
+        return 0;
+    }
     unsigned fresh = tern__lane_credit_wanted(lane);
     if (fresh > 0)
         tern__pool_enter(fresh); /* count in first (pairs with `closing`) */

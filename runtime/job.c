@@ -264,17 +264,20 @@ void tern__jobs_collect(tern_loop *loop)
 {
     if (loop->ring == NULL)
         return;
-    tern_job *run[TERN__COLLECT_RUN];
+    void *run[TERN__COLLECT_RUN];
     unsigned n;
     loop->jobs_taken = 0;
     do {
-        for (n = 0; n < TERN__COLLECT_RUN && (run[n] = tern__ring_pop_single(loop->ring)) != NULL; n++) {
-            TERN_PREFETCH_WRITE(&run[n]->work.occupancy);
-            TERN_PREFETCH_WRITE(&run[n]->op);
+        n = tern__ring_pop_single_many(loop->ring, run, TERN__COLLECT_RUN);
+        for (unsigned i = 0; i < n; i++) {
+            tern_job *job = run[i];
+            TERN_PREFETCH_WRITE(&job->work.occupancy);
+            TERN_PREFETCH_WRITE(&job->op);
         }
         for (unsigned i = 0; i < n; i++) {
-            release_credit(loop, run[i]);
-            tern__op_ready(loop, &run[i]->op);
+            tern_job *job = run[i];
+            release_credit(loop, job);
+            tern__op_ready(loop, &job->op);
         }
         loop->jobs_taken += n;
     } while (n == TERN__COLLECT_RUN);

@@ -622,3 +622,87 @@ Test(batch, a_lane_gives_back_the_credit_its_run_did_not_use, .fini = shutdown_c
     cr_assert_eq(s.reserved, 0);
     tern_loop_free(loop);
 }
+
+/*
+ * A shutdown begun in the middle of a turn refuses the turn's next
+ * submission even while the loop's lane still holds credit taken before
+ * it began: credit is admission taken ahead, not a licence past
+ * `closing`. Nine submissions leave the lane seven units of credit (it
+ * takes 1, 1, 2, 4, then 8); another loop's submission, refused for the
+ * shutdown, shows that it has begun; the lane's next must be refused
+ * too, and the nine accepted before it still run (the shutdown drains).
+ */
+#define MIDTURN_HELD 9
+static ph_job midturn_held[MIDTURN_HELD], midturn_late;
+static ph_job midturn_probes[64];
+static unsigned midturn_probed;
+static tern_loop *midturn_other;
+static int midturn_rc = 1, midturn_refusal = -1, midturn_seen = 0;
+
+static void *midturn_shut_down(void *arg)
+{
+    *(int *)arg = tern_pool_shutdown(TERN_POOL_DRAIN, 30 * PH_SEC);
+    return NULL;
+}
+
+static pthread_t midturn_thread;
+static int midturn_shutdown_rc = 1;
+
+static void submit_across_shutdown_done(tern_loop *loop, tern_id id, int status, void *result,
+                                        void *arg)
+{
+    (void)id, (void)status, (void)result, (void)arg;
+    for (unsigned i = 0; i < MIDTURN_HELD; i++)
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &midturn_held[i]), 0);
+    cr_assert_eq(pthread_create(&midturn_thread, NULL, midturn_shut_down, &midturn_shutdown_rc), 0);
+    /* Outside its turns the other loop has no lane: its refusal is the shutdown's mark. */
+    uint64_t deadline = ph_now() + PH_LIVENESS_NS;
+    while (midturn_probed < 64 && ph_now() < deadline) {
+        ph_job_init(&midturn_probes[midturn_probed], NULL);
+        int rc = ph_submit(midturn_other, TERN_BOUNDED, &midturn_probes[midturn_probed]);
+        if (rc == -EAGAIN && tern_loop_last_refusal(midturn_other) == TERN_REFUSED_SHUTDOWN) {
+            midturn_seen = 1;
+            break;
+        }
+        cr_assert_eq(rc, 0, "%s", tern_err_name(rc));
+        midturn_probed++;
+        ph_sleep_ns(PH_MS);
+    }
+    midturn_rc = ph_submit(loop, TERN_BOUNDED, &midturn_late);
+    midturn_refusal = (int)tern_loop_last_refusal(loop);
+}
+
+Test(batch, a_shutdown_begun_mid_turn_refuses_the_lanes_credit, .fini = shutdown_clean)
+{
+    tern_pool_config cfg = ph_config(2, 64, 4);
+    tern_loop *loop = new_loop(&cfg, 0, 0);
+    midturn_other = new_loop(&cfg, 0, 0);
+    init_jobs(midturn_held, (void *[MIDTURN_HELD]){0}, MIDTURN_HELD, NULL);
+    ph_job_init(&midturn_late, NULL);
+    ph_job first;
+    ph_job_init(&first, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_across_shutdown_done, &first,
+                             NULL),
+                 0);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(midturn_held, MIDTURN_HELD) == MIDTURN_HELD);
+    cr_assert(ok, "%d of %d held jobs came back", ph_done_total(midturn_held, MIDTURN_HELD),
+              MIDTURN_HELD);
+    pthread_join(midturn_thread, NULL);
+    cr_assert_eq(midturn_shutdown_rc, 0, "%s", tern_err_name(midturn_shutdown_rc));
+    cr_assert(midturn_seen, "the other loop was never refused for the shutdown");
+    cr_assert_eq(midturn_rc, -EAGAIN, "a submission on the lane's credit after the shutdown "
+                                      "began returned %s",
+                 tern_err_name(midturn_rc));
+    cr_assert_eq(midturn_refusal, (int)TERN_REFUSED_SHUTDOWN);
+    cr_assert_eq(atomic_load(&midturn_late.done_calls), 0);
+    cr_assert_eq(atomic_load(&midturn_late.ran), 0);
+    for (unsigned i = 0; i < MIDTURN_HELD; i++)
+        cr_assert_eq(midturn_held[i].status, 0);
+    PH_PUMP_UNTIL(ok, midturn_other, ph_done_total(midturn_probes, midturn_probed) ==
+                                         (int)midturn_probed);
+    cr_assert(ok);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(midturn_other);
+    tern_loop_free(loop);
+}

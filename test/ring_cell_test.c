@@ -6,6 +6,8 @@
  * before (claimed by a consumer that has not freed it yet) is not an
  * item for the position a lap on; and tombstones of the bounded queue
  * sit in cells lap after lap without a job running twice or never.
+ * Each pop (one by one, a claimed run, the single consumer's one and its
+ * run) keeps those rules.
  */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -37,7 +39,7 @@ Test(ring_cell, a_two_slot_ring_wraps_its_lap_number_and_keeps_order)
     while (popped < (UINT64_C(1) << 21)) {
         tern__ring_push(&ring, item(pushed++));
         tern__ring_push(&ring, item(pushed++));
-        switch (popped % 6) {
+        switch (popped % 8) {
         case 0: { /* one by one, by the many-consumer pop */
             cr_assert_eq(tern__ring_pop(&ring), item(popped));
             cr_assert_eq(tern__ring_pop(&ring), item(popped + 1));
@@ -48,6 +50,13 @@ Test(ring_cell, a_two_slot_ring_wraps_its_lap_number_and_keeps_order)
                 got[1] != item(popped + 1))
                 cr_assert_fail("pop_many out of order at %llu", (unsigned long long)popped);
             break;
+        case 4: { /* the single consumer's run, asking for more than there is */
+            void *run[4] = {0};
+            if (tern__ring_pop_single_many(&ring, run, 4) != 2 || run[0] != item(popped) ||
+                run[1] != item(popped + 1) || run[2] != NULL)
+                cr_assert_fail("pop_single_many at %llu", (unsigned long long)popped);
+            break;
+        }
         default: /* the single consumer's pop */
             cr_assert_eq(tern__ring_pop_single(&ring), item(popped));
             cr_assert_eq(tern__ring_pop_single(&ring), item(popped + 1));
@@ -73,11 +82,16 @@ Test(ring_cell, a_full_ring_drains_whole_lap_after_lap)
         tern__ring_push_many(&ring, in, 8); /* every slot holds an item */
         cr_assert_eq(tern__ring_count(&ring), 8u);
         cr_assert(tern__ring_ready(&ring));
-        unsigned n = tern__ring_pop_many(&ring, got, 8);
+        /* Every other lap the single consumer's run, in two parts. */
+        unsigned n = lap % 2 ? tern__ring_pop_many(&ring, got, 8)
+                             : tern__ring_pop_single_many(&ring, got, 3);
+        if (n == 3)
+            n += tern__ring_pop_single_many(&ring, got + 3, 8);
         cr_assert_eq(n, 8u, "lap %llu: a full ring gave %u of 8", (unsigned long long)lap, n);
         for (unsigned i = 0; i < 8; i++)
             cr_assert_eq(got[i], in[i]);
         cr_assert_eq(tern__ring_pop_many(&ring, got, 8), 0u);
+        cr_assert_eq(tern__ring_pop_single_many(&ring, got, 8), 0u);
     }
     tern__ring_destroy(&ring);
 }
@@ -103,6 +117,8 @@ Test(ring_cell, an_item_claimed_but_not_freed_is_not_taken_a_lap_on)
     void *got[4];
     cr_assert_eq(tern__ring_pop_many(&ring, got, 4), 0u);
     cr_assert_null(tern__ring_pop_single(&ring));
+    cr_assert_eq(tern__ring_pop_single_many(&ring, got, 4), 0u);
+    cr_assert_eq(atomic_load(&ring.head), 4u, "a pop that found nothing moved the head");
     /* The claimer frees it; position 4 is then pushed and taken as itself. */
     tern__ring_release(&ring, 0);
     tern__ring_push(&ring, item(4));
