@@ -1,6 +1,7 @@
 /*
  * Admission of the loop's own ops (starts, defers, submissions): whether
- * the loop is closing, and max_operations, counted with the pending posts.
+ * the loop is closing, and max_operations, counted with the pending posts;
+ * and an op's finish, which gives its admission back.
  * Jobs add their own limits on top (runtime/job.c). Inline: every start
  * pays for it. Included by loop_p.h after struct tern_loop, which it reads.
  */
@@ -70,6 +71,32 @@ static inline void tern__op_unadmit(tern_loop *loop)
     unsigned n = loop->ops_local;
     TERN_DECREMENT(n);
     tern__ops_set(loop, n);
+}
+
+/*
+ * tern__op_finish's body, inline for the one path that runs it per job
+ * (job.c's dispatch); op.c's tern__op_finish is this, out of line.
+ */
+static inline void tern__op_finish_inline(tern_loop *loop, struct tern__op *op)
+{
+    TERN_INSIST(!(op->flags & TERN__OP_DEAD));
+    if (op->flags & TERN__OP_TABLED) {
+        op->id = 0; /* what its kind's table matches an id against: stale from now */
+        TERN_DECREMENT(loop->tabled);
+    } else if (!(op->flags & TERN__OP_ANON))
+        tern__idmap_remove(&loop->ids, op);
+    else
+        TERN_DECREMENT(loop->anon);
+    if (tern__deadline_armed(op))
+        tern__deadline_disarm(loop, op);
+    if (!(op->flags & TERN__OP_UNREF))
+        TERN_DECREMENT(loop->refs);
+    tern__op_unadmit(loop);
+    if (op->flags & TERN__OP_QUEUED) {
+        op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
+        TERN_DECREMENT(loop->ready_count);
+    } else
+        op->cls->free(loop, op);
 }
 
 #endif

@@ -105,10 +105,12 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
     int status = !tern__work_told(&job->work) ? 0
                  : tern__job_timed_out(job)   ? -ETIMEDOUT
                                               : -ECANCELED;
-    tern__op_finish(loop, op); /* the id is stale once done starts (disarms any deadline) */
+    /* The id is stale once done starts (disarms any deadline). */
+    tern__op_finish_inline(loop, op);
     if (tern__job_has_deadline(job))
         tern__deadline_unclaim(loop);
-    tern__owner_unlink(job);
+    if (loop->jobs_owned) /* else no job of this loop has owner links to look up */
+        tern__owner_unlink(job);
     TERN_DECREMENT(loop->jobs_live);
     /*
      * submitted == completed + cancelled + timed_out + jobs whose done is

@@ -83,6 +83,7 @@ int tern__job_owned_reserve(tern_loop *loop, tern_job *job)
     if (c->owned == NULL)
         return -ENOMEM;
     loop->job_bytes += (uint64_t)c->cap * sizeof(*c->owned);
+    loop->jobs_owned = true;
     return 0;
 }
 

@@ -138,6 +138,7 @@ struct tern_loop {
     struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */
     struct tern_job *job_free;          /* free records, linked through op.ready_next */
     uint64_t job_bytes;                 /* the chunks' bytes */
+    bool jobs_owned; /* a chunk has owner links (job_slab.c): a done must unlink its job */
     uint32_t job_chunk_next;            /* records in the next chunk (0: the first) */
     struct tern__job_chunk **job_map;   /* chunk number -> chunk, at most half full */
     uint32_t job_map_mask, job_nchunks;

@@ -67,24 +67,7 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
 
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
 {
-    TERN_INSIST(!(op->flags & TERN__OP_DEAD));
-    if (op->flags & TERN__OP_TABLED) {
-        op->id = 0; /* what its kind's table matches an id against: stale from now */
-        TERN_DECREMENT(loop->tabled);
-    } else if (!(op->flags & TERN__OP_ANON))
-        tern__idmap_remove(&loop->ids, op);
-    else
-        TERN_DECREMENT(loop->anon);
-    if (tern__deadline_armed(op))
-        tern__deadline_disarm(loop, op);
-    if (!(op->flags & TERN__OP_UNREF))
-        TERN_DECREMENT(loop->refs);
-    tern__op_unadmit(loop);
-    if (op->flags & TERN__OP_QUEUED) {
-        op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
-        TERN_DECREMENT(loop->ready_count);
-    } else
-        op->cls->free(loop, op);
+    tern__op_finish_inline(loop, op); /* loop_p.h */
 }
 
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
