@@ -39,6 +39,13 @@ static void init_jobs(ph_job *jobs, void **args, size_t n, ph_gate *gate)
     }
 }
 
+/* A first job whose done does the test's work inside a turn (steps 1-2: the lane's turf). */
+static void submit_first(tern_loop *loop, ph_job *first, tern_done_fn done)
+{
+    ph_job_init(first, NULL);
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, done, first, NULL), 0);
+}
+
 /* Run the loop until every job has its done, then check each came once, with its id. */
 static void expect_delivered(tern_loop *loop, ph_job *jobs, const tern_id *ids, size_t n)
 {
@@ -319,9 +326,8 @@ Test(batch, batch_from_done_defers_its_wake_to_the_turn, .fini = shutdown_clean)
     tern_loop *loop = new_loop(&cfg, 0, 0);
     init_jobs(chained, chained_args, 64, NULL);
     ph_job first;
-    ph_job_init(&first, NULL);
     checks_in_call = 99;
-    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, first_done, &first, NULL), 0);
+    submit_first(loop, &first, first_done);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, checks_in_call != 99);
     cr_assert(ok);
@@ -464,8 +470,7 @@ Test(batch, resubmissions_from_done_start_in_submission_order, .fini = shutdown_
     tern_loop *loop = new_loop(&cfg, 0, 0);
     init_jobs(lane_jobs, lane_args, LANE_JOBS, NULL);
     ph_job first;
-    ph_job_init(&first, NULL);
-    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_mixed_done, &first, NULL), 0);
+    submit_first(loop, &first, submit_mixed_done);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, ph_done_total(lane_jobs, LANE_JOBS) == LANE_JOBS);
     cr_assert(ok, "%d of %d dones", ph_done_total(lane_jobs, LANE_JOBS), LANE_JOBS);
@@ -506,10 +511,7 @@ Test(batch, shutdown_from_done_pushes_the_lane_first, .fini = shutdown_clean)
     for (unsigned i = 0; i < 3; i++)
         ph_job_init(&held_jobs[i], NULL);
     ph_job first;
-    ph_job_init(&first, NULL);
-    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_then_shutdown_done, &first,
-                             NULL),
-                 0);
+    submit_first(loop, &first, submit_then_shutdown_done);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, ph_done_total(held_jobs, 3) == 3);
     cr_assert(ok);
@@ -548,9 +550,7 @@ Test(batch, a_job_in_the_lane_cancels_as_a_queued_one, .fini = shutdown_clean)
     ph_job_init(&lane_cancelled, NULL);
     ph_job_init(&lane_kept, NULL);
     ph_job first;
-    ph_job_init(&first, NULL);
-    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_then_cancel_done, &first, NULL),
-                 0);
+    submit_first(loop, &first, submit_then_cancel_done);
     bool ok;
     PH_PUMP_UNTIL(ok, loop,
                   atomic_load(&lane_cancelled.done_calls) == 1 &&
@@ -606,9 +606,7 @@ Test(batch, a_lane_gives_back_the_credit_its_run_did_not_use, .fini = shutdown_c
     init_jobs(credit_run, (void *[CREDIT_RUN]){0}, CREDIT_RUN, NULL);
     ph_job_init(&credit_single, NULL);
     ph_job first;
-    ph_job_init(&first, NULL);
-    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_credit_run_done, &first, NULL),
-                 0);
+    submit_first(loop, &first, submit_credit_run_done);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, atomic_load(&credit_single.done_calls) == 1);
     cr_assert(ok, "%u of %d dones of the run, and the single's never came", credit_run_done,
@@ -680,10 +678,7 @@ Test(batch, a_shutdown_begun_mid_turn_refuses_the_lanes_credit, .fini = shutdown
     init_jobs(midturn_held, (void *[MIDTURN_HELD]){0}, MIDTURN_HELD, NULL);
     ph_job_init(&midturn_late, NULL);
     ph_job first;
-    ph_job_init(&first, NULL);
-    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, ph_work, submit_across_shutdown_done, &first,
-                             NULL),
-                 0);
+    submit_first(loop, &first, submit_across_shutdown_done);
     bool ok;
     PH_PUMP_UNTIL(ok, loop, ph_done_total(midturn_held, MIDTURN_HELD) == MIDTURN_HELD);
     cr_assert(ok, "%d of %d held jobs came back", ph_done_total(midturn_held, MIDTURN_HELD),
