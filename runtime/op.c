@@ -67,7 +67,7 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
 
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
 {
-    tern__op_finish_inline(loop, op); /* loop_p.h */
+    tern__op_finish_inline(loop, op); /* admit.h */
 }
 
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
