@@ -220,13 +220,6 @@ static inline unsigned tern__ring_pop_single_many(struct tern__ring *ring, void 
     return n;
 }
 
-/* The one consumer of a single-consumer ring. NULL when nothing is ready. */
-static inline void *tern__ring_pop_single(struct tern__ring *ring)
-{
-    void *item;
-    return tern__ring_pop_single_many(ring, &item, 1) == 1 ? item : NULL;
-}
-
 /*
  * A consumer of a many-consumer ring found pos's item not there: the
  * queue is empty if the head is still pos (the item is not pushed yet,
