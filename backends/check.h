@@ -53,6 +53,8 @@ noreturn void tern__check_failed(const char *file, int line, const char *func,
 
 #define TERN_LIKELY(e)   __builtin_expect(!!(e), 1)
 #define TERN_UNLIKELY(e) __builtin_expect(!!(e), 0)
+/* For a body two callers share where one is a per-item loop: inlined in both. */
+#define TERN_ALWAYS_INLINE inline __attribute__((always_inline))
 
 #define TERN_CACHELINE 64
 

@@ -98,9 +98,9 @@ static void job_release(tern_loop *loop, tern_job *job)
 /* Delivery, cancellation and deadlines                                */
 /* ------------------------------------------------------------------ */
 
-static void job_dispatch(tern_loop *loop, struct tern__op *op)
+static TERN_ALWAYS_INLINE void deliver(tern_loop *loop, tern_job *job)
 {
-    tern_job *job = job_of(op);
+    struct tern__op *op = &job->op;
     tern_id id = op->id;
     int status = !tern__work_told(&job->work) ? 0
                  : tern__job_timed_out(job)   ? -ETIMEDOUT
@@ -125,6 +125,15 @@ static void job_dispatch(tern_loop *loop, struct tern__op *op)
         job_release(loop, job);
     else
         tern__job_held(loop, job); /* the queue still holds it; the pool hands it back */
+}
+
+/*
+ * Step 2, for a job queued on its own: a stop's done, or a result taken
+ * while `results` waited with other ops behind it (tern__jobs_collect).
+ */
+static void job_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    deliver(loop, job_of(op));
 }
 
 /*
@@ -176,6 +185,36 @@ static void job_free(tern_loop *loop, struct tern__op *op)
     (void)op; /* job_dispatch owns the memory: a job is never finished while queued */
 }
 
+/* Step 2: the done of up to `budget` jobs waiting behind `results`, in order. */
+static unsigned results_drain(tern_loop *loop, struct tern__op *op, unsigned budget, bool *more)
+{
+    (void)op;
+    unsigned ran = 0;
+    struct tern__op *next;
+    while (ran < budget && (next = loop->results_head) != NULL) {
+        loop->results_head = next->ready_next;
+        ran++;
+        deliver(loop, job_of(next));
+    }
+    *more = loop->results_head != NULL;
+    if (!*more)
+        loop->results_tail = NULL;
+    return ran;
+}
+
+/* Only a dead op is freed by step 2, and `results` never dies. */
+static void results_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop, (void)op;
+    TERN_UNREACHABLE();
+}
+
+static const struct tern__op_class results_class = {
+    .name = "job results",
+    .drain = results_drain,
+    .free = results_free,
+};
+
 static const struct tern__op_class job_class = {
     .name = "job",
     .dispatch = job_dispatch,
@@ -188,6 +227,8 @@ static const struct tern__op_class job_class = {
 int tern__jobs_init(tern_loop *loop)
 {
     loop->ring = NULL; /* allocated by the first submission */
+    loop->results = (struct tern__op){.cls = &results_class, .aux = TERN__OP_UNARMED};
+    loop->results_head = loop->results_tail = NULL;
     /* The pool's memory figure counts a record per job in flight. */
     atomic_store_explicit(&tern__pool_record_bytes, sizeof(struct tern_job), memory_order_relaxed);
     /* Every job's hand-back, before this loop's first submission. */
@@ -257,32 +298,61 @@ bool tern__jobs_pending(tern_loop *loop)
 
 /*
  * Step 1's take of finished jobs: a run of results off the ring first,
- * each record's lines asked for as it is popped, then the run marked
- * ready. A record was last written by the worker that ran it, on another
- * core; fetched one at a time, each miss waited in turn, which was most
- * of this function's time.
+ * each record's lines asked for as it is popped, then the run's credits
+ * given back in one subtraction and the run linked behind `results`, the
+ * ready queue's one entry for them (step 2 runs their dones through it,
+ * results_drain: no queue link and no class call per job). A record was
+ * last written by the worker that ran it, on another core; fetched one at
+ * a time, each miss waited in turn, which was most of this function's time.
  */
 void tern__jobs_collect(tern_loop *loop)
 {
     if (loop->ring == NULL)
         return;
+    /*
+     * The jobs taken wait behind `results`, unless it waits in the ready
+     * queue with other ops behind it (a turn's budget ran out before it):
+     * then each is queued as it comes, after those.
+     */
+    bool behind = !(loop->results.flags & TERN__OP_QUEUED) || loop->ready_tail == &loop->results;
     void *run[TERN__COLLECT_RUN];
     unsigned n;
     loop->jobs_taken = 0;
     do {
         n = tern__ring_pop_single_many(loop->ring, run, TERN__COLLECT_RUN);
+        if (n == 0)
+            break;
         for (unsigned i = 0; i < n; i++) {
             tern_job *job = run[i];
             TERN_PREFETCH_WRITE(&job->work.occupancy);
             TERN_PREFETCH_WRITE(&job->op);
         }
+        TERN_INSIST(loop->undelivered >= n);
+        loop->undelivered -= n;
         for (unsigned i = 0; i < n; i++) {
             tern_job *job = run[i];
-            release_credit(loop, job);
-            tern__op_ready(loop, &job->op);
+            if (job->work.occupancy == TERN_LONG)
+                TERN_DECREMENT(loop->long_undelivered);
+            if (!behind)
+                tern__op_ready(loop, &job->op);
+            else
+                job->op.ready_next = i + 1 < n ? &((tern_job *)run[i + 1])->op : NULL;
+        }
+        if (behind) {
+            struct tern__op *first = &((tern_job *)run[0])->op;
+            if (loop->results_tail != NULL)
+                loop->results_tail->ready_next = first;
+            else
+                loop->results_head = first;
+            loop->results_tail = &((tern_job *)run[n - 1])->op;
         }
         loop->jobs_taken += n;
     } while (n == TERN__COLLECT_RUN);
+    if (loop->jobs_taken == 0)
+        return;
+    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+    if (behind)
+        tern__op_ready(loop, &loop->results); /* nothing when it waits already */
 }
 
 static int ensure_ring(tern_loop *loop)

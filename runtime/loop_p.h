@@ -133,6 +133,12 @@ struct tern_loop {
     struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
     unsigned posts_ran;     /* posts this turn's step 1 ran (step 4 reads it: turn.c) */
     unsigned jobs_taken;    /* finished jobs this turn's step 1 took off the ring (the same) */
+    /*
+     * Step 2's one entry for the finished jobs step 1 took (job.c): they
+     * wait behind it, in the order taken, linked through op.ready_next.
+     */
+    struct tern__op results;
+    struct tern__op *results_head, *results_tail;
     struct tern__spin post_yield; /* whether yielding after posts has been paying (turn.c) */
     bool post_yield_owed;         /* a yield after posts awaits the next turn's judgement */
     struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */

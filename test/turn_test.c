@@ -377,6 +377,79 @@ Test(turn, dispatch_batch_bounds_expired_timers, .timeout = TEST_TIMEOUT)
     loop_free_clean(loop);
 }
 
+/*
+ * Finished jobs wait in step 2 behind one entry of the ready queue, in the
+ * order step 1 took them. When the batch ends with some of them left, what
+ * was queued after that entry keeps its place: the next turn's results run
+ * after it, not with the leftovers. Batch of two: jobs 1-4 are taken in
+ * one turn (in the order they finished); the first done defers D and
+ * submits 5 and 6, which are on the ring before the next turn takes them,
+ * while two of 1-4 still wait.
+ */
+static atomic_uint results_pushed;
+
+static void count_push(tern_loop *loop)
+{
+    (void)loop;
+    atomic_fetch_add(&results_pushed, 1);
+}
+
+static struct tagged order_jobs[6], order_defer;
+
+static void *tag_work(tern_job *job, void *arg)
+{
+    (void)job;
+    return arg;
+}
+
+static void tag_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)id;
+    struct tagged *g = arg;
+    cr_assert_eq(status, 0);
+    cr_assert_eq(result, arg);
+    trace_fn(loop, g);
+    if (atomic_load(&g->t->n) == 1) { /* the first done */
+        cr_assert_eq(tern_defer(loop, trace_fn, &order_defer), 0);
+        for (int i = 4; i < 6; i++)
+            cr_assert_eq(tern_submit(loop, TERN_BOUNDED, tag_work, tag_done, &order_jobs[i], NULL),
+                         0);
+    }
+}
+
+static bool wait_pushed(unsigned n)
+{
+    for (int i = 0; i < 20000 && atomic_load(&results_pushed) < n; i++)
+        sleep_ns(MS / 10);
+    return atomic_load(&results_pushed) >= n;
+}
+
+Test(turn, job_results_left_by_the_batch_keep_their_place, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_with_batch(2);
+    struct trace t = { 0 };
+    for (int i = 0; i < 6; i++)
+        order_jobs[i] = (struct tagged){ &t, (char)('1' + i) };
+    order_defer = (struct tagged){ &t, 'D' };
+    atomic_store(&tern__handback_pushed, count_push);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(tern_submit(loop, TERN_BOUNDED, tag_work, tag_done, &order_jobs[i], NULL), 0);
+    cr_assert(wait_pushed(4), "four jobs never finished");
+    cr_assert_eq(tern_loop_run_once(loop, 0), 1);
+    cr_assert_eq(atomic_load(&t.n), 2);
+    cr_assert(wait_pushed(6), "the two jobs submitted from done never finished");
+    while (tern_loop_run_once(loop, 0) != 0)
+        ;
+    atomic_store(&tern__handback_pushed, NULL);
+    cr_assert_eq(atomic_load(&t.n), 7, "order was %s", t.log);
+    cr_assert_eq(t.log[4], 'D', "D ran out of its place: %s", t.log);
+    for (int i = 0; i < 7; i++)
+        cr_assert(i < 4 ? t.log[i] >= '1' && t.log[i] <= '4'
+                  : i > 4 ? t.log[i] == '5' || t.log[i] == '6' : true,
+                  "order was %s", t.log);
+    loop_free_clean(loop);
+}
+
 struct starver {
     atomic_uint defers;
     atomic_bool timer_fired;
