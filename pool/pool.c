@@ -67,7 +67,7 @@ static _Atomic bool ever_started;     /* the statistics have been written */
  * able to reset it (the thread that held it does not exist there), and a
  * second shutdown waits for the first one with a bounded poll anyway.
  */
-static _Atomic bool closing;
+_Atomic bool tern__pool_closing;
 
 static bool same_config(const tern_pool_config *a, const tern_pool_config *b)
 {
@@ -202,7 +202,7 @@ static struct tern__pool *accepting(const tern_pool_config *cfg, uint64_t *check
 {
     *rc = -EAGAIN;
     *cause = TERN_REFUSED_SHUTDOWN; /* transient: after shutdown a fresh pool starts */
-    if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst)))
+    if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_closing, memory_order_seq_cst)))
         return NULL;
     struct tern__pool *p = tern__pool_current();
     if (TERN_UNLIKELY(p == NULL || p->gen != *checked)) {
@@ -226,19 +226,12 @@ static struct tern__pool *accepting(const tern_pool_config *cfg, uint64_t *check
 static int lane_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *job,
                        struct tern__lane *lane, tern_refusal *cause)
 {
-    /*
-     * On credit the lane holds, the pool is settled: the credit was taken
-     * from lane->pool against this caller's configuration, and its units
-     * keep that pool current (a shutdown waits for them). Only a shutdown
-     * begun since then refuses. Most of a turn's submissions come here.
-     */
-    if (lane->credit > 0) {
-        if (TERN_UNLIKELY(atomic_load_explicit(&closing, memory_order_seq_cst))) {
-            *cause = TERN_REFUSED_SHUTDOWN;
-            return -EAGAIN;
-        }
-        tern__lane_spend(lane, job);
+    /* Most of a turn's submissions are taken inline by the submitter (pool.h). */
+    if (tern__lane_accept_held(lane, job))
         return 0;
+    if (lane->credit > 0) { /* held, but a shutdown has begun */
+        *cause = TERN_REFUSED_SHUTDOWN;
+        return -EAGAIN;
     }
     unsigned fresh = tern__lane_credit_wanted(lane);
     if (fresh > 0)
@@ -313,7 +306,7 @@ void tern__pool_kick(struct tern__lane *lane)
     tern__lane_flush(lane);
     /* The same count-in as an accept: shutdown either waits for us or we see it. */
     tern__pool_enter(1);
-    if (!atomic_load_explicit(&closing, memory_order_seq_cst)) {
+    if (!atomic_load_explicit(&tern__pool_closing, memory_order_seq_cst)) {
         struct tern__pool *p = tern__pool_current();
         if (p != NULL)
             tern__bounded_kick(p);
@@ -411,7 +404,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     tern__lanes_flush_open();
     /* One shutdown at a time; a second waits for the first (bounded polls). */
     bool expected = false;
-    while (!atomic_compare_exchange_weak_explicit(&closing, &expected, true, memory_order_seq_cst,
+    while (!atomic_compare_exchange_weak_explicit(&tern__pool_closing, &expected, true, memory_order_seq_cst,
                                                   memory_order_relaxed)) {
         expected = false;
         struct timespec ts = {0, SHUTDOWN_POLL_NS};
@@ -419,7 +412,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     }
     struct tern__pool *p = tern__pool_current();
     if (p == NULL) {
-        atomic_store_explicit(&closing, false, memory_order_seq_cst);
+        atomic_store_explicit(&tern__pool_closing, false, memory_order_seq_cst);
         return 0;
     }
     bool cancel = mode == TERN_POOL_CANCEL;
@@ -433,7 +426,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     if (!wait_idle(p, cancel, timeout_ns)) {
         /* Running jobs keep their threads and the pool goes on as it was. */
         atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
-        atomic_store_explicit(&closing, false, memory_order_seq_cst);
+        atomic_store_explicit(&tern__pool_closing, false, memory_order_seq_cst);
         return -ETIMEDOUT;
     }
     pthread_mutex_lock(&start_lock);
@@ -447,7 +440,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     tern__lookup_destroy(p);
     free(p);
     atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
-    atomic_store_explicit(&closing, false, memory_order_seq_cst);
+    atomic_store_explicit(&tern__pool_closing, false, memory_order_seq_cst);
     return 0;
 }
 
@@ -559,7 +552,7 @@ void tern_pool_stats_read(tern_pool_stats *out, size_t size)
 static void after_fork_child(void)
 {
     atomic_store_explicit(&current, NULL, memory_order_relaxed);
-    atomic_store_explicit(&closing, false, memory_order_relaxed);
+    atomic_store_explicit(&tern__pool_closing, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_inflight.entered, 0, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_inflight.left, 0, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);

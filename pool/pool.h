@@ -232,6 +232,41 @@ struct tern__lane {
 int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct tern__work *w,
                       struct tern__lane *lane, tern_refusal *cause);
 
+/* A shutdown has begun (pool.c). Read by the lane's admission below. */
+extern _Atomic bool tern__pool_closing;
+/* Push what the lane holds as one run, without a wake (bounded.c). */
+void tern__lane_flush(struct tern__lane *lane);
+/*
+ * Admit into an open lane on the credit it holds (lane->credit > 0: its
+ * units and slots were taken from lane->pool, so the lane holds a job of
+ * that pool or was just opened for one): no atomic step. A full lane is
+ * pushed as one run.
+ */
+static inline void tern__lane_spend(struct tern__lane *lane, struct tern__work *w)
+{
+    TERN_INSIST(lane->credit > 0);
+    lane->credit--;
+    lane->held[lane->n++] = w;
+    if (lane->n == TERN__LANE_MAX)
+        tern__lane_flush(lane);
+}
+/*
+ * tern__pool_accept's common case with a lane, inline in the submitter:
+ * a bounded header admitted on credit the lane already holds. That
+ * credit was taken from the lane's pool against the caller's
+ * configuration, and its units keep that pool current (a shutdown waits
+ * for them), so only a shutdown begun since refuses it. False when the
+ * lane holds no credit or a shutdown has begun: tern__pool_accept decides.
+ */
+static inline bool tern__lane_accept_held(struct tern__lane *lane, struct tern__work *w)
+{
+    if (lane->credit == 0 ||
+        TERN_UNLIKELY(atomic_load_explicit(&tern__pool_closing, memory_order_seq_cst)))
+        return false;
+    tern__lane_spend(lane, w);
+    return true;
+}
+
 /*
  * Admit n bounded headers as one batch: one count-in, one step that takes
  * n queue slots or none (queued + reserved + n within queue_capacity),

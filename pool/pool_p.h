@@ -610,21 +610,6 @@ unsigned tern__lane_credit_wanted(const struct tern__lane *lane);
  */
 int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
                               struct tern__lane *lane, unsigned fresh);
-void tern__lane_flush(struct tern__lane *lane);
-/*
- * Admit into an open lane on the credit it holds (lane->credit > 0: its
- * units and slots were taken from lane->pool, so the lane holds a job of
- * that pool or was just opened for one): no atomic step. A full lane is
- * pushed as one run.
- */
-static inline void tern__lane_spend(struct tern__lane *lane, struct tern__work *job)
-{
-    TERN_INSIST(lane->credit > 0);
-    lane->credit--;
-    lane->held[lane->n++] = job;
-    if (lane->n == TERN__LANE_MAX)
-        tern__lane_flush(lane);
-}
 /*
  * Lanes (pool.h, struct tern__lane), bounded.c:
  *   tern__lane_flush: push what the lane holds as one run, no wake. The

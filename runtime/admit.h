@@ -77,7 +77,7 @@ static inline void tern__op_unadmit(tern_loop *loop)
  * tern__op_finish's body, inline for the one path that runs it per job
  * (job.c's dispatch); op.c's tern__op_finish is this, out of line.
  */
-static inline void tern__op_finish_inline(tern_loop *loop, struct tern__op *op)
+static TERN_ALWAYS_INLINE void tern__op_finish_inline(tern_loop *loop, struct tern__op *op)
 {
     TERN_INSIST(!(op->flags & TERN__OP_DEAD));
     if (op->flags & TERN__OP_TABLED) {

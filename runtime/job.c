@@ -315,6 +315,8 @@ void tern__jobs_collect(tern_loop *loop)
      * then each is queued as it comes, after those.
      */
     bool behind = !(loop->results.flags & TERN__OP_QUEUED) || loop->ready_tail == &loop->results;
+    struct tern__op **link = loop->results_tail != NULL ? &loop->results_tail->ready_next
+                                                        : &loop->results_head;
     void *run[TERN__COLLECT_RUN];
     unsigned n;
     loop->jobs_taken = 0;
@@ -333,26 +335,23 @@ void tern__jobs_collect(tern_loop *loop)
             tern_job *job = run[i];
             if (job->work.occupancy == TERN_LONG)
                 TERN_DECREMENT(loop->long_undelivered);
-            if (!behind)
+            if (!behind) {
                 tern__op_ready(loop, &job->op);
-            else
-                job->op.ready_next = i + 1 < n ? &((tern_job *)run[i + 1])->op : NULL;
-        }
-        if (behind) {
-            struct tern__op *first = &((tern_job *)run[0])->op;
-            if (loop->results_tail != NULL)
-                loop->results_tail->ready_next = first;
-            else
-                loop->results_head = first;
-            loop->results_tail = &((tern_job *)run[n - 1])->op;
+            } else {
+                *link = &job->op;
+                link = &job->op.ready_next;
+            }
         }
         loop->jobs_taken += n;
     } while (n == TERN__COLLECT_RUN);
     if (loop->jobs_taken == 0)
         return;
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
-    if (behind)
+    if (behind) {
+        *link = NULL;
+        loop->results_tail = caa_container_of(link, struct tern__op, ready_next);
         tern__op_ready(loop, &loop->results); /* nothing when it waits already */
+    }
 }
 
 static int ensure_ring(tern_loop *loop)
@@ -442,8 +441,11 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
      * at once.
      */
     bool defer = loop->step == TERN__STEP_TAKE || loop->step == TERN__STEP_DISPATCH;
-    rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL, &loop->pool_checked,
-                           &job->work, defer ? &loop->lane : NULL, &cause);
+    if (defer && occ == TERN_BOUNDED && tern__lane_accept_held(&loop->lane, &job->work))
+        rc = 0;
+    else
+        rc = tern__pool_accept(loop->has_pool_config ? &loop->pool_config : NULL,
+                               &loop->pool_checked, &job->work, defer ? &loop->lane : NULL, &cause);
     if (rc < 0) {
         TERN_DECREMENT(loop->undelivered);
         /*
