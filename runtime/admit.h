@@ -74,10 +74,12 @@ static inline void tern__op_unadmit(tern_loop *loop)
 }
 
 /*
- * tern__op_finish's body, inline for the one path that runs it per job
- * (job.c's dispatch); op.c's tern__op_finish is this, out of line.
+ * An op's finish but for its record: its id goes stale, its deadline is
+ * disarmed, its reference and admission are given back. Inline for the
+ * one path that runs it per job (job.c's delivery, whose op is never
+ * queued then and whose record job.c frees itself).
  */
-static TERN_ALWAYS_INLINE void tern__op_finish_inline(tern_loop *loop, struct tern__op *op)
+static TERN_ALWAYS_INLINE void tern__op_retire(tern_loop *loop, struct tern__op *op)
 {
     TERN_INSIST(!(op->flags & TERN__OP_DEAD));
     if (op->flags & TERN__OP_TABLED) {
@@ -92,11 +94,6 @@ static TERN_ALWAYS_INLINE void tern__op_finish_inline(tern_loop *loop, struct te
     if (!(op->flags & TERN__OP_UNREF))
         TERN_DECREMENT(loop->refs);
     tern__op_unadmit(loop);
-    if (op->flags & TERN__OP_QUEUED) {
-        op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
-        TERN_DECREMENT(loop->ready_count);
-    } else
-        op->cls->free(loop, op);
 }
 
 #endif

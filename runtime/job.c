@@ -105,8 +105,13 @@ static TERN_ALWAYS_INLINE void deliver(tern_loop *loop, tern_job *job)
     int status = !tern__work_told(&job->work) ? 0
                  : tern__job_timed_out(job)   ? -ETIMEDOUT
                                               : -ECANCELED;
-    /* The id is stale once done starts (disarms any deadline). */
-    tern__op_finish_inline(loop, op);
+    /*
+     * The id is stale once done starts (disarms any deadline). Off the
+     * ready queue by now, and the record is ours to free below: the op's
+     * retirement is all of tern__op_finish a job needs (job_free is empty).
+     */
+    TERN_INSIST(!(op->flags & TERN__OP_QUEUED));
+    tern__op_retire(loop, op);
     if (tern__job_has_deadline(job))
         tern__deadline_unclaim(loop);
     if (loop->jobs_owned) /* else no job of this loop has owner links to look up */

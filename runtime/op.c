@@ -67,7 +67,12 @@ void tern__op_add_anon(tern_loop *loop, struct tern__op *op, const struct tern__
 
 void tern__op_finish(tern_loop *loop, struct tern__op *op)
 {
-    tern__op_finish_inline(loop, op); /* admit.h */
+    tern__op_retire(loop, op); /* admit.h */
+    if (op->flags & TERN__OP_QUEUED) {
+        op->flags |= TERN__OP_DEAD; /* step 2 frees it when popped */
+        TERN_DECREMENT(loop->ready_count);
+    } else
+        op->cls->free(loop, op);
 }
 
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref)
