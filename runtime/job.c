@@ -279,6 +279,12 @@ void tern__jobs_check_books(tern_loop *loop)
     if (loop->undelivered > loop->jobs_live)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
                            "undelivered credits > accepted jobs not yet done");
+    /* Results wait behind `results` exactly while it is queued. */
+    bool waiting = loop->results_head != NULL;
+    if (waiting != (loop->results_tail != NULL) ||
+        waiting != ((loop->results.flags & TERN__OP_QUEUED) != 0))
+        tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
+                           "job results waiting without their ready-queue entry, or it without them");
     /* Every completion on the ring still holds its credit. */
     if (tail - head > loop->undelivered)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
