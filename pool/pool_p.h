@@ -46,6 +46,7 @@
 #include "fault.h"
 #include "platform.h"
 #include "pool.h"
+#include "probe.h"
 #include "ring.h"
 #include "spin.h"
 
@@ -88,23 +89,11 @@ bool tern__work_complete(struct tern__work *w);
  */
 bool tern__work_claim(struct tern__work *w);
 /*
- * Around a claimed header's work (or each step of one): note the cancelling
- * shutdowns begun so far, and latch a cancel if one ran meanwhile.
- * started is false when a cancelling shutdown is under way: the job counts
- * as queued and its work (or its next step) must not start.
+ * Around a claimed header's work, tern__work_started and _returned, and
+ * running it, tern__work_execute: inline, below the statistics they
+ * record into. Run a claimed header and complete it (stats recorded); as
+ * complete.
  */
-bool tern__work_started(struct tern__work *w);
-void tern__work_returned(struct tern__work *w);
-/* Run a claimed header and complete it (stats recorded); as complete. */
-/*
- * tern__work_run without the unit's leave: the caller owes it to
- * tern__pool_inflight and gives it back after the hand-back (a bounded
- * worker, once per run). weight: 0 leaves the work function untimed;
- * else its run time goes into the run histogram as that many samples
- * and *ran is set to it (worker.c, "Timing"). *ran is 0 otherwise.
- */
-bool tern__work_execute(struct tern__work *w, unsigned worker_index, unsigned weight,
-                        uint64_t *ran);
 bool tern__work_run(struct tern__work *w, unsigned worker_index);
 
 /* ------------------------------------------------------------------ */
@@ -440,6 +429,89 @@ extern _Atomic bool tern__pool_cancel_all;
  * timed out and cleared tern__pool_cancel_all before the job returned.
  */
 extern _Atomic unsigned tern__pool_cancel_windows;
+/*
+ * Whether a cancelling pool shutdown has been under way while the job ran:
+ * one is now, or one began since the job started. (Shutdown never writes
+ * into a running job: its client may already have delivered and reused it.)
+ */
+static inline bool tern__work_shutdown_cancelled(const struct tern__work *w)
+{
+    return atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed) ||
+           (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed) !=
+               w->cancel_window;
+}
+
+/*
+ * Around a claimed header's work (or each step of one): note the cancelling
+ * shutdowns begun so far, and latch a cancel if one ran meanwhile.
+ * started is false when a cancelling shutdown is under way: the job counts
+ * as queued and its work (or its next step) must not start.
+ */
+static inline bool tern__work_started(struct tern__work *w)
+{
+    w->cancel_window =
+        (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed);
+    if (TERN_LIKELY(!atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
+        return true;
+    /*
+     * Taken off the queue during a cancelling shutdown (its drain had not
+     * reached it yet): it counts as queued, so its work never starts.
+     */
+    atomic_store_explicit(&w->unrun, true, memory_order_relaxed);
+    atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+    return false;
+}
+
+static inline void tern__work_returned(struct tern__work *w)
+{
+    /* Ran during a cancelling shutdown: its done says so, seen or not. */
+    if (TERN_UNLIKELY(tern__work_shutdown_cancelled(w)))
+        atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
+}
+
+/* The client's hand-back (pool.h): the one call the pool makes into it. */
+static inline bool tern__work_hand_back(struct tern__work *w)
+{
+    return atomic_load_explicit(&tern__pool_handback, memory_order_relaxed)(w);
+}
+
+/*
+ * tern__work_run without the unit's leave: the caller owes it to
+ * tern__pool_inflight and gives it back after the hand-back (a bounded
+ * worker, once per run). weight: 0 leaves the work function untimed;
+ * else its run time goes into the run histogram as that many samples
+ * and *ran is set to it (worker.c, "Timing"). *ran is 0 otherwise.
+ * Forced inline: it is a bounded worker's whole path per job, and out of
+ * line (with the two calls above) it cost a worker 28 instructions a job
+ * more (callgrind, bench/pool_throughput threads=2).
+ */
+static TERN_ALWAYS_INLINE bool tern__work_execute(struct tern__work *w, unsigned worker,
+                                                  unsigned weight, uint64_t *ran)
+{
+    *ran = 0;
+    if (TERN_UNLIKELY(!tern__work_started(w))) {
+        w->result = NULL;
+    } else {
+        bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
+        /* A clock reading only for a figure that wants one: the wait's
+         * sample (its loop's choice), the run's (the worker's). */
+        uint64_t start = w->t_submit != 0 || weight != 0 ? tern__ticks() : 0;
+        if (w->t_submit != 0)
+            tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(w->t_submit, start),
+                              1, shared);
+        /* The public handle is the header's address (pool.h). */
+        TERN_PROBE(job_started, w, (int)w->occupancy);
+        w->result = w->fn((tern_job *)w, w->arg);
+        if (weight != 0) {
+            *ran = tern__ticks() - start;
+            tern__hist_record(&tern__pool_run_hist[worker], *ran, weight, shared);
+        }
+        tern__work_returned(w);
+    }
+    atomic_store_explicit(&w->state, TERN__WORK_FINISHED, memory_order_release);
+    return tern__work_hand_back(w);
+}
+
 /* Count n units in: before looking at the pool (pairs with `closing`). */
 static inline void tern__pool_enter(unsigned n)
 {

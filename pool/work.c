@@ -7,14 +7,8 @@
  * its client's.
  */
 #include "pool_p.h"
-#include "probe.h"
 
 _Atomic(tern__handback_fn) tern__pool_handback;
-
-static bool hand_back(struct tern__work *w)
-{
-    return atomic_load_explicit(&tern__pool_handback, memory_order_relaxed)(w);
-}
 
 bool tern__work_claim(struct tern__work *w)
 {
@@ -32,7 +26,7 @@ bool tern__work_claim(struct tern__work *w)
     if (expected == TERN__WORK_LOOP_DONE ||
         !atomic_compare_exchange_strong_explicit(&w->state, &expected, TERN__WORK_POOL_DONE,
                                                  memory_order_acq_rel, memory_order_acquire))
-        (void)hand_back(w);
+        (void)tern__work_hand_back(w);
     tern__pool_leave(); /* the tombstone's pool life ends here */
     return false;
 }
@@ -99,69 +93,9 @@ bool tern__work_let_go(struct tern__work *w)
 
 bool tern__work_complete(struct tern__work *w)
 {
-    bool woke = hand_back(w);
+    bool woke = tern__work_hand_back(w);
     tern__pool_leave(); /* handed back: the job's pool life ends here */
     return woke;
-}
-
-/*
- * Whether a cancelling pool shutdown has been under way while the job ran:
- * one is now, or one began since the job started. (Shutdown never writes
- * into a running job: its client may already have delivered and reused it.)
- */
-static bool shutdown_cancelled(const struct tern__work *w)
-{
-    return atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed) ||
-           (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed) !=
-               w->cancel_window;
-}
-
-bool tern__work_started(struct tern__work *w)
-{
-    w->cancel_window =
-        (uint16_t)atomic_load_explicit(&tern__pool_cancel_windows, memory_order_relaxed);
-    if (TERN_LIKELY(!atomic_load_explicit(&tern__pool_cancel_all, memory_order_relaxed)))
-        return true;
-    /*
-     * Taken off the queue during a cancelling shutdown (its drain had not
-     * reached it yet): it counts as queued, so its work never starts.
-     */
-    atomic_store_explicit(&w->unrun, true, memory_order_relaxed);
-    atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
-    return false;
-}
-
-void tern__work_returned(struct tern__work *w)
-{
-    /* Ran during a cancelling shutdown: its done says so, seen or not. */
-    if (TERN_UNLIKELY(shutdown_cancelled(w)))
-        atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
-}
-
-bool tern__work_execute(struct tern__work *w, unsigned worker, unsigned weight, uint64_t *ran)
-{
-    *ran = 0;
-    if (TERN_UNLIKELY(!tern__work_started(w))) {
-        w->result = NULL;
-    } else {
-        bool shared = worker == TERN__MAX_THREADS; /* the long class's pair */
-        /* A clock reading only for a figure that wants one: the wait's
-         * sample (its loop's choice), the run's (the worker's). */
-        uint64_t start = w->t_submit != 0 || weight != 0 ? tern__ticks() : 0;
-        if (w->t_submit != 0)
-            tern__hist_record(&tern__pool_wait_hist[worker], tern__work_waited(w->t_submit, start),
-                              1, shared);
-        /* The public handle is the header's address (pool.h). */
-        TERN_PROBE(job_started, w, (int)w->occupancy);
-        w->result = w->fn((tern_job *)w, w->arg);
-        if (weight != 0) {
-            *ran = tern__ticks() - start;
-            tern__hist_record(&tern__pool_run_hist[worker], *ran, weight, shared);
-        }
-        tern__work_returned(w);
-    }
-    atomic_store_explicit(&w->state, TERN__WORK_FINISHED, memory_order_release);
-    return hand_back(w);
 }
 
 bool tern__work_run(struct tern__work *w, unsigned worker)
@@ -178,7 +112,7 @@ bool tern_job_cancelled(const tern_job *job)
     struct tern__work *w = (struct tern__work *)job; /* the header comes first (pool.h) */
     if (atomic_load_explicit(&w->cancel, memory_order_relaxed))
         return true;
-    if (TERN_UNLIKELY(shutdown_cancelled(w))) {
+    if (TERN_UNLIKELY(tern__work_shutdown_cancelled(w))) {
         /* Latch it, so done reports -ECANCELED too. */
         atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
         return true;
