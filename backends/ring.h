@@ -141,19 +141,26 @@ static inline void tern__ring_release(struct tern__ring *ring, uint64_t pos)
  */
 __attribute__((cold)) void tern__ring_wait_free(_Atomic uint64_t *cell, uint64_t free_cell);
 
-/* Fill the slot of a position the caller has claimed from the tail. */
-static inline void tern__ring_fill(struct tern__ring *ring, uint64_t pos, void *item)
+/* One lap in a cell's lap bits: free(L + 1) is free(L) + TERN__RING_LAP_ONE. */
+#define TERN__RING_LAP_ONE (UINT64_C(1) << TERN__RING_LAP_SHIFT)
+
+/* Fill a claimed position's cell, whose free cell (free(L)) is free_cell. */
+static inline void tern__ring_fill_cell(_Atomic uint64_t *cell, uint64_t free_cell, void *item)
 {
     uintptr_t at = (uintptr_t)item;
     /* The cell holds an item's bits 3..46 (the layout above). */
     TERN_REQUIRE(at != 0 && (at & 7) == 0 && ((uint64_t)at >> 47) == 0);
-    _Atomic uint64_t *cell = &ring->slots[pos & ring->mask].cell;
-    uint64_t free_cell = tern__ring_free(ring, pos);
     /* Pairs with the consumer's release store that freed the slot a lap ago. */
     if (TERN_UNLIKELY(atomic_load_explicit(cell, memory_order_acquire) != free_cell))
         tern__ring_wait_free(cell, free_cell);
     /* Pairs with the acquire load in the pops and in tern__ring_ready(). */
     atomic_store_explicit(cell, free_cell | ((uint64_t)at >> 2) | 1, memory_order_release);
+}
+
+/* Fill the slot of a position the caller has claimed from the tail. */
+static inline void tern__ring_fill(struct tern__ring *ring, uint64_t pos, void *item)
+{
+    tern__ring_fill_cell(&ring->slots[pos & ring->mask].cell, tern__ring_free(ring, pos), item);
 }
 
 /* Any thread. Never fails (the full-slot rule above). */
@@ -181,9 +188,16 @@ static inline void tern__ring_push_many(struct tern__ring *ring, void *const *it
     /* Relaxed, as in push: each slot's own cell orders its item. */
     uint64_t pos = atomic_fetch_add_explicit(&ring->tail, n, memory_order_relaxed);
     /* The ring's shape in locals: a cell's store could alias its fields. */
-    struct tern__ring shape = {.mask = ring->mask, .slots = ring->slots, .shift = ring->shift};
-    for (unsigned i = 0; i < n; i++)
-        tern__ring_fill(&shape, pos + i, items[i]);
+    uint64_t mask = ring->mask;
+    struct tern__ring_slot *slots = ring->slots;
+    /* The run's free cell, a lap on wherever the run wraps to slot 0. */
+    uint64_t free_cell = tern__ring_free(ring, pos);
+    for (unsigned i = 0; i < n; i++, pos++) {
+        uint64_t at = pos & mask;
+        if (at == 0 && i > 0)
+            free_cell += TERN__RING_LAP_ONE;
+        tern__ring_fill_cell(&slots[at].cell, free_cell, items[i]);
+    }
 }
 
 /* Whether a pop would find an item now (any thread; a snapshot). */
@@ -203,17 +217,30 @@ static inline unsigned tern__ring_pop_single_many(struct tern__ring *ring, void 
                                                   unsigned max)
 {
     /* The ring's shape in locals, as in push_many. */
-    struct tern__ring shape = {.mask = ring->mask, .slots = ring->slots, .shift = ring->shift};
+    uint64_t mask = ring->mask;
+    struct tern__ring_slot *slots = ring->slots;
     uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    /*
+     * The tags of the run's lap: its items' (full(L), item bits aside)
+     * and the free cell each slot gets for lap L + 1; a lap on wherever
+     * the run wraps to slot 0.
+     */
+    uint64_t full = tern__ring_free(ring, pos) | 1;
+    uint64_t freed = full - 1 + TERN__RING_LAP_ONE;
     unsigned n = 0;
     for (; n < max; n++, pos++) {
+        uint64_t at = pos & mask;
+        if (at == 0 && n > 0) {
+            full += TERN__RING_LAP_ONE;
+            freed += TERN__RING_LAP_ONE;
+        }
         /* Pairs with the release store in tern__ring_fill(). */
-        uint64_t cell =
-            atomic_load_explicit(&shape.slots[pos & shape.mask].cell, memory_order_acquire);
-        if (!tern__ring_holds(&shape, pos, cell))
+        uint64_t cell = atomic_load_explicit(&slots[at].cell, memory_order_acquire);
+        if ((cell & ~TERN__RING_ITEM_MASK) != full)
             break;
         out[n] = tern__ring_item(cell);
-        tern__ring_release(&shape, pos);
+        /* Pairs with the producer's acquire load one lap later. */
+        atomic_store_explicit(&slots[at].cell, freed, memory_order_release);
     }
     if (n > 0)
         atomic_store_explicit(&ring->head, pos, memory_order_relaxed);

@@ -77,6 +77,34 @@ Test(ring_cell, a_two_slot_ring_wraps_its_lap_number_and_keeps_order)
     tern__ring_destroy(&ring);
 }
 
+/*
+ * Runs across the ring's end: a run of three pushed into four slots, and
+ * the single consumer's run popped, span the wrap to slot 0 every other
+ * time, so the lap moves on in the middle of a run; 2^22 items make
+ * 2^20 laps, and the 19-bit lap number wraps twice in mid-run too. Each
+ * run comes out whole and in order.
+ */
+Test(ring_cell, runs_across_the_rings_end_keep_their_laps, .timeout = 30)
+{
+    alignas(TERN_CACHELINE) static struct tern__ring ring;
+    cr_assert_eq(tern__ring_init(&ring, 4), 0);
+    uint64_t pushed = 0, popped = 0;
+    void *in[3], *got[4];
+    while (popped < (UINT64_C(1) << 22)) {
+        for (unsigned i = 0; i < 3; i++)
+            in[i] = item(pushed + i);
+        tern__ring_push_many(&ring, in, 3);
+        pushed += 3;
+        unsigned n = tern__ring_pop_single_many(&ring, got, 4);
+        if (n != 3 || got[0] != item(popped) || got[1] != item(popped + 1) ||
+            got[2] != item(popped + 2))
+            cr_assert_fail("a run at %llu came out as %u items", (unsigned long long)popped, n);
+        popped += 3;
+    }
+    cr_assert_eq(tern__ring_count(&ring), 0u);
+    tern__ring_destroy(&ring);
+}
+
 Test(ring_cell, a_full_ring_drains_whole_lap_after_lap)
 {
     alignas(TERN_CACHELINE) static struct tern__ring ring;
