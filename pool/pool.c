@@ -404,8 +404,8 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     tern__lanes_flush_open();
     /* One shutdown at a time; a second waits for the first (bounded polls). */
     bool expected = false;
-    while (!atomic_compare_exchange_weak_explicit(&tern__pool_closing, &expected, true, memory_order_seq_cst,
-                                                  memory_order_relaxed)) {
+    while (!atomic_compare_exchange_weak_explicit(&tern__pool_closing, &expected, true,
+                                                  memory_order_seq_cst, memory_order_relaxed)) {
         expected = false;
         struct timespec ts = {0, SHUTDOWN_POLL_NS};
         nanosleep(&ts, NULL);

@@ -89,11 +89,11 @@ bool tern__work_complete(struct tern__work *w);
  */
 bool tern__work_claim(struct tern__work *w);
 /*
- * Around a claimed header's work, tern__work_started and _returned, and
- * running it, tern__work_execute: inline, below the statistics they
- * record into. Run a claimed header and complete it (stats recorded); as
- * complete.
+ * A claimed header's work: tern__work_started and _returned around it and
+ * tern__work_execute running it are inline, further down, after the
+ * statistics they record into.
  */
+/* Run a claimed header and complete it (stats recorded); as complete. */
 bool tern__work_run(struct tern__work *w, unsigned worker_index);
 
 /* ------------------------------------------------------------------ */

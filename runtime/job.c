@@ -284,7 +284,7 @@ void tern__jobs_check_books(tern_loop *loop)
     if (waiting != (loop->results_tail != NULL) ||
         waiting != ((loop->results.flags & TERN__OP_QUEUED) != 0))
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
-                           "job results waiting without their ready-queue entry, or it without them");
+                           "job results and their ready-queue entry disagree");
     /* Every completion on the ring still holds its credit. */
     if (tail - head > loop->undelivered)
         tern__check_failed(__FILE__, __LINE__, __func__, "BOOKS",
