@@ -1,7 +1,7 @@
 /*
  * Admission of the loop's own ops (starts, defers, submissions): whether
  * the loop is closing, and max_operations, counted with the pending posts;
- * and an op's finish, which gives its admission back.
+ * and an op's retirement, which gives its admission back.
  * Jobs add their own limits on top (runtime/job.c). Inline: every start
  * pays for it. Included by loop_p.h after struct tern_loop, which it reads.
  */

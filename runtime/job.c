@@ -75,11 +75,12 @@ tern_id tern_job_id(const tern_job *job)
     return job->op.id;
 }
 
-static void release_credit(tern_loop *loop, const tern_job *job)
+/* Give back n undelivered credits, of which `longs` were TERN_LONG jobs'. */
+static void release_credits(tern_loop *loop, unsigned n, unsigned longs)
 {
-    if (job->work.occupancy == TERN_LONG)
-        TERN_DECREMENT(loop->long_undelivered);
-    TERN_DECREMENT(loop->undelivered);
+    TERN_INSIST(loop->undelivered >= n && loop->long_undelivered >= longs);
+    loop->undelivered -= n;
+    loop->long_undelivered -= longs;
     atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
 }
 
@@ -159,7 +160,7 @@ static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
     switch (tern__work_stop(&job->work)) {
     case TERN__STOP_STOPPED_NOW:
         mark_timed_out(job, timeout);
-        release_credit(loop, job);
+        release_credits(loop, 1, job->work.occupancy == TERN_LONG);
         tern__op_ready(loop, &job->op);
         return TERN_CANCEL_STOPPED;
     case TERN__STOP_STOPPED_BEFORE: return TERN_CANCEL_STOPPED;
@@ -187,7 +188,7 @@ static void job_expired(tern_loop *loop, struct tern__op *op)
 static void job_free(tern_loop *loop, struct tern__op *op)
 {
     (void)loop;
-    (void)op; /* job_dispatch owns the memory: a job is never finished while queued */
+    (void)op; /* delivery owns the memory: a job is never finished while queued */
 }
 
 /* Step 2: the done of up to `budget` jobs waiting behind `results`, in order. */
@@ -309,10 +310,10 @@ bool tern__jobs_pending(tern_loop *loop)
 
 /*
  * Step 1's take of finished jobs: a run of results off the ring first,
- * each record's lines asked for as it is popped, then the run's credits
- * given back in one subtraction and the run linked behind `results`, the
- * ready queue's one entry for them (step 2 runs their dones through it,
- * results_drain: no queue link and no class call per job). A record was
+ * each record's lines asked for as it is popped, the run linked behind
+ * `results`, the ready queue's one entry for them (step 2 runs their
+ * dones through it, results_drain: no queue link and no class call per
+ * job); then the credits of all runs given back at once. A record was
  * last written by the worker that ran it, on another core; fetched one at
  * a time, each miss waited in turn, which was most of this function's time.
  */
@@ -329,7 +330,7 @@ void tern__jobs_collect(tern_loop *loop)
     struct tern__op **link = loop->results_tail != NULL ? &loop->results_tail->ready_next
                                                         : &loop->results_head;
     void *run[TERN__COLLECT_RUN];
-    unsigned n;
+    unsigned n, longs = 0;
     loop->jobs_taken = 0;
     do {
         n = tern__ring_pop_single_many(loop->ring, run, TERN__COLLECT_RUN);
@@ -340,12 +341,9 @@ void tern__jobs_collect(tern_loop *loop)
             TERN_PREFETCH_WRITE(&job->work.occupancy);
             TERN_PREFETCH_WRITE(&job->op);
         }
-        TERN_INSIST(loop->undelivered >= n);
-        loop->undelivered -= n;
         for (unsigned i = 0; i < n; i++) {
             tern_job *job = run[i];
-            if (job->work.occupancy == TERN_LONG)
-                TERN_DECREMENT(loop->long_undelivered);
+            longs += job->work.occupancy == TERN_LONG;
             if (!behind) {
                 tern__op_ready(loop, &job->op);
             } else {
@@ -357,7 +355,7 @@ void tern__jobs_collect(tern_loop *loop)
     } while (n == TERN__COLLECT_RUN);
     if (loop->jobs_taken == 0)
         return;
-    atomic_store_explicit(&loop->st_undelivered, loop->undelivered, memory_order_relaxed);
+    release_credits(loop, loop->jobs_taken, longs);
     if (behind) {
         *link = NULL;
         loop->results_tail = caa_container_of(link, struct tern__op, ready_next);
