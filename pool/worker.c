@@ -37,9 +37,12 @@ _Atomic unsigned tern__pool_holds;
 
 /*
  * Before parking, a worker spins for a job within its adaptive budget
- * (backends/spin.h), but only if fewer than half the CPUs already have a
- * spinner: on a small machine the loop that feeds the pool shares the
- * cores, and every extra spinner takes its time. It checks the clock every
+ * (backends/spin.h), but only while fewer than `max_spinners` spin: half
+ * the CPUs, and at least two where there are two. On a small machine the
+ * loop that feeds the pool shares the cores, and every extra spinner
+ * takes its time; but a worker that parks because another spins is
+ * woken for the next run, and the woken thread is what takes the feeding
+ * loop's CPU from it (decision 145). It checks the clock every
  * TERN__SPIN_CLOCK_EVERY rounds and yields every YIELD_EVERY, so a feeder
  * that shares its core still runs: 256 rounds are few beside a spin's
  * budget (TERN__SPIN_NS) and many beside the cost of one yield.
@@ -582,6 +585,14 @@ static void figures_reset(void)
     }
 }
 
+/* How many workers may spin at once on `cpus` CPUs (see the top of the file). */
+static unsigned max_spinners(long cpus)
+{
+    if (cpus < 2)
+        return 1;
+    return cpus / 2 > 2 ? (unsigned)(cpus / 2) : 2;
+}
+
 int tern__bounded_start(struct tern__pool *p)
 {
     if (tern__ring_init(&p->queue, tern__queue_room(&p->cfg)) < 0)
@@ -592,8 +603,7 @@ int tern__bounded_start(struct tern__pool *p)
         return -ENOMEM;
     }
     figures_reset();
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    p->max_spinners = cpus >= 4 ? (unsigned)cpus / 2 : 1;
+    p->max_spinners = max_spinners(sysconf(_SC_NPROCESSORS_ONLN));
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     pthread_mutex_init(&p->park_lock, NULL);
     (void)tern__cond_init(&p->park_cond); /* monotonic: overflow workers park for a time */
