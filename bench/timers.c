@@ -6,9 +6,11 @@
  * Parameters: timers=1000000 mode=spread|due
  *   spread  timer i times out after 1 + i/1000 ms (libuv's million_timers
  *           shape: a thousand share each millisecond). Figures:
- *           timers_<N>_arm (ms to arm all), timers_<N>_run (wall ms until
- *           the last fired; mostly the 1 + N/1000 ms timeline itself),
- *           timers_<N>_run_cpu (CPU ms over that run), timers_<N>_rss (MiB).
+ *           timers_<N>_arm (ms to arm all), timers_<N>_timeline (wall ms
+ *           from the first arm until the last fired: 1 + (N-1)/1000 ms when
+ *           every timer fires on time, more when dispatch falls behind),
+ *           timers_<N>_run_cpu (CPU ms from the last arm until the last
+ *           fired), timers_<N>_rss (MiB).
  *   due     every timer times out after 1 ms and the benchmark waits until
  *           all are overdue before running the loop. Figures:
  *           timers_due_<N>_arm, timers_due_<N>_dispatch (ms from the start
@@ -76,9 +78,15 @@ int main(int argc, char **argv)
     const char *prefix = due ? "timers_due_" : "timers_";
     snprintf(name, sizeof name, "%s%s_arm", prefix, n);
     bench_figure(name, (double)(t1 - t0) / 1e6, "ms");
-    snprintf(name, sizeof name, "%s%s_%s", prefix, n, due ? "dispatch" : "run");
-    bench_figure(name, (double)(t3 - t2) / 1e6, "ms");
-    if (!due) {
+    if (due) {
+        snprintf(name, sizeof name, "%s%s_dispatch", prefix, n);
+        bench_figure(name, (double)(t3 - t2) / 1e6, "ms");
+    }
+    else {
+        /* From the first arm, not from the run's start: a side that arms
+         * faster waits longer for the same deadlines. */
+        snprintf(name, sizeof name, "%s%s_timeline", prefix, n);
+        bench_figure(name, (double)(t3 - t0) / 1e6, "ms");
         snprintf(name, sizeof name, "%s%s_run_cpu", prefix, n);
         bench_figure(name, (cpu2 - cpu1) * 1e3, "ms");
     }
