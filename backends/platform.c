@@ -266,6 +266,22 @@ bool tern__tsc_invariant(void)
 #endif
 }
 
+#ifdef TERN_HAVE_TSC
+bool tern__have_prefetchw;
+
+__attribute__((constructor)) static void prefetchw_probe(void)
+{
+    unsigned a, b, c, d;
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000001u)
+        return;
+    __cpuid(0x80000001u, a, b, c, d);
+    (void)a;
+    (void)b;
+    (void)d;
+    tern__have_prefetchw = (c & bit_PRFCHW) != 0;
+}
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Signal sources                                                      */
 /* ------------------------------------------------------------------ */

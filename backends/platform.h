@@ -122,6 +122,31 @@ int tern__current_cpu(void);
  */
 bool tern__tsc_invariant(void);
 
+/*
+ * tern__prefetch_write: ask for the line holding p in a state fit for
+ * writing, ahead of the write. A hint: it changes no memory and never
+ * faults. For a line another core has just read, the write's request for
+ * ownership is a cross-core exchange; asked for early it overlaps the
+ * writer's work, where a write that waits for it (as every store before a
+ * locked instruction does) stalls for the whole exchange. x86 has its own
+ * instruction for this (PREFETCHW, where CPUID 0x80000001 ECX bit 8 says
+ * the CPU has it; tern__have_prefetchw, read at startup, else nothing);
+ * elsewhere the compiler's prefetch-for-store, which may be nothing.
+ */
+#ifdef TERN_HAVE_TSC
+extern bool tern__have_prefetchw;
+static inline void tern__prefetch_write(const void *p)
+{
+    if (tern__have_prefetchw)
+        __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+}
+#else
+static inline void tern__prefetch_write(const void *p)
+{
+    __builtin_prefetch(p, 1, 3);
+}
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Signal sources                                                      */
 /* ------------------------------------------------------------------ */

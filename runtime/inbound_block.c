@@ -186,6 +186,22 @@ static unsigned head_at(void)
     return (carved + LINE_UNITS - 1) & ~(LINE_UNITS - 1);
 }
 
+/*
+ * The lines a producer fills are mostly ones the loop read a few runs ago
+ * (a spent block comes back through the spare stack), so each write to a
+ * fresh line must first take it from the loop's cache. The compare-and-
+ * swap that counts every post in waits for that write, so the exchange
+ * would stall the producer once a line; asked for PREFETCH_UNITS ahead
+ * (four lines), it runs while the producer fills the lines before
+ * (decision 147).
+ */
+#define PREFETCH_UNITS (4 * LINE_UNITS)
+static void prefetch_ahead(unsigned unit)
+{
+    if (unit + PREFETCH_UNITS < BLOCK_UNITS)
+        tern__prefetch_write(&carving->units[unit + PREFETCH_UNITS]);
+}
+
 /* A run's first record, from a fresh block when this one has no room. */
 static struct tern__inbound *head_alloc(void)
 {
@@ -205,8 +221,11 @@ static struct tern__inbound *head_alloc(void)
         carved = 0;
         skipped = 0;
         open_head = NULL;
+        for (unsigned u = 0; u < PREFETCH_UNITS; u += LINE_UNITS)
+            tern__prefetch_write(&carving->units[u]);
     }
     unsigned at = head_at();
+    prefetch_ahead(at);
     skipped += at - carved;
     carved = at;
     struct tern__inbound *in = (struct tern__inbound *)&carving->units[carved];
@@ -271,6 +290,8 @@ static bool run_open_to(const tern_loop *loop, unsigned drains)
  * loop closed the run (its unspent credit went back with the close). */
 static bool run_extend(tern_fn fn, void *arg, unsigned credit)
 {
+    if (carved % LINE_UNITS == 0)
+        prefetch_ahead(carved);
     struct tern__post_entry *e = &carving->units[carved];
     e->fn = fn;
     e->arg = arg;
