@@ -19,7 +19,7 @@
 #ifdef TERN_HAVE_SIGNALFD
 #include <sys/signalfd.h>
 #endif
-#ifdef TERN_HAVE_TSC
+#if defined(TERN_HAVE_TSC) || defined(TERN_HAVE_PREFETCHW)
 #include <cpuid.h>
 #endif
 
@@ -266,7 +266,7 @@ bool tern__tsc_invariant(void)
 #endif
 }
 
-#ifdef TERN_HAVE_TSC
+#ifdef TERN_HAVE_PREFETCHW
 bool tern__have_prefetchw;
 
 __attribute__((constructor)) static void prefetchw_probe(void)

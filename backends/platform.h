@@ -131,9 +131,10 @@ bool tern__tsc_invariant(void);
  * locked instruction does) stalls for the whole exchange. x86 has its own
  * instruction for this (PREFETCHW, where CPUID 0x80000001 ECX bit 8 says
  * the CPU has it; tern__have_prefetchw, read at startup, else nothing);
- * elsewhere the compiler's prefetch-for-store, which may be nothing.
+ * elsewhere, and in portable builds, the compiler's prefetch-for-store,
+ * which may be nothing.
  */
-#ifdef TERN_HAVE_TSC
+#ifdef TERN_HAVE_PREFETCHW
 extern bool tern__have_prefetchw;
 static inline void tern__prefetch_write(const void *p)
 {
