@@ -58,11 +58,4 @@ noreturn void tern__check_failed(const char *file, int line, const char *func,
 
 #define TERN_CACHELINE 64
 
-/*
- * Start loading the line at p for writing, without waiting for it: for a
- * record another core wrote last, fetched while this one works on the one
- * before it. A hint only; p may be any address.
- */
-#define TERN_PREFETCH_WRITE(p) __builtin_prefetch((p), 1)
-
 #endif

@@ -211,7 +211,7 @@ static struct tern__work *next_entry(struct worker *w, bool *fresh)
      * miss in turn as it reaches the job (a third of its time).
      */
     for (unsigned i = 0; i < n; i++)
-        TERN_PREFETCH_WRITE(taken[i]);
+        tern__prefetch_write(taken[i]);
     for (unsigned i = 1; i < n; i++)
         atomic_store_explicit(&w->run->entry[i], taken[i], memory_order_relaxed);
     /*

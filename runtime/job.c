@@ -338,8 +338,8 @@ void tern__jobs_collect(tern_loop *loop)
             break;
         for (unsigned i = 0; i < n; i++) {
             tern_job *job = run[i];
-            TERN_PREFETCH_WRITE(&job->work.occupancy);
-            TERN_PREFETCH_WRITE(&job->op);
+            tern__prefetch_write(&job->work.occupancy);
+            tern__prefetch_write(&job->op);
         }
         for (unsigned i = 0; i < n; i++) {
             tern_job *job = run[i];
