@@ -5,11 +5,13 @@
  * rounds ran while the host kept its two CPUs far apart.
  *
  * Why: on a small virtual machine the hypervisor decides where the guest's
- * CPUs run. Most of the time a line crosses between them in about 60 ns;
- * for stretches of a few hundred milliseconds it takes five times that
- * (docs/performance.md, "The host's placement"). Every hand-off between a
- * loop and a pool worker is such a crossing, so a pool figure taken in such
- * a stretch says more about the host than about the code.
+ * CPUs run, and a line's crossing between them depends on it: on one VM
+ * of this kind about 60 ns most of the time and five times that for
+ * stretches of a few hundred milliseconds, on another about 450 ns most of
+ * the time (docs/performance.md, "The host's placement" and the latest
+ * results). Every hand-off between a loop and a pool worker is such a
+ * crossing, so a pool figure taken in a slow stretch says more about the
+ * host than about the code.
  *
  * Two threads, pinned to the first two CPUs the process may use, pass a
  * counter back and forth on one line: the main thread stores odd values,

@@ -221,7 +221,8 @@ static struct tern__inbound *head_alloc(void)
         carved = 0;
         skipped = 0;
         open_head = NULL;
-        for (unsigned u = 0; u < PREFETCH_UNITS; u += LINE_UNITS)
+        /* The first line is written now; the fifth is prefetch_ahead's. */
+        for (unsigned u = LINE_UNITS; u < PREFETCH_UNITS; u += LINE_UNITS)
             tern__prefetch_write(&carving->units[u]);
     }
     unsigned at = head_at();
