@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -281,6 +282,21 @@ __attribute__((constructor)) static void prefetchw_probe(void)
     tern__have_prefetchw = (c & bit_PRFCHW) != 0;
 }
 #endif
+
+void *tern__map_populated(size_t size)
+{
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef TERN_HAVE_MAP_POPULATE
+    flags |= MAP_POPULATE;
+#endif
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void tern__unmap(void *p, size_t size)
+{
+    munmap(p, size);
+}
 
 /* ------------------------------------------------------------------ */
 /* Signal sources                                                      */

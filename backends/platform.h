@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -147,6 +148,18 @@ static inline void tern__prefetch_write(const void *p)
     __builtin_prefetch(p, 1, 3);
 }
 #endif
+
+/*
+ * tern__map_populated: size bytes (a multiple of the page size) of zeroed,
+ * page-aligned anonymous memory, NULL on failure. Where the system can
+ * (Linux's MAP_POPULATE), its pages are made present by this one call: a
+ * page fault on a virtual machine costs microseconds, and one call that
+ * fills sixteen pages costs less than sixteen faults. Elsewhere, and in
+ * portable builds, each page is made present when first touched.
+ * tern__unmap gives it back (the same size).
+ */
+void *tern__map_populated(size_t size);
+void tern__unmap(void *p, size_t size);
 
 /* ------------------------------------------------------------------ */
 /* Signal sources                                                      */

@@ -142,5 +142,8 @@ void tern__inbound_run_free(struct tern__inbound *in, unsigned length);
 /* Give back the calling thread's block of post records, as its exit does:
  * its next post allocates a fresh one (runtime/seams.c). */
 void tern__inbound_drop_block(void);
+/* The process's post blocks, for tern__test_inbound_blocks (testing.h). */
+struct tern__test_blocks;
+void tern__inbound_blocks(struct tern__test_blocks *b);
 
 #endif

@@ -9,7 +9,6 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <stdlib.h>
 
 #include "check.h"
 #include "fault.h"
@@ -38,9 +37,21 @@
 #define BLOCK_UNITS ((BLOCK_SIZE - TERN_CACHELINE) / UNIT)
 #define HEAD_UNITS (sizeof(struct tern__inbound) / UNIT)
 
+/*
+ * Blocks come from slabs of SLAB_BLOCKS, mapped with their pages present
+ * (tern__map_populated): a burst that outruns the loop needs fresh blocks
+ * as fast as it posts, and through malloc each one cost a page fault or
+ * two (aligned_alloc's header sits on the page before) and the arena's
+ * lock. A slab is given back whole, once none of its blocks is out and
+ * the spare list is past SPARE_MAX (decision 148).
+ */
+#define SLAB_BLOCKS 16u
+
 struct node_block {
     alignas(TERN_CACHELINE) _Atomic unsigned refs;
-    struct node_block *spare_next; /* on the spare stack only */
+    unsigned slab_out;        /* a slab's first block: its blocks not on the spare list */
+    struct node_block *slab;  /* the first block of this one's slab */
+    struct node_block *spare_next, *spare_prev; /* on the spare list only */
     alignas(TERN_CACHELINE) struct tern__post_entry units[BLOCK_UNITS];
 };
 _Static_assert(sizeof(struct node_block) <= BLOCK_SIZE, "a node block fits its alignment");
@@ -65,31 +76,68 @@ static pthread_key_t carving_key;
 static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
 
 /*
- * Spent blocks wait on a process-wide stack for the next producer that
- * needs one, instead of going back to malloc: freed by the loop into the
- * producer's arena, they cost an arena lock each way and, once glibc
- * trimmed them, fresh page faults for every post of a burst that outran
- * the loop. One lock per block, not per post. The stack keeps what a
- * backlog of about 250 k posts needed (4 MiB) and frees beyond that.
+ * Spent blocks wait on a process-wide list for the next producer that
+ * needs one: one lock per block, not per post. The list keeps what a
+ * backlog of about 250 k posts needed (4 MiB): past that, a slab whose
+ * blocks are all on it is unmapped, so once every block is back the list
+ * holds at most SPARE_MAX + SLAB_BLOCKS. It is doubly linked, so a slab's
+ * blocks can leave it from wherever they sit.
  */
 #define SPARE_MAX 1024u
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct node_block *spare;
 static unsigned spare_len;
+static unsigned slabs_mapped;
+
+static struct node_block *slab_block(struct node_block *slab, unsigned i)
+{
+    return (struct node_block *)((char *)slab + (size_t)i * BLOCK_SIZE);
+}
+
+/* The spare list, under spare_lock. */
+static void spare_push(struct node_block *b)
+{
+    b->spare_prev = NULL;
+    b->spare_next = spare;
+    if (spare != NULL)
+        spare->spare_prev = b;
+    spare = b;
+    spare_len++;
+}
+
+static void spare_unlink(struct node_block *b)
+{
+    if (b->spare_prev != NULL)
+        b->spare_prev->spare_next = b->spare_next;
+    else
+        spare = b->spare_next;
+    if (b->spare_next != NULL)
+        b->spare_next->spare_prev = b->spare_prev;
+    spare_len--;
+}
+
+/* Take a slab none of whose blocks is out off the list; the caller
+ * unmaps it once the lock is dropped. */
+static struct node_block *slab_retire(struct node_block *slab)
+{
+    for (unsigned i = 0; i < SLAB_BLOCKS; i++)
+        spare_unlink(slab_block(slab, i));
+    slabs_mapped--;
+    return slab;
+}
 
 static void block_release(struct node_block *b, unsigned n)
 {
     if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
         return;
+    struct node_block *gone = NULL;
     pthread_mutex_lock(&spare_lock);
-    if (spare_len < SPARE_MAX) {
-        b->spare_next = spare;
-        spare = b;
-        spare_len++;
-        b = NULL;
-    }
+    spare_push(b);
+    if (--b->slab->slab_out == 0 && spare_len > SPARE_MAX)
+        gone = slab_retire(b->slab);
     pthread_mutex_unlock(&spare_lock);
-    free(b);
+    if (gone != NULL)
+        tern__unmap(gone, (size_t)SLAB_BLOCKS * BLOCK_SIZE);
 }
 
 static struct node_block *block_get(void)
@@ -97,11 +145,24 @@ static struct node_block *block_get(void)
     pthread_mutex_lock(&spare_lock);
     struct node_block *b = spare;
     if (b != NULL) {
-        spare = b->spare_next;
-        spare_len--;
+        spare_unlink(b);
+        b->slab->slab_out++;
     }
     pthread_mutex_unlock(&spare_lock);
-    return b != NULL ? b : aligned_alloc(BLOCK_SIZE, BLOCK_SIZE);
+    if (b != NULL)
+        return b;
+    struct node_block *slab = tern__map_populated((size_t)SLAB_BLOCKS * BLOCK_SIZE);
+    if (slab == NULL)
+        return NULL;
+    for (unsigned i = 0; i < SLAB_BLOCKS; i++)
+        slab_block(slab, i)->slab = slab;
+    slab->slab_out = 1; /* the first block, returned */
+    pthread_mutex_lock(&spare_lock);
+    slabs_mapped++;
+    for (unsigned i = SLAB_BLOCKS - 1; i > 0; i--)
+        spare_push(slab_block(slab, i));
+    pthread_mutex_unlock(&spare_lock);
+    return slab;
 }
 
 /* fork(): never let the child inherit the spare lock held by a vanished thread. */
@@ -130,16 +191,20 @@ __attribute__((constructor)) static void spare_fork_handlers(void)
     pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork_child);
 }
 
-/* Give the spares back to malloc at exit, so the process ends valgrind-clean. */
+/* Unmap the slabs whose blocks are all back at exit, so the process ends
+ * with nothing of tern's mapped that no thread still carves from. */
 __attribute__((destructor)) static void spare_free(void)
 {
     pthread_mutex_lock(&spare_lock);
-    while (spare != NULL) {
-        struct node_block *b = spare;
-        spare = b->spare_next;
-        free(b);
+    struct node_block *b = spare;
+    while (b != NULL) {
+        if (b->slab->slab_out != 0) {
+            b = b->spare_next;
+            continue;
+        }
+        tern__unmap(slab_retire(b->slab), (size_t)SLAB_BLOCKS * BLOCK_SIZE);
+        b = spare; /* the next one may have been in that slab */
     }
-    spare_len = 0;
     pthread_mutex_unlock(&spare_lock);
 }
 
@@ -237,6 +302,16 @@ static struct tern__inbound *head_alloc(void)
 void tern__inbound_drop_block(void)
 {
     carving_exit(NULL);
+}
+
+void tern__inbound_blocks(struct tern__test_blocks *b)
+{
+    pthread_mutex_lock(&spare_lock);
+    b->spare = spare_len;
+    b->mapped = slabs_mapped * SLAB_BLOCKS;
+    pthread_mutex_unlock(&spare_lock);
+    b->spare_max = SPARE_MAX;
+    b->slab = SLAB_BLOCKS;
 }
 
 static struct node_block *block_of(const void *p)

@@ -64,6 +64,11 @@ void tern__test_inbound_fresh_block(void)
     tern__inbound_drop_block();
 }
 
+void tern__test_inbound_blocks(struct tern__test_blocks *b)
+{
+    tern__inbound_blocks(b);
+}
+
 bool tern__test_reaper_running(void)
 {
     return tern__reaper_running();

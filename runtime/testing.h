@@ -112,4 +112,14 @@ extern _Atomic(tern__handback_pushed_hook) tern__handback_pushed;
  */
 void tern__test_inbound_fresh_block(void);
 
+/*
+ * The process's post-record blocks: how many are on the spare list and how
+ * many are in slabs mapped now (the rest are out: carved from, or holding
+ * posts the loops have not run), with the list's bound and a slab's size.
+ */
+struct tern__test_blocks {
+    unsigned spare, mapped, spare_max, slab;
+};
+void tern__test_inbound_blocks(struct tern__test_blocks *b);
+
 #endif

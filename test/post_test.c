@@ -675,3 +675,43 @@ Test(post, a_thread_posting_to_two_loops_keeps_each_ones_order, .timeout = TEST_
     loop_free_clean(a);
     loop_free_clean(b);
 }
+
+/*
+ * A backlog past the spare list's bound: every post runs once, the blocks
+ * the loop gives back are reused, and once they are all back the process
+ * keeps at most the bound (plus one slab) of them: whole slabs past it are
+ * unmapped, none while one of its blocks still holds posts (the posts
+ * would then be read from unmapped memory). Nothing is lost: every mapped
+ * block is on the spare list but the one the thread still carves from.
+ */
+Test(post, a_backlog_past_the_spare_bound_gives_its_blocks_back, .timeout = TEST_TIMEOUT)
+{
+    struct tern__test_blocks b;
+    tern__test_inbound_blocks(&b);
+    /* A block carries at most 252 posts of one run. */
+    unsigned n = (b.spare_max + 8 * b.slab) * 256;
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.max_operations = n + 1024;
+    tern_loop *loop = loop_new_opts(&o);
+    unsigned ran = 0;
+    for (int round = 0; round < 3; round++) {
+        for (unsigned i = 0; i < n; i++)
+            cr_assert_eq(tern_post(loop, count_plain, &ran), 0);
+        tern__test_inbound_blocks(&b);
+        cr_assert_gt(b.mapped - b.spare, b.spare_max + 8 * b.slab - 8,
+                     "round %d: only %u blocks out for a backlog of %u posts", round,
+                     b.mapped - b.spare, n);
+        cr_assert_eq(tern_loop_run(loop), 0);
+        cr_assert_eq(ran, (unsigned)(round + 1) * n);
+        tern__test_inbound_blocks(&b);
+        cr_assert_leq(b.spare, b.spare_max + b.slab, "round %d: %u spare blocks kept", round,
+                      b.spare);
+        cr_assert_eq(b.mapped - b.spare, 1, "round %d: %u blocks out, not the carving one",
+                     round, b.mapped - b.spare);
+    }
+    tern__test_inbound_fresh_block();
+    tern__test_inbound_blocks(&b);
+    cr_assert_eq(b.mapped, b.spare, "%u blocks mapped, %u spare", b.mapped, b.spare);
+    loop_free_clean(loop);
+}
