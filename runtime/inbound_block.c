@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "check.h"
@@ -43,7 +44,7 @@
  * as fast as it posts, and through malloc each one cost a page fault or
  * two (aligned_alloc's header sits on the page before) and the arena's
  * lock. A slab is given back whole, once none of its blocks is out and
- * the spare list is past SPARE_MAX (decision 148).
+ * the spare list is past its bound (decision 148).
  */
 #define SLAB_BLOCKS 16u
 
@@ -78,16 +79,23 @@ static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
 /*
  * Spent blocks wait on a process-wide list for the next producer that
  * needs one: one lock per block, not per post. The list keeps what a
- * backlog of about 250 k posts needed (4 MiB): past that, a slab whose
- * blocks are all on it is unmapped, so once every block is back the list
- * holds at most SPARE_MAX + SLAB_BLOCKS. It is doubly linked, so a slab's
- * blocks can leave it from wherever they sit.
+ * backlog of about 250 k posts needs (SPARE_MAX, 4 MiB): past its bound,
+ * a slab whose blocks are all on it is unmapped, so once every block is
+ * back the list holds at most the bound and one slab more. A process
+ * that has to map a slab again after unmapping one has bursts larger than
+ * the bound, and would pay for mapping and unmapping them every time:
+ * the bound then rises to what is mapped, up to SPARE_CEILING (64 MiB,
+ * about 4 M posts). The list is doubly linked, so a slab's blocks can
+ * leave it from wherever they sit.
  */
 #define SPARE_MAX 1024u
+#define SPARE_CEILING 16384u
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct node_block *spare;
 static unsigned spare_len;
+static unsigned spare_bound = SPARE_MAX;
 static unsigned slabs_mapped;
+static bool slab_unmapped; /* ever */
 
 static struct node_block *slab_block(struct node_block *slab, unsigned i)
 {
@@ -123,6 +131,7 @@ static struct node_block *slab_retire(struct node_block *slab)
     for (unsigned i = 0; i < SLAB_BLOCKS; i++)
         spare_unlink(slab_block(slab, i));
     slabs_mapped--;
+    slab_unmapped = true;
     return slab;
 }
 
@@ -133,7 +142,7 @@ static void block_release(struct node_block *b, unsigned n)
     struct node_block *gone = NULL;
     pthread_mutex_lock(&spare_lock);
     spare_push(b);
-    if (--b->slab->slab_out == 0 && spare_len > SPARE_MAX)
+    if (--b->slab->slab_out == 0 && spare_len > spare_bound)
         gone = slab_retire(b->slab);
     pthread_mutex_unlock(&spare_lock);
     if (gone != NULL)
@@ -159,6 +168,9 @@ static struct node_block *block_get(void)
     slab->slab_out = 1; /* the first block, returned */
     pthread_mutex_lock(&spare_lock);
     slabs_mapped++;
+    if (slab_unmapped && spare_bound < slabs_mapped * SLAB_BLOCKS)
+        spare_bound = slabs_mapped * SLAB_BLOCKS < SPARE_CEILING ? slabs_mapped * SLAB_BLOCKS
+                                                                 : SPARE_CEILING;
     for (unsigned i = SLAB_BLOCKS - 1; i > 0; i--)
         spare_push(slab_block(slab, i));
     pthread_mutex_unlock(&spare_lock);
@@ -309,8 +321,10 @@ void tern__inbound_blocks(struct tern__test_blocks *b)
     pthread_mutex_lock(&spare_lock);
     b->spare = spare_len;
     b->mapped = slabs_mapped * SLAB_BLOCKS;
+    b->bound = spare_bound;
     pthread_mutex_unlock(&spare_lock);
     b->spare_max = SPARE_MAX;
+    b->spare_ceiling = SPARE_CEILING;
     b->slab = SLAB_BLOCKS;
 }
 

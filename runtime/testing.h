@@ -115,10 +115,11 @@ void tern__test_inbound_fresh_block(void);
 /*
  * The process's post-record blocks: how many are on the spare list and how
  * many are in slabs mapped now (the rest are out: carved from, or holding
- * posts the loops have not run), with the list's bound and a slab's size.
+ * posts the loops have not run); the list's bound now, where it starts
+ * and how far it may rise; blocks to a slab.
  */
 struct tern__test_blocks {
-    unsigned spare, mapped, spare_max, slab;
+    unsigned spare, mapped, bound, spare_max, spare_ceiling, slab;
 };
 void tern__test_inbound_blocks(struct tern__test_blocks *b);
 

@@ -677,24 +677,26 @@ Test(post, a_thread_posting_to_two_loops_keeps_each_ones_order, .timeout = TEST_
 }
 
 /*
- * A backlog past the spare list's bound: every post runs once, the blocks
- * the loop gives back are reused, and once they are all back the process
- * keeps at most the bound (plus one slab) of them: whole slabs past it are
- * unmapped, none while one of its blocks still holds posts (the posts
- * would then be read from unmapped memory). Nothing is lost: every mapped
- * block is on the spare list but the one the thread still carves from.
+ * A backlog past the spare list's bound: every post runs once, and the
+ * blocks come back. The first time, the list keeps at most its starting
+ * bound (plus one slab): whole slabs past it are unmapped, none while one
+ * of its blocks still holds posts (they would be read from unmapped
+ * memory). The second burst has to map slabs again, so the bound rises
+ * to what it mapped, and the third maps nothing new. Nothing is lost:
+ * every mapped block is on the list but the one the thread carves from.
  */
 Test(post, a_backlog_past_the_spare_bound_gives_its_blocks_back, .timeout = TEST_TIMEOUT)
 {
     struct tern__test_blocks b;
     tern__test_inbound_blocks(&b);
+    cr_assert_eq(b.bound, b.spare_max);
     /* A block carries at most 252 posts of one run. */
     unsigned n = (b.spare_max + 8 * b.slab) * 256;
     tern_loop_options o;
     tern_loop_options_init(&o);
     o.max_operations = n + 1024;
     tern_loop *loop = loop_new_opts(&o);
-    unsigned ran = 0;
+    unsigned ran = 0, kept[3];
     for (int round = 0; round < 3; round++) {
         for (unsigned i = 0; i < n; i++)
             cr_assert_eq(tern_post(loop, count_plain, &ran), 0);
@@ -705,11 +707,16 @@ Test(post, a_backlog_past_the_spare_bound_gives_its_blocks_back, .timeout = TEST
         cr_assert_eq(tern_loop_run(loop), 0);
         cr_assert_eq(ran, (unsigned)(round + 1) * n);
         tern__test_inbound_blocks(&b);
-        cr_assert_leq(b.spare, b.spare_max + b.slab, "round %d: %u spare blocks kept", round,
-                      b.spare);
+        cr_assert_leq(b.spare, b.bound + b.slab, "round %d: %u spare blocks kept, bound %u",
+                      round, b.spare, b.bound);
+        cr_assert_leq(b.bound, b.spare_ceiling);
         cr_assert_eq(b.mapped - b.spare, 1, "round %d: %u blocks out, not the carving one",
                      round, b.mapped - b.spare);
+        kept[round] = b.mapped;
     }
+    cr_assert_leq(kept[0], b.spare_max + b.slab, "the first burst kept %u blocks", kept[0]);
+    cr_assert_gt(kept[1], b.spare_max + 8 * b.slab - 8, "the second burst kept %u", kept[1]);
+    cr_assert_eq(kept[2], kept[1], "the third burst mapped %u blocks more", kept[2] - kept[1]);
     tern__test_inbound_fresh_block();
     tern__test_inbound_blocks(&b);
     cr_assert_eq(b.mapped, b.spare, "%u blocks mapped, %u spare", b.mapped, b.spare);
