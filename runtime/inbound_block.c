@@ -167,10 +167,9 @@ static struct node_block *block_get(void)
         slab_block(slab, i)->slab = slab;
     slab->slab_out = 1; /* the first block, returned */
     pthread_mutex_lock(&spare_lock);
-    slabs_mapped++;
-    if (slab_unmapped && spare_bound < slabs_mapped * SLAB_BLOCKS)
-        spare_bound = slabs_mapped * SLAB_BLOCKS < SPARE_CEILING ? slabs_mapped * SLAB_BLOCKS
-                                                                 : SPARE_CEILING;
+    unsigned mapped = ++slabs_mapped * SLAB_BLOCKS;
+    if (slab_unmapped && spare_bound < mapped)
+        spare_bound = mapped < SPARE_CEILING ? mapped : SPARE_CEILING;
     for (unsigned i = SLAB_BLOCKS - 1; i > 0; i--)
         spare_push(slab_block(slab, i));
     pthread_mutex_unlock(&spare_lock);
@@ -201,23 +200,6 @@ static void spare_after_fork_child(void)
 __attribute__((constructor)) static void spare_fork_handlers(void)
 {
     pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork_child);
-}
-
-/* Unmap the slabs whose blocks are all back at exit, so the process ends
- * with nothing of tern's mapped that no thread still carves from. */
-__attribute__((destructor)) static void spare_free(void)
-{
-    pthread_mutex_lock(&spare_lock);
-    struct node_block *b = spare;
-    while (b != NULL) {
-        if (b->slab->slab_out != 0) {
-            b = b->spare_next;
-            continue;
-        }
-        tern__unmap(slab_retire(b->slab), (size_t)SLAB_BLOCKS * BLOCK_SIZE);
-        b = spare; /* the next one may have been in that slab */
-    }
-    pthread_mutex_unlock(&spare_lock);
 }
 
 /*
