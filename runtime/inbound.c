@@ -40,11 +40,6 @@ void __tsan_release(void *addr);
 #define TSAN_ACQUIRE(p) ((void)0)
 #endif
 
-bool tern__inbound_pending(tern_loop *loop)
-{
-    return !cds_wfcq_empty(&loop->in_head, &loop->in_tail);
-}
-
 static int enqueue(tern_loop *loop, struct tern__inbound *in)
 {
     cds_wfcq_node_init(&in->node);
@@ -208,75 +203,201 @@ int tern_cancel(tern_loop *loop, tern_id id)
 }
 
 /*
- * Step 1's first half. Posts run in arrival order (so each producer's
- * order is kept); cancellation requests are resolved after them, by live
- * id, so a post and a cancel that raced resolve the same way every time.
+ * Runs the loop keeps open. A producer in a burst goes on adding to its
+ * run after the loop took it: were every drain to close the runs it took
+ * (as an empty queue's turn would have to before it parks), the
+ * producer's next post would start a run again, paying the queue's tail,
+ * the admission count and the wake check, a few cross-core misses, every
+ * time the loop turned beside it. So a drain keeps a run it takes open
+ * (up to TERN__OPEN_RUNS) and each later drain runs what was added since
+ * (`seen` on); it closes a run once it has stopped growing, or filled its
+ * block, or the loop is let go (tern__inbound_release). While a run is
+ * open the loop does not park (tern__inbound_pending says so): a post
+ * added to an open run wakes nobody, so the loop must look again. The
+ * cost is one more turn after a burst ends.
  */
-void tern__inbound_drain(tern_loop *loop)
+bool tern__inbound_pending(tern_loop *loop)
 {
-    if (cds_wfcq_empty(&loop->in_head, &loop->in_tail))
-        return;
-    /*
-     * Before the splice, whose exchange orders it: a producer that read
-     * runs_closed after enqueueing a run's first record and sees it move
-     * later knows this splice, or an earlier one, took that record
-     * (inbound_block.c).
-     */
-    atomic_store_explicit(&loop->runs_closed,
-                          atomic_load_explicit(&loop->runs_closed, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    struct __cds_wfcq_head head;
-    struct cds_wfcq_tail tail;
-    __cds_wfcq_init(&head, &tail);
-    if (__cds_wfcq_splice_blocking(&head, &tail, &loop->in_head, &loop->in_tail) ==
-        CDS_WFCQ_RET_SRC_EMPTY)
-        return;
+    return loop->open_n != 0 || !cds_wfcq_empty(&loop->in_head, &loop->in_tail);
+}
 
-    struct cds_wfcq_node *node, *next;
-    unsigned ran = 0;
-    uint64_t credit = 0;
-    struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
-
-    /*
-     * Close every run before running any, so a post made by a post joins
-     * a run of the next turn. Posts stop counting as live before they
-     * run, as a timer does; the runs' credit, spent and unspent, is
-     * settled with one store of the loop's own counter.
-     */
-    __cds_wfcq_for_each_blocking(&head, &tail, node) {
-        struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
-        TSAN_ACQUIRE(in);
-        if (!tern__inbound_is_cancel(in))
-            /* Acquire: the records the producer counted in before the close. */
-            credit += tern__run_credit(
-                atomic_fetch_or_explicit(&in->run, TERN__RUN_CLOSED, memory_order_acquire));
+/*
+ * Close an open run: from here on its word is final. Unless the run has
+ * filled its block (its producer cannot add to it), tell producers first
+ * that a run has been closed, so its producer starts a new one without a
+ * compare-and-swap on this line (inbound_block.c).
+ */
+static uint64_t run_close(tern_loop *loop, struct tern__inbound *in, uint64_t w, bool *told)
+{
+    if (!*told && !tern__run_full(in, tern__run_length(w))) {
+        atomic_store_explicit(&loop->runs_closed,
+                              atomic_load_explicit(&loop->runs_closed, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        *told = true;
     }
+    /* Acquire: the records the producer counted in before the close. */
+    return atomic_fetch_or_explicit(&in->run, TERN__RUN_CLOSED, memory_order_acquire) |
+           TERN__RUN_CLOSED;
+}
+
+/* Credit a closed run took and did not spend. */
+static unsigned run_unspent(uint64_t w)
+{
+    return tern__run_credit(w) - tern__run_length(w);
+}
+
+/* Posts [from, to) of the run `in` heads. */
+static void run_posts(tern_loop *loop, const struct tern__inbound *in, unsigned from, unsigned to)
+{
+    if (from == 0 && to > 0) {
+        in->fn(loop, in->u.arg);
+        from = 1;
+    }
+    for (unsigned k = from; k < to; k++) {
+        const struct tern__post_entry *e = tern__run_entry(in, k);
+        e->fn(loop, e->arg);
+    }
+}
+
+static void settle(tern_loop *loop, uint64_t credit)
+{
     atomic_store_explicit(&loop->posts_done,
                           atomic_load_explicit(&loop->posts_done, memory_order_relaxed) + credit,
                           memory_order_relaxed);
+}
+
+void tern__inbound_release(tern_loop *loop)
+{
+    bool told = false;
+    uint64_t credit = 0;
+    unsigned keep = 0;
+    for (unsigned i = 0; i < loop->open_n; i++) {
+        struct tern__open_run o = loop->open_runs[i];
+        uint64_t w = atomic_load_explicit(&o.head->run, memory_order_acquire);
+        if (!(w & TERN__RUN_CLOSED))
+            w = run_close(loop, o.head, w, &told);
+        if (tern__run_length(w) == o.seen) {
+            credit += run_unspent(w);
+            tern__inbound_run_free(o.head, o.seen);
+            continue;
+        }
+        o.word = w; /* posts added before the close: the next drain's */
+        loop->open_runs[keep++] = o;
+    }
+    loop->open_n = keep;
+    settle(loop, credit);
+}
+
+/*
+ * Step 1's first half. Posts run in arrival order (so each producer's
+ * order is kept): the open runs first, then the runs just taken, in queue
+ * order; cancellation requests are resolved after them, by live id, so a
+ * post and a cancel that raced resolve the same way every time.
+ */
+void tern__inbound_drain(tern_loop *loop)
+{
+    struct __cds_wfcq_head head;
+    struct cds_wfcq_tail tail;
+    __cds_wfcq_init(&head, &tail);
+    bool took = !cds_wfcq_empty(&loop->in_head, &loop->in_tail) &&
+                __cds_wfcq_splice_blocking(&head, &tail, &loop->in_head, &loop->in_tail) !=
+                    CDS_WFCQ_RET_SRC_EMPTY;
+    unsigned was_open = loop->open_n;
+    if (!took && was_open == 0)
+        return;
+
+    struct cds_wfcq_node *node, *next;
+    bool told = false;
+    uint64_t credit = 0;
+
+    /*
+     * Read every run's word before running any post, so a post made by a
+     * post joins a run of the next turn. The open runs are read after the
+     * splice, whose exchange orders them: a producer's posts to a run it
+     * left come before its next run's first record, so they run first.
+     * Posts stop counting as live before they run, as a timer does: what
+     * this drain will run, and the unspent credit of the runs it closes,
+     * is settled with one store of the loop's own counter.
+     */
+    for (unsigned i = 0; i < was_open; i++) {
+        struct tern__open_run *o = &loop->open_runs[i];
+        uint64_t w = atomic_load_explicit(&o->head->run, memory_order_acquire);
+        if (!(w & TERN__RUN_CLOSED) &&
+            (tern__run_length(w) == o->seen || tern__run_full(o->head, tern__run_length(w))))
+            w = run_close(loop, o->head, w, &told);
+        o->word = w;
+        credit += tern__run_length(w) - o->seen;
+        if (w & TERN__RUN_CLOSED)
+            credit += run_unspent(w);
+    }
+    if (took) {
+        __cds_wfcq_for_each_blocking(&head, &tail, node) {
+            struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
+            TSAN_ACQUIRE(in);
+            if (tern__inbound_is_cancel(in))
+                continue;
+            uint64_t w = atomic_load_explicit(&in->run, memory_order_acquire);
+            if (loop->open_n < TERN__OPEN_RUNS && !tern__run_full(in, tern__run_length(w))) {
+                loop->open_runs[loop->open_n++] = (struct tern__open_run){in, w, 0};
+                credit += tern__run_length(w);
+            } else {
+                credit += tern__run_credit(run_close(loop, in, w, &told));
+            }
+        }
+    }
+    settle(loop, credit);
+
+    unsigned ran = 0;
+    for (unsigned i = 0; i < was_open; i++) {
+        struct tern__open_run *o = &loop->open_runs[i];
+        unsigned n = tern__run_length(o->word);
+        run_posts(loop, o->head, o->seen, n);
+        ran += n - o->seen;
+        o->seen = n;
+    }
     /*
      * A run's posts follow its first record in one block
      * (inbound_block.c) and are given back together, with one atomic
-     * step, once the run's functions have run.
+     * step, once the run is closed and its functions have run.
      */
-    __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
-        struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
-        if (tern__inbound_is_cancel(in)) {
-            /* Reuse the node's link to keep the cancels in order. */
-            in->node.next = NULL;
-            *cancels_end = &in->node;
-            cancels_end = &in->node.next;
+    struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
+    unsigned kept = was_open;
+    if (took) {
+        __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
+            struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
+            if (tern__inbound_is_cancel(in)) {
+                /* Reuse the node's link to keep the cancels in order. */
+                in->node.next = NULL;
+                *cancels_end = &in->node;
+                cancels_end = &in->node.next;
+                continue;
+            }
+            /* Only the loop closes a run: the bit says which this drain kept. */
+            uint64_t w = atomic_load_explicit(&in->run, memory_order_relaxed);
+            if (!(w & TERN__RUN_CLOSED)) {
+                struct tern__open_run *o = &loop->open_runs[kept++];
+                o->seen = tern__run_length(o->word);
+                run_posts(loop, in, 0, o->seen);
+                ran += o->seen;
+                continue;
+            }
+            unsigned n = tern__run_length(w);
+            run_posts(loop, in, 0, n);
+            tern__inbound_run_free(in, n);
+            ran += n;
+        }
+    }
+    /* The runs this drain closed leave the open list, which stays in order. */
+    unsigned keep = 0;
+    for (unsigned i = 0; i < loop->open_n; i++) {
+        struct tern__open_run o = loop->open_runs[i];
+        if (i < was_open && (o.word & TERN__RUN_CLOSED)) {
+            tern__inbound_run_free(o.head, o.seen);
             continue;
         }
-        unsigned n = tern__run_length(atomic_load_explicit(&in->run, memory_order_relaxed));
-        in->fn(loop, in->u.arg);
-        for (unsigned k = 1; k < n; k++) {
-            const struct tern__post_entry *e = tern__run_entry(in, k);
-            e->fn(loop, e->arg);
-        }
-        tern__inbound_run_free(in, n);
-        ran += n;
+        loop->open_runs[keep++] = o;
     }
+    loop->open_n = keep;
     atomic_fetch_add_explicit(&loop->st_posts, ran, memory_order_relaxed);
     loop->posts_ran = ran;
     while (cancels != NULL) {

@@ -23,8 +23,8 @@
  * linked on the queue; the producer's later posts to the same loop sit
  * after it in its block, and `run` on the first record counts them and
  * the admission credit the producer took for the run. The loop closes a
- * run (TERN__RUN_CLOSED) when it takes the queue; from then on the word
- * is the loop's, and the producer starts a new run.
+ * run (TERN__RUN_CLOSED) once it stops growing (inbound.c); from then on
+ * the word is the loop's, and the producer starts a new run.
  */
 struct tern__inbound {
     struct cds_wfcq_node node;
@@ -76,6 +76,19 @@ struct tern__inbound *tern__cancel_node_get(struct tern__cancel_reserve *r);
 /* Give a record back once its cancel is resolved. */
 void tern__cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound *in);
 
+/*
+ * A run the loop has taken off the queue but not closed: its producer
+ * may still be adding to it, and every drain runs what it added
+ * (inbound.c). `seen` posts of it have run; `word` is the run word as
+ * this drain read it.
+ */
+#define TERN__OPEN_RUNS 8u
+struct tern__open_run {
+    struct tern__inbound *head;
+    uint64_t word;
+    unsigned seen;
+};
+
 /* The wake word: see wake.c for the protocol. */
 enum { TERN__WAKE_RUNNING = 0, TERN__WAKE_PARKING = 1, TERN__WAKE_NOTIFIED = 2 };
 
@@ -91,10 +104,21 @@ bool tern__loop_wake(tern_loop *loop);
  * backend wait.
  */
 void tern__loop_awake(tern_loop *loop);
-/* Whether the inbound queue has anything (any thread; a snapshot). */
+/*
+ * Whether the inbound queue has anything, or the loop holds a run open
+ * (a snapshot; the open runs are the loop's own, so only its thread, or
+ * one ordered after it by a lock, may ask about another's loop).
+ */
 bool tern__inbound_pending(tern_loop *loop);
 /* Step 1's first half: run posts, then resolve cancels. */
 void tern__inbound_drain(tern_loop *loop);
+/*
+ * The loop is about to be let go (its run or run_once returns): close
+ * the runs it kept open, so a producer's next post starts a run and
+ * wakes whoever watches the loop. Posts counted into them before the
+ * close wait for the next drain (tern__inbound_pending stays true).
+ */
+void tern__inbound_release(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */
 bool tern__inbound_quiet(tern_loop *loop);
 
@@ -139,6 +163,9 @@ struct tern__inbound *tern__post_push(const tern_loop *loop, unsigned drains, te
  * after the enqueue. */
 void tern__post_began(unsigned drains);
 void tern__inbound_run_free(struct tern__inbound *in, unsigned length);
+/* Whether a run of `length` posts has filled its block: its producer
+ * can add no more to it. */
+bool tern__run_full(const struct tern__inbound *in, unsigned length);
 /* Give back the calling thread's block of post records, as its exit does:
  * its next post allocates a fresh one (runtime/seams.c). */
 void tern__inbound_drop_block(void);

@@ -320,6 +320,13 @@ void tern__inbound_run_free(struct tern__inbound *in, unsigned length)
     block_release(block_of(in), (unsigned)HEAD_UNITS + length - 1);
 }
 
+bool tern__run_full(const struct tern__inbound *in, unsigned length)
+{
+    const struct node_block *b = block_of(in);
+    size_t at = (size_t)((const struct tern__post_entry *)(const void *)in - b->units);
+    return at + HEAD_UNITS + length - 1 >= BLOCK_UNITS;
+}
+
 /*
  * Runs. A producer's first post to a loop takes admission credit for
  * several (tern_post), is linked on the loop's queue and wakes it; its

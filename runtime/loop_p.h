@@ -79,9 +79,10 @@ struct tern_loop {
     _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
     _Atomic int waker_cpu; /* the CPU of the last wake's maker, or -1 (turn.c) */
-    /* Bumped by every drain before it closes the runs it took: a
-     * producer that sees it moved since its run began starts a new run
-     * without touching the old one's line (inbound_block.c). */
+    /* Bumped by a drain before it closes a run that had stopped growing
+     * (or by the loop's release): a producer that sees it moved since its
+     * run began starts a new run without touching the old one's line
+     * (inbound_block.c). */
     _Atomic unsigned runs_closed;
     /*
      * Pool threads other than bounded workers (which pin in a slot of
@@ -132,6 +133,8 @@ struct tern_loop {
     unsigned last_refusal;  /* tern_refusal of the last submission (tern_loop_last_refusal) */
     struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
     unsigned posts_ran;     /* posts this turn's step 1 ran (step 4 reads it: turn.c) */
+    unsigned open_n;        /* runs kept open (inbound.c), oldest first */
+    struct tern__open_run open_runs[TERN__OPEN_RUNS];
     unsigned jobs_taken;    /* finished jobs this turn's step 1 took off the ring (the same) */
     /*
      * Step 2's one entry for the finished jobs step 1 took (job.c): they

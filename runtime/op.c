@@ -128,8 +128,9 @@ int tern_unref(tern_loop *loop, tern_id id)
 
 bool tern__loop_alive(tern_loop *loop)
 {
+    /* A run held open may still grow: only a turn can close it (inbound.c). */
     return loop->refs > 0 || (loop->flags & (TERN_LOOP_KEEPALIVE | TERN__LOOP_HELD)) ||
-           tern__posts_pending(loop) != 0;
+           tern__posts_pending(loop) != 0 || loop->open_n != 0;
 }
 
 int tern_loop_keepalive(tern_loop *loop, bool on)

@@ -38,6 +38,7 @@ tern_loop *tern__loop_claim(tern_loop *loop, const char *fn)
 void tern__loop_release(tern_loop *loop, tern_loop *prev)
 {
     current_loop = prev;
+    tern__inbound_release(loop);
     /* Unclaimed, the loop counts as asleep: producers must wake its fd. */
     atomic_store_explicit(&loop->wake_state, TERN__WAKE_PARKING, memory_order_seq_cst);
     /* Pairs with the acquire CAS in claim(): the next claimer sees our writes. */
@@ -53,6 +54,7 @@ int tern_loop_run(tern_loop *loop)
     while (tern__loop_alive(loop)) {
         tern__loop_turn(loop, -1);
         if (atomic_exchange_explicit(&loop->stop_requested, false, memory_order_relaxed)) {
+            tern__inbound_release(loop); /* as in run_once: before the answer */
             result = tern__loop_alive(loop) ? 1 : 0;
             break;
         }
@@ -76,6 +78,9 @@ int tern_loop_run_once(tern_loop *loop, int64_t max_wait_ns)
     tern__loop_turn(loop, tern__loop_alive(loop) ? max_wait_ns : 0);
     atomic_store_explicit(&loop->stop_requested, false, memory_order_relaxed);
     loop->busy_from = 0; /* the host's time between calls is not the loop's */
+    /* Before the answer: a run this turn kept open is alive only while
+     * posts added to it wait (the release would close it anyway). */
+    tern__inbound_release(loop);
     int alive = tern__loop_alive(loop) ? 1 : 0;
     tern__rcu_leave(loop);
     tern__loop_release(loop, prev);

@@ -722,3 +722,64 @@ Test(post, a_backlog_past_the_spare_bound_gives_its_blocks_back, .timeout = TEST
     cr_assert_eq(b.mapped, b.spare, "%u blocks mapped, %u spare", b.mapped, b.spare);
     loop_free_clean(loop);
 }
+
+/*
+ * A run the loop holds open is closed when the loop is let go. The host
+ * below pumps the loop itself: its own post opens a run, run_once runs it
+ * and returns. Were the run left open, the host's next post would join it
+ * without waking anyone, and a host asleep on the backend descriptor would
+ * never learn of it; and with its posts all run, nothing may stay pending
+ * (next_timeout -1, or the host would spin).
+ */
+Test(post, a_run_held_open_is_closed_when_the_loop_is_let_go, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    int fd = tern_loop_backend_fd(loop);
+    unsigned ran = 0;
+    for (unsigned round = 1; round <= 4; round++) {
+        cr_assert_eq(tern_post(loop, count_plain, &ran), 0);
+        cr_assert(fd_readable_now(fd, 0), "round %u: a post left the backend fd quiet", round);
+        cr_assert_eq(tern_loop_next_timeout(loop), 0, "a pending post means ready now");
+        cr_assert_eq(tern_loop_run_once(loop, 0), 0);
+        cr_assert_eq(ran, round);
+        cr_assert_eq(tern_loop_next_timeout(loop), -1, "round %u: the run still pending", round);
+        cr_assert_not(fd_readable_now(fd, 0), "round %u: backend fd readable after pumping",
+                      round);
+    }
+    loop_free_clean(loop);
+}
+
+struct repost {
+    unsigned left, ran, same_turn;
+    uint64_t last_turn;
+};
+
+static void repost(tern_loop *loop, void *arg)
+{
+    struct repost *r = arg;
+    uint64_t turn = loop_stats(loop).turns;
+    r->same_turn += r->ran > 0 && turn == r->last_turn;
+    r->last_turn = turn;
+    r->ran++;
+    if (--r->left > 0)
+        cr_assert_eq(tern_post(loop, repost, r), 0);
+}
+
+/*
+ * A post that posts again, on a loop that holds the thread's run open
+ * from turn to turn: each new post joins that run, and still runs in a
+ * later turn than the post that made it (a drain runs only what its
+ * runs held when it read them), so such a chain never keeps one turn
+ * going.
+ */
+Test(post, a_post_made_by_a_post_runs_next_turn_while_its_run_is_open, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    struct repost r = {.left = 200};
+    cr_assert_eq(tern_post(loop, repost, &r), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(r.ran, 200);
+    cr_assert_eq(r.same_turn, 0, "%u posts ran in the turn of the post that made them",
+                 r.same_turn);
+    loop_free_clean(loop);
+}
