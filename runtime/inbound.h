@@ -113,10 +113,11 @@ bool tern__inbound_pending(tern_loop *loop);
 /* Step 1's first half: run posts, then resolve cancels. */
 void tern__inbound_drain(tern_loop *loop);
 /*
- * The loop is about to be let go (its run or run_once returns): close
- * the runs it kept open, so a producer's next post starts a run and
- * wakes whoever watches the loop. Posts counted into them before the
- * close wait for the next drain (tern__inbound_pending stays true).
+ * The loop is about to be let go (its run or run_once returns), or to
+ * park with nothing but open runs (turn.c): close the runs it kept open,
+ * so a producer's next post starts a run and wakes whoever watches the
+ * loop. Posts counted into them before the close wait for the next
+ * drain (tern__inbound_pending stays true).
  */
 void tern__inbound_release(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */

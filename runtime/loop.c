@@ -78,6 +78,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     loop->last_wait = -1;
     tern__spin_init(&loop->spin);
     tern__spin_init(&loop->post_yield);
+    tern__spin_init(&loop->open_yield);
     const char *books = getenv("TERN_CHECK_BOOKS");
     loop->check_books = books != NULL && books[0] != '\0' && books[0] != '0';
     loop->wake = (struct tern__wake){-1, -1};

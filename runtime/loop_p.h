@@ -144,6 +144,8 @@ struct tern_loop {
     struct tern__op *results_head, *results_tail;
     struct tern__spin post_yield; /* whether yielding after posts has been paying (turn.c) */
     bool post_yield_owed;         /* a yield after posts awaits the next turn's judgement */
+    struct tern__spin open_yield; /* whether yielding to open runs has been paying (turn.c) */
+    bool open_yield_owed;         /* such a yield awaits the next turn's judgement */
     struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */
     struct tern_job *job_free;          /* free records, linked through op.ready_next */
     uint64_t job_bytes;                 /* the chunks' bytes */
