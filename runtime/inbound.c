@@ -211,10 +211,10 @@ int tern_cancel(tern_loop *loop, tern_id id)
  * time the loop turned beside it. So a drain keeps a run it takes open
  * (up to TERN__OPEN_RUNS) and each later drain runs what was added since
  * (`seen` on); it closes a run once it has stopped growing, or filled its
- * block, or the loop is let go (tern__inbound_release). While a run is
- * open the loop does not park (tern__inbound_pending says so): a post
- * added to an open run wakes nobody, so the loop must look again. The
- * cost is one more turn after a burst ends.
+ * block, and closes them all when the loop is let go or would otherwise
+ * wait for them alone (tern__inbound_release; turn.c decides). While a
+ * run is open the loop does not park (tern__inbound_pending says so): a
+ * post added to an open run wakes nobody, so the loop must look again.
  */
 bool tern__inbound_pending(tern_loop *loop)
 {
