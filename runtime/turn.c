@@ -101,23 +101,13 @@ static int64_t compute_wait(tern_loop *loop, int64_t max_wait)
 }
 
 /*
- * Before parking with pool jobs in flight, look for their completions for
- * a while: waking a sleeping thread on the other core is far dearer than a
- * short spin (a cross-core wake measured about 20 µs, against the few µs
- * a completion is often away; docs/performance.md has the figures), so a
- * completion due soon is cheaper to catch spinning than sleeping. Only
- * where it pays:
- *  - for bounded jobs only, and only with a few in flight (a round trip's
- *    latency is won there; with many, completions come in batches anyway,
- *    and a spin would take the core from the workers that produce them).
- *    Never for long jobs: they hold a thread for a connection's lifetime
- *    and are no round trip.
- *  - only while some worker is on a CPU (running a job or spinning for
- *    one); with every worker parked nothing can land soon.
- *  - only while spinning pays (backends/spin.h), and for a bounded time: on a
- *    busy machine the worker may be descheduled, spins stop finding work,
- *    and the credit runs out, so the loop parks at once instead of
- *    holding a core the worker needs.
+ * Before parking with a few bounded jobs in flight, look for their
+ * completions for a while: waking a thread asleep on the other core costs
+ * far more than a short spin when a completion is only microseconds away.
+ * Never for long jobs (no round trip to win) nor for many (completions then
+ * come in batches and the spin would take the workers' core); only while a
+ * worker is on a CPU, and only while spinning pays (backends/spin.h), so a
+ * busy machine runs the credit out and the loop parks at once.
  */
 #define SPIN_MAX_INFLIGHT 4
 /* A yield for posts paid if the next turn ran at least this many: a run
@@ -172,30 +162,13 @@ static void fire_deadlines(tern_loop *loop)
 }
 
 /*
- * Before parking after a turn that took a little work from other threads:
- * if the thread that last woke the loop (a producer's post, or a worker's
- * hand-back) runs on the loop's CPU, the loop took that CPU from it.
- * Parking now would hand it back for a moment only: the next post or
- * hand-back finds the loop asleep, wakes it, and the scheduler (which
- * likes to run a woken thread where its waker runs) takes the CPU from
- * that thread again, two context switches and a wake for every post or
- * two, every job or two. On a machine with its other cores busy that is
- * how a burst of posts, or a pool a loop keeps a few hundred jobs ahead
- * of, runs. Yield the CPU once instead: the waker goes on meanwhile, and
- * the loop takes what it made without having slept; if nothing came,
- * park as before. Which turns: of the turns that took finished jobs,
- * those that took fewer than a run (a loop woken for a job or two) while
- * more than the spin's few jobs are in flight (with few, spin_for_work
- * serves the round trip, and yielding to the worker would stall it).
- * And turns that ran posts, while yielding has been paying: a yield pays
- * when the next turn runs a run of posts (the producer went on posting);
- * a producer that waits for each post's effect leaves one, and yielding
- * to it (or, worse, to an unrelated process that shares the CPU) only
- * delays the loop. The credit is the spin's (backends/spin.h): each
- * yield that pays earns one, each that does not costs four, and without
- * credit the loop parks at once but for a probe every 32 chances. Not
- * synchronisation: whatever comes after the yield finds the loop parking
- * and wakes it, as ever (decision 134).
+ * A loop woken by a thread on its own CPU took that CPU from it; parking
+ * would hand it back only until the next post or hand-back wakes the loop
+ * again, two context switches a post. Yield once instead and take what
+ * the waker made meanwhile. For jobs only while a few are in flight beyond
+ * what the spin serves; for posts only while yielding pays (the next turn
+ * ran a burst: settle_yields). Not synchronisation: whatever arrives after
+ * the yield finds the loop parking and wakes it.
  */
 static bool work_came_after_yield(tern_loop *loop)
 {
@@ -218,23 +191,12 @@ static bool work_came_after_yield(tern_loop *loop)
 }
 
 /*
- * A turn whose only work left is a run held open (inbound.c) must not
- * park, and the next turn has nothing to do but read the run's word.
- * Read again at once, and the loop takes that line from the producer
- * before it has added more than a post or two, for every post it adds:
- * measured, a one-producer burst ran at a third of its speed. So, while
- * yielding pays, yield the CPU once: on a busy machine the producer may
- * be the one waiting for it, and on an idle one the call is the pause
- * that lets the run grow. A yield pays when the next turn runs a burst's
- * worth of posts (YIELD_POSTS_PAID). When it does not (a ping-pong
- * producer adds a post at most, and beside a busy process the yield
- * hands that process the CPU while the reply waits: with a core taken,
- * one producer's round trip went from 6.9 to 44.7 us at the median),
- * close the runs and let the turn park as it would have. Not
- * synchronisation either way: the next turn reads the runs however long
- * the yield took, and a closed run's producer wakes the loop. Only when
- * the caller lets the turn wait (a host's run_once(0) asks for a turn,
- * not a pause), and never with anything else to do. Returns the wait.
+ * A turn whose only work is a run held open (inbound.c) must not park, and
+ * reading the run again at once would take its line from the producer after
+ * every post. While yielding pays, yield once so the run can grow; when it
+ * does not (a producer that waits for each post's effect), close the runs
+ * and let the turn park. Only when the caller lets the turn wait, and never
+ * with anything else to do. Returns the wait.
  */
 static int64_t open_runs_only(tern_loop *loop, int64_t wait, int64_t max_wait, bool *yielded)
 {
@@ -311,19 +273,9 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
     return began;
 }
 
-void tern__loop_turn(tern_loop *loop, int64_t max_wait)
+/* Step 1's judgement of the previous turn's yields: did a burst follow? */
+static void settle_yields(tern_loop *loop)
 {
-    /* The first turn of a run (or of each tern_loop_run_once) starts the
-     * busy clock; later turns continue from the previous step 5. */
-    if (loop->busy_from == 0)
-        loop->busy_from = tern__clock_now();
-    TERN_PROBE(turn_start, loop);
-    loop->step = TERN__STEP_TAKE;
-    /* Most turns find the inbound queue empty and no run open: three
-     * loads here, not a call. */
-    loop->posts_ran = 0;
-    if (loop->open_n != 0 || !cds_wfcq_empty(&loop->in_head, &loop->in_tail))
-        tern__inbound_drain(loop);
     if (loop->post_yield_owed) {
         loop->post_yield_owed = false;
         tern__spin_result(&loop->post_yield, loop->posts_ran >= YIELD_POSTS_PAID);
@@ -332,8 +284,24 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
         loop->open_yield_owed = false;
         tern__spin_result(&loop->open_yield, loop->posts_ran >= YIELD_POSTS_PAID);
     }
-    tern__jobs_collect(loop);
+}
 
+/* Step 1: posts, cancels and runs from other threads, then pool results. */
+static void take(tern_loop *loop)
+{
+    loop->step = TERN__STEP_TAKE;
+    loop->posts_ran = 0;
+    /* Most turns find the queue empty and no run open: loads, not a call. */
+    if (loop->open_n != 0 || !cds_wfcq_empty(&loop->in_head, &loop->in_tail))
+        tern__inbound_drain(loop);
+    settle_yields(loop);
+    tern__jobs_collect(loop);
+}
+
+/* Step 2: the ready queue between the check hooks and the idle and
+ * prepare hooks; then the jobs this step submitted go to the pool. */
+static void run_ready(tern_loop *loop)
+{
     loop->step = TERN__STEP_DISPATCH;
     if (loop->hook_head[TERN_HOOK_CHECK] != NULL)
         tern__hooks_run(loop, TERN_HOOK_CHECK);
@@ -343,23 +311,25 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     if (loop->hook_head[TERN_HOOK_PREPARE] != NULL)
         tern__hooks_run(loop, TERN_HOOK_PREPARE);
     tern__jobs_kick(loop);
+}
 
+/* Step 3. Sets *yielded when the loop gave its CPU to an open run. */
+static int64_t decide_wait(tern_loop *loop, int64_t max_wait, bool *yielded)
+{
     loop->step = TERN__STEP_DECIDE;
     __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
-    bool yielded = false;
-    int64_t wait = open_runs_only(loop, compute_wait(loop, max_wait), max_wait, &yielded);
+    int64_t wait = open_runs_only(loop, compute_wait(loop, max_wait), max_wait, yielded);
     loop->last_wait = wait;
+    return wait;
+}
 
-    loop->step = TERN__STEP_WAIT;
-    /* A zero wait with no descriptor to ask about makes step 4 do nothing
-     * at all (wait_backend), so step 3's reading still holds for step 5 —
-     * unless the loop yielded, which is time passing. */
-    bool step4_empty = wait == 0 && loop->io_count == 0 && !yielded;
-    uint64_t idle_from = wait_backend(loop, wait);
-
-    loop->step = TERN__STEP_FIRE;
-    if (!step4_empty)
-        __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
+/*
+ * Step 5's books: the time since the last step 5 is busy but for the wait
+ * that began at idle_from (0: none). Only the loop writes these counters,
+ * so a load and a store are enough; readers on other threads see either.
+ */
+static void account_time(tern_loop *loop, uint64_t idle_from)
+{
     uint64_t idle = idle_from != 0 && loop->now > idle_from ? loop->now - idle_from : 0;
     if (idle != 0)
         atomic_fetch_add_explicit(&loop->st_idle_ns, idle, memory_order_relaxed);
@@ -369,8 +339,20 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
                                   (loop->now - loop->busy_from - idle),
                               memory_order_relaxed);
     loop->busy_from = loop->now;
-    fire_deadlines(loop);
+}
 
+/* Step 5. step4_empty: step 4 did nothing at all, so step 3's clock holds. */
+static void fire(tern_loop *loop, bool step4_empty, uint64_t idle_from)
+{
+    loop->step = TERN__STEP_FIRE;
+    if (!step4_empty)
+        __atomic_store_n(&loop->now, tern__clock_now(), __ATOMIC_RELAXED);
+    account_time(loop, idle_from);
+    fire_deadlines(loop);
+}
+
+static void turn_end(tern_loop *loop)
+{
     loop->step = TERN__STEP_NONE;
     if (TERN_UNLIKELY(loop->check_books))
         tern__loop_check_books(loop);
@@ -378,4 +360,25 @@ void tern__loop_turn(tern_loop *loop, int64_t max_wait)
     TERN_PROBE(turn_end, loop, atomic_load_explicit(&loop->st_turns, memory_order_relaxed));
     if (loop->flags & TERN_LOOP_RCU)
         rcu_quiescent_state();
+}
+
+void tern__loop_turn(tern_loop *loop, int64_t max_wait)
+{
+    /* The first turn of a run (or of each tern_loop_run_once) starts the
+     * busy clock; later turns continue from the previous step 5. */
+    if (loop->busy_from == 0)
+        loop->busy_from = tern__clock_now();
+    TERN_PROBE(turn_start, loop);
+
+    take(loop);
+    run_ready(loop);
+    bool yielded = false;
+    int64_t wait = decide_wait(loop, max_wait, &yielded);
+    /* A zero wait with no descriptor to ask about makes step 4 do nothing
+     * (wait_backend) unless the loop yielded, which is time passing. */
+    bool step4_empty = wait == 0 && loop->io_count == 0 && !yielded;
+    loop->step = TERN__STEP_WAIT;
+    uint64_t idle_from = wait_backend(loop, wait);
+    fire(loop, step4_empty, idle_from);
+    turn_end(loop);
 }
