@@ -37,7 +37,7 @@ bool tern__fault_fired(void)
 
 bool tern__fault_hit(enum tern__fault_site site)
 {
-    if (__builtin_expect(!(atomic_load_explicit(&tern__fault_armed_mask, memory_order_relaxed) & site), 1))
+    if (!tern__fault_site_armed(site))
         return false;
     uint64_t n = atomic_fetch_add(&counted, 1) + 1;
     if (n != atomic_load(&target))
@@ -174,7 +174,7 @@ int tern__fs_fault(void)
     return tern__fault_hit(TERN__FAULT_FS) ? atomic_load(&fs_errno) : 0;
 }
 
-int tern__net_fault(void)
+int tern__net_fault_slow(void)
 {
     return tern__fault_hit(TERN__FAULT_NET) ? atomic_load(&net_errno) : 0;
 }

@@ -1,8 +1,9 @@
 /*
  * The fault seam. Every allocation, thread creation and descriptor
  * creation in tern goes through here so a test can make the Nth such call
- * fail (tern__fault_arm). Disarmed, the cost is one relaxed load (two
- * for a file request's system call: the hold's flag too).
+ * fail (tern__fault_arm). Disarmed, the cost is one relaxed load and a
+ * branch (two loads for a file request's system call: the hold's flag
+ * too); the stream and UDP seams are inline, so no call either.
  *
  * Tests reach these through the static library; they are not exported
  * from the shared one.
@@ -94,14 +95,6 @@ void tern__fault_fs_hold(void);
 bool tern__fault_fs_held(void);
 void tern__fault_fs_release(void);
 
-/*
- * Called just before each system call of a UDP socket (bind, setsockopt,
- * connect, the receives and the sends): 0 to go ahead, or the negative
- * errno set with tern__fault_net_errno when a failure is injected. Unless
- * set, -ENOBUFS: an error every one of those calls can really return, so
- * each error path is walked with a cause it must handle.
- */
-int tern__net_fault(void);
 
 /*
  * Called just before each system call of a stream, a listener or a TTY
@@ -119,13 +112,31 @@ int tern__stream_fault_slow(void);
 /* The errno both network sites inject from now on (-ENOBUFS by default). */
 void tern__fault_net_errno(int err);
 
+/* Whether a test armed this site: the whole disarmed cost of a seam. */
+static inline bool tern__fault_site_armed(enum tern__fault_site site)
+{
+    return __builtin_expect(
+        (atomic_load_explicit(&tern__fault_armed_mask, memory_order_relaxed) & site) != 0, 0);
+}
+
 static inline int tern__stream_fault(void)
 {
-    if (__builtin_expect(!(atomic_load_explicit(&tern__fault_armed_mask, memory_order_relaxed) &
-                           TERN__FAULT_STREAM),
-                         1))
-        return 0;
-    return tern__stream_fault_slow();
+    return tern__fault_site_armed(TERN__FAULT_STREAM) ? tern__stream_fault_slow() : 0;
+}
+
+/*
+ * Called just before each system call of a UDP socket (bind, setsockopt,
+ * connect, the receives and the sends): 0 to go ahead, or the negative
+ * errno set with tern__fault_net_errno when a failure is injected. Unless
+ * set, -ENOBUFS: an error every one of those calls can really return, so
+ * each error path is walked with a cause it must handle. Inline like the
+ * stream's: a datagram's receive and send are a hot path too.
+ */
+int tern__net_fault_slow(void);
+
+static inline int tern__net_fault(void)
+{
+    return tern__fault_site_armed(TERN__FAULT_NET) ? tern__net_fault_slow() : 0;
 }
 
 #endif
