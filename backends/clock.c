@@ -1,9 +1,9 @@
 /*
  * Clocks. The loop's clock is CLOCK_MONOTONIC in nanoseconds. The pool's
- * latency figures use a cheaper tick counter: a job used to read
- * clock_gettime three times, which where it was measured cost a
- * fifth of an empty job (docs/decisions.md, decision 41). On x86 with an invariant TSC (CPUID says so: a constant
- * rate through frequency changes and sleep states) the tick is the TSC;
+ * latency figures use a cheaper tick counter: a job stamps the time three
+ * times, and three clock_gettime calls are a large part of an empty job.
+ * On x86 with an invariant TSC (CPUID says so: a constant rate through
+ * frequency changes and sleep states) the tick is the TSC;
  * elsewhere, and in portable builds, it is the monotonic clock.
  * Ticks become nanoseconds only when statistics are read, with a rate
  * measured over the whole time since the first tick was taken.

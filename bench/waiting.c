@@ -1,8 +1,8 @@
 /*
  * Waiting: the CPU a loop thread spends while it only waits — with nothing
  * in flight, and with one long job holding a pool thread (a connection's
- * lifetime). SPEC §9: pool work in flight with nothing ready must cost no
- * more than an idle loop; spinning pays only for short bounded round
+ * lifetime). Pool work in flight with nothing ready must cost no more
+ * than an idle loop; spinning pays only for short bounded round
  * trips, never for long jobs. Twin: waiting_uv.c (uv_queue_work holding a
  * pool thread, the same 1 ms timer).
  *

@@ -30,8 +30,7 @@
  * A run starts on a line of its own: the loop reads one run's posts while
  * the producer writes the next run's first record, and on a shared line
  * each write would take the line from the other's cache. The units
- * skipped to get there are the producer's, given back with its hold
- * (decision 139 has the measurement).
+ * skipped to get there are the producer's, given back with its hold.
  */
 #define BLOCK_SIZE 4096u
 #define UNIT sizeof(struct tern__post_entry)
@@ -44,7 +43,7 @@
  * as fast as it posts, and through malloc each one cost a page fault or
  * two (aligned_alloc's header sits on the page before) and the arena's
  * lock. A slab is given back whole, once none of its blocks is out and
- * the spare list is past its bound (decision 148).
+ * the spare list is past its bound.
  */
 #define SLAB_BLOCKS 16u
 
@@ -251,8 +250,7 @@ static unsigned head_at(void)
  * fresh line must first take it from the loop's cache. The compare-and-
  * swap that counts every post in waits for that write, so the exchange
  * would stall the producer once a line; asked for PREFETCH_UNITS ahead
- * (four lines), it runs while the producer fills the lines before
- * (decision 147).
+ * (four lines), it runs while the producer fills the lines before.
  */
 #define PREFETCH_UNITS (4 * LINE_UNITS)
 static void prefetch_ahead(unsigned unit)
