@@ -155,7 +155,8 @@ def check_returns():
         text = read(h)
         for m in re.finditer(r"/\*((?:(?!\*/).)*?)\*/\s*((?:TERN_EXTERN[^;]*;\s*)+)", text, re.S):
             comment, decls = m.group(1), m.group(2)
-            r = re.search(r"Returns:(.*?)(?:\n\s*\*\s*(?:Ownership|Threads|Requires|Hazard)\b|$)", comment, re.S)
+            r = re.search(r"Returns:(.*?)(?:\n\s*\*\s*(?:Ownership|Threads|Requires|Hazard)\b|$)",
+                          comment, re.S)
             if r is None:
                 continue
             promised = set(ERRNO.findall(r.group(1)))
@@ -169,14 +170,16 @@ def check_returns():
                     if e in section:
                         ok()
                     else:
-                        fail(f"{rel(h)}: {name} returns {e}, which its section of docs/api.md does not say")
+                        fail(f"{rel(h)}: {name} returns {e}, which its section of docs/api.md "
+                             "does not say")
                 if defers:
                     continue
                 ret = re.search(r"\*\*Returns:?\*\*(.*?)(?:\*\*[A-Z][a-z]+:?\*\*|$)", section, re.S)
                 if ret is None:
                     continue
                 for e in sorted(set(ERRNO.findall(ret.group(1))) - set(ERRNO.findall(comment))):
-                    fail(f"docs/api.md: {name} returns {e}, which the comment in {rel(h)} does not say")
+                    fail(f"docs/api.md: {name} returns {e}, which the comment in {rel(h)} "
+                         "does not say")
     if checked < 60:
         fail(f"checked only {checked} promised return values: the extraction is broken")
 
