@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """docs_check: the docs cannot drift from the headers where a machine can tell.
 
-Run by test/docs_test.sh with the project root as argv[1]. Checks:
+Run by test/docs_test.sh as `docs_check.py ROOT [CHECK...]`: the named
+checks only, or all of them without a name. Checks:
 
   names     every TERN_* name docs/*.md uses exists: TERN_CANCEL_*,
             TERN_REFUSED_* and every other public-looking name in the
@@ -24,7 +25,19 @@ Run by test/docs_test.sh with the project root as argv[1]. Checks:
             with "..." in it) is marked on the line before its fence with
                 <!-- docs_test: fragment of docs/examples/<file>.c -->
             naming the example it is cut from; the example must exist
-            (and is compiled by the build).
+            (and is compiled by the build). A block shown as the whole of
+            an example, marked
+                <!-- docs_test: all of docs/examples/<file>.c -->
+            must be that file exactly.
+  libuv     docs/from-libuv.md is a map of rows "libuv | tern | notes";
+            every tern_* name it uses is declared in the public headers,
+            and a row whose tern column is "absent" fails when a libuv
+            call it names has a declared counterpart: the same words
+            under the tern subject of the call's libuv family (uv_udp_send:
+            tern_udp_send; uv_fs_event_start: tern_watch_start), a call of
+            no family under any subject (uv_walk: tern_loop_walk), a few
+            renamed calls (uv_queue_work: tern_submit), and a whole family
+            written uv_x_t or uv_x_* when any call of its subject exists.
 
 Prints one line per failure and closes with "N passed, N failed".
 """
