@@ -15,7 +15,14 @@
 #      return values a header comment promises and api.md's section for
 #      the function agree, and every ```c block in docs/ compiles against
 #      the headers (a deliberate excerpt is marked
-#      "<!-- docs_test: fragment of docs/examples/<file>.c -->").
+#      "<!-- docs_test: fragment of docs/examples/<file>.c -->"; a block
+#      marked "<!-- docs_test: all of docs/examples/<file>.c -->" must be
+#      that file exactly), and docs/from-libuv.md's map holds: every
+#      tern_* name it uses is declared, and no row marked absent names a
+#      libuv call whose tern counterpart the headers declare;
+#   7. that last check can fail: a copy of the map with rows planted that
+#      call shipped calls absent, or name an undeclared one, is refused,
+#      and rows that are truly absent are not.
 #
 # Given the build directory as $1 (unused: the check reads sources only).
 # Prints one line per failure and closes with "N passed, N failed".
@@ -138,6 +145,48 @@ if [[ "$counts" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
 else
     fail "test/docs_check.py did not finish: $counts"
 fi
+
+# The map's check, shown failing: a copy of the page with planted rows.
+# Each planted claim must be reported, and the true absences (a libuv call
+# tern has no counterpart for) must not be.
+plant=$(mktemp -d)
+trap 'rm -rf "$plant"' EXIT
+mkdir -p "$plant/docs"
+cp -r "$root/include" "$plant/"
+cp "$root/docs/from-libuv.md" "$plant/docs/"
+cat >>"$plant/docs/from-libuv.md" <<'EOF'
+
+## Planted by docs_test.sh
+
+| libuv | tern | notes |
+|---|---|---|
+| `uv_walk` | absent | planted |
+| `uv_udp_t`, `uv_udp_send` | absent | planted |
+| `uv_spawn` | absent | planted |
+| `uv_fs_event_t`, `uv_fs_event_start` | absent | planted |
+| `uv_try_write` | absent | planted |
+| `uv_tcp_nodelay`, `uv_tcp_keepalive` | absent | planted |
+| `uv_mutex_lock`, `uv_once`, `uv_thread_*` | absent | truly absent |
+| `uv_loop_alive` | `tern_loop_alive` | planted: no such call |
+EOF
+if planted=$(python3 "$here/docs_check.py" "$plant" libuv); then
+    fail "the libuv map check passed a page with planted wrong rows"
+fi
+for claim in uv_walk uv_udp_t uv_udp_send uv_spawn uv_fs_event_t uv_fs_event_start uv_try_write \
+    uv_tcp_nodelay uv_tcp_keepalive tern_loop_alive; do
+    if printf '%s\n' "$planted" | grep -q "^FAIL: .*[: ]$claim is "; then
+        ok
+    else
+        fail "the libuv map check missed the planted row for $claim"
+    fi
+done
+for claim in uv_mutex_lock uv_once 'uv_thread_\*'; do
+    if printf '%s\n' "$planted" | grep -q "^FAIL: .*[: ]$claim is "; then
+        fail "the libuv map check refused the true absence of $claim"
+    else
+        ok
+    fi
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
