@@ -30,8 +30,9 @@ if command -v cmake >/dev/null; then
     dest=$work/root
     if meson install -C "$build" --no-rebuild --destdir "$dest" --quiet >"$work/install.log" 2>&1
     then
-        prefix=$dest$(meson introspect "$build" --buildoptions | python3 -c \
-            'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
+        prefix=$dest$(meson introspect "$build" --buildoptions | python3 -c '
+import json, sys
+print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
         libdir=$(dirname "$(find "$dest" -name 'libtern.so.0' | head -1)")
         mkdir -p "$work/shared" "$work/static" "$work/empty"
         cp "$root/test/consumer/hello.c" "$work/shared/"
