@@ -203,6 +203,9 @@ TERN_EXTERN void tern_loop_options_init(tern_loop_options *opts);
  *          another errno when a descriptor or allocation fails. On error
  *          *loopp is untouched and nothing is left allocated.
  * Ownership: the caller owns the loop and frees it with tern_loop_free().
+ *            A loop belongs to the process that made it: in a forked child
+ *            every call on the parent's loop aborts, before it touches the
+ *            descriptors the two processes share (the child makes its own).
  * Threads: any thread; the loop is unclaimed until it runs.
  */
 TERN_EXTERN int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts);

@@ -55,6 +55,14 @@ int tern__fs_sys_fstat(int fd, struct stat *st)
     return fstat(fd, st) == 0 ? 0 : -errno;
 }
 
+int tern__fs_sys_stat(const char *path, struct stat *st)
+{
+    int rc = tern__fs_fault();
+    if (rc < 0)
+        return rc;
+    return stat(path, st) == 0 ? 0 : -errno;
+}
+
 int tern__fs_sys_fcntl_setfl(int fd, int flags)
 {
     int rc = tern__fs_fault();

@@ -70,6 +70,7 @@ struct tern__fs_req {
 int tern__fs_sys_open(const char *path, int flags, unsigned mode);
 int tern__fs_sys_close(int fd);
 int tern__fs_sys_fstat(int fd, struct stat *st);
+int tern__fs_sys_stat(const char *path, struct stat *st);
 int tern__fs_sys_fsync(int fd);
 int tern__fs_sys_fcntl_setfl(int fd, int flags);
 ssize_t tern__fs_sys_read(int fd, void *buf, size_t len);

@@ -76,17 +76,49 @@ static void *next(struct tern__fs_req *r, uint8_t step)
 /* read_file                                                           */
 /* ------------------------------------------------------------------ */
 
+/*
+ * A FIFO, socket or device could make a read wait forever on a peer that
+ * never comes, and nothing can interrupt a worker inside read(2): only a
+ * regular file is read. 0, -EISDIR or -ENOTSUP.
+ */
+static int refuse_kind(const struct stat *st)
+{
+    if (S_ISDIR(st->st_mode))
+        return -EISDIR;
+    return S_ISREG(st->st_mode) ? 0 : -ENOTSUP;
+}
+
+/*
+ * Looked at before the open, because opening is not harmless: an open of
+ * a FIFO for reading counts as its reader, so a writer waiting in its own
+ * open would be let through, to a first write that fails with EPIPE once
+ * the request has refused the FIFO and closed it. A socket is left to the
+ * open, which refuses it (-ENXIO) without touching anything.
+ */
+static void *read_open(struct tern__fs_req *r)
+{
+    int rc = tern__fs_sys_stat(r->path, &r->res.st);
+    if (rc < 0)
+        return finish(r, rc);
+    if (!S_ISSOCK(r->res.st.st_mode) && (rc = refuse_kind(&r->res.st)) < 0)
+        return finish(r, rc);
+    /* O_NONBLOCK: a FIFO or a device that waits for a carrier put in the
+     * path's place since the stat opens at once; fstat then refuses it. */
+    int fd = tern__fs_sys_open(r->path, O_RDONLY | O_NONBLOCK, 0);
+    if (fd < 0)
+        return finish(r, fd);
+    r->own_fd = fd;
+    return next(r, READ_FSTAT);
+}
+
+/* Again on the descriptor: the path may name another file than it did at the stat. */
 static void *read_fstat(struct tern__fs_req *r)
 {
     int rc = tern__fs_sys_fstat(r->own_fd, &r->res.st);
     if (rc < 0)
         return finish(r, rc);
-    if (S_ISDIR(r->res.st.st_mode))
-        return finish(r, -EISDIR);
-    /* A FIFO, socket or device could make a read wait forever on a peer
-     * that never comes, and nothing can interrupt a worker inside read(2). */
-    if (!S_ISREG(r->res.st.st_mode))
-        return finish(r, -ENOTSUP);
+    if ((rc = refuse_kind(&r->res.st)) < 0)
+        return finish(r, rc);
     /* A regular file: back to blocking reads (open only had to not wait). */
     int rc_fl = tern__fs_sys_fcntl_setfl(r->own_fd, 0);
     if (rc_fl < 0)
@@ -150,15 +182,8 @@ static void *read_close(struct tern__fs_req *r)
 static void *read_step(struct tern__fs_req *r)
 {
     switch (r->step) {
-    case READ_OPEN: {
-        /* O_NONBLOCK: open(2) of a FIFO with no writer, or of a device
-         * that waits for a carrier, returns at once; fstat then refuses it. */
-        int fd = tern__fs_sys_open(r->path, O_RDONLY | O_NONBLOCK, 0);
-        if (fd < 0)
-            return finish(r, fd);
-        r->own_fd = fd;
-        return next(r, READ_FSTAT);
-    }
+    case READ_OPEN:
+        return read_open(r);
     case READ_FSTAT:
         return read_fstat(r);
     case READ_DATA:

@@ -105,6 +105,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     loop->lookup_expired = tern__lookup_expired;
     atomic_init(&loop->wake_state, TERN__WAKE_PARKING); /* unclaimed: asleep */
     atomic_init(&loop->waker_cpu, -1);
+    loop->forks = tern__forks;
     loop->magic = TERN__LOOP_MAGIC;
     *loopp = loop;
     return 0;
@@ -205,6 +206,9 @@ void tern_loop_free(tern_loop *loop)
     tern__cancel_reserve_destroy(&loop->cancels);
     tern__timers_destroy(loop);
     tern__slab_destroy(&loop->defers);
-    loop->magic = 0;
+    /* A store just before free is dead to the compiler, which may drop it;
+     * volatile keeps it, so a later call on the freed loop fails its check
+     * while the block is still unused instead of running on stale state. */
+    *(volatile unsigned *)&loop->magic = 0;
     free(loop);
 }

@@ -61,6 +61,8 @@ enum tern__step {
 
 struct tern_loop {
     unsigned magic;
+    /* tern__forks when the loop was made: read beside magic by every call. */
+    unsigned forks;
     /* ---- written by other threads (each group on its own line) ---- */
     alignas(TERN_CACHELINE) struct __cds_wfcq_head in_head;
     alignas(TERN_CACHELINE) struct cds_wfcq_tail in_tail;
@@ -251,8 +253,25 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
         tern__loop_only_failed(fn);
 }
 #define TERN__LOOP_ONLY(loop) tern__loop_only((loop), __func__)
-#define TERN__REQUIRE_LOOP(loop) \
-    TERN_REQUIRE_SAID((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC, "NULL or freed loop")
+
+/*
+ * Forks this process has made (thread.c's fork handler counts them in the
+ * child). A loop records the count it was made under; a call that finds
+ * another is a forked child reaching for its parent's loop, whose backend
+ * and wake descriptors it shares with the parent. One load and a compare,
+ * no system call.
+ */
+extern unsigned tern__forks;
+noreturn void tern__loop_forked_failed(const char *fn);
+static inline void tern__loop_this_process(const tern_loop *loop, const char *fn)
+{
+    if (TERN_UNLIKELY(loop->forks != tern__forks))
+        tern__loop_forked_failed(fn);
+}
+#define TERN__REQUIRE_LOOP(loop)                                                                 \
+    (TERN_REQUIRE_SAID((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC,                       \
+                       "NULL or freed loop"),                                                    \
+     tern__loop_this_process((loop), __func__))
 
 /*
  * A group keeps its loops alive with this bit in `flags` (beside the

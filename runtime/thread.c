@@ -1,18 +1,50 @@
 /*
  * Who may use a loop: each thread's identity (an anchor whose address is
- * the thread's token, loop_p.h), and the two aborts for calls the rules
- * forbid — a loop-only call from a thread that does not run the loop, and
- * scheduling on a loop a group has sealed for its final drain (admit.h).
+ * the thread's token, loop_p.h), the process a loop belongs to (a count of
+ * forks), and the aborts for calls the rules forbid — a loop-only call
+ * from a thread that does not run the loop, any call from a forked child
+ * on its parent's loop, and scheduling on a loop a group has sealed for
+ * its final drain (admit.h).
  * The lowest file of the loop: everything that checks a rule calls here.
  */
+#include <pthread.h>
+
 #include "loop_p.h"
 
 _Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));
+
+/*
+ * Written only in a child between fork() and its first other thread, so
+ * no thread reads it while it changes. A loop made in the child records
+ * the child's count and is the child's to use.
+ */
+unsigned tern__forks;
+
+static void forks_count_child(void)
+{
+    tern__forks++;
+}
+
+__attribute__((constructor)) static void forks_handler(void)
+{
+    pthread_atfork(NULL, NULL, forks_count_child);
+}
 
 void tern__loop_only_failed(const char *fn)
 {
     TERN_FATAL(fn, "loop-only call from a thread that is not running this loop "
                    "(use tern_post to hand work to the loop)");
+}
+
+/*
+ * The child shares the parent's backend and wake descriptors: a watch it
+ * added would fire in the parent's wait, a descriptor it removed would go
+ * silent there. So the call stops before it touches either.
+ */
+noreturn void tern__loop_forked_failed(const char *fn)
+{
+    TERN_FATAL(fn, "loop used in a forked child: a loop belongs to the process that made it "
+                   "(the child makes its own loop and leaves the parent's alone)");
 }
 
 /*

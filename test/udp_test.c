@@ -590,3 +590,52 @@ BACKEND_TEST(udp, bad_input_is_refused_and_changes_nothing)
     cr_assert_eq(tern_udp_membership(loop, id, "239.1.1.1", NULL, true), -ENOENT);
     loop_free_clean(loop);
 }
+
+/*
+ * A socket bound to port 0 and connected keeps the port the system chose
+ * once the association is dissolved: it still reports that port, and a
+ * datagram sent there arrives.
+ */
+static void dissolve_keeps_the_port(const char *backend, const char *host)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    tern_id ids[2] = {bind_ok(loop, host, 0, 0), bind_ok(loop, host, 0, 0)};
+    unsigned pa = port(loop, ids[0]);
+    struct sockaddr_storage b = addr(host, port(loop, ids[1]));
+    cr_assert_eq(tern_udp_connect(loop, ids[0], SA(b)), 0);
+    cr_assert_eq(tern_udp_connect(loop, ids[0], NULL), 0);
+    unsigned after = 0;
+    cr_assert_eq(tern_udp_port(loop, ids[0], &after), 0);
+    cr_assert_eq(after, pa, "bound to port %u, reports %u once dissolved", pa, after);
+
+    static struct rx r;
+    memset(&r, 0, sizeof(r));
+    cr_assert_eq(tern_udp_recv_start(loop, ids[0], 0, rx_cb, &r), 0);
+    struct sockaddr_storage a = addr(host, pa);
+    tern_buf m = {"back", 4};
+    cr_assert_eq(tern_udp_send(loop, ids[1], &m, 1, SA(a), NULL, NULL), 0);
+    cr_assert(run_until_count(loop, &r.n, 1, 10 * MS, 2000),
+              "a datagram to the port the socket was bound to never arrived");
+    cr_assert(memcmp(r.data[0], "back", 4) == 0);
+    close_clean(loop, ids, 2);
+    loop_free_clean(loop);
+}
+
+BACKEND_TEST(udp, dissolving_keeps_the_chosen_ipv4_port)
+{
+    dissolve_keeps_the_port(backend, "127.0.0.1");
+}
+
+BACKEND_TEST(udp, dissolving_keeps_the_chosen_ipv6_port)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool v6 = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!v6) {
+        cr_log_warn("no IPv6 loopback here; nothing to test");
+        return;
+    }
+    dissolve_keeps_the_port(backend, "::1");
+}

@@ -271,10 +271,12 @@ TERN_EXTERN int tern_fs_sendfile(tern_loop *loop, int out_fd, int in_fd, int64_t
  * tern_fs_read_file: read a whole regular file, in steps (open, fstat,
  * read until done, close) that each take one pass through the pool, on a
  * reservation held from acceptance, so no step after the first is ever
- * refused. It never waits on a peer: the open is made with O_NONBLOCK (a
- * FIFO with no writer, or a device that waits for a carrier, opens at
- * once), fstat on that descriptor refuses anything but a regular file,
- * and only then is O_NONBLOCK cleared for the reads.
+ * refused. It never waits on a peer, nor wakes one: stat refuses anything
+ * but a regular file (or a socket, which open(2) refuses) before the path
+ * is opened, so a writer waiting to open a FIFO is never let through; the
+ * open is made with O_NONBLOCK (a FIFO or a device put in the path's place
+ * meanwhile opens at once), fstat on that descriptor refuses anything but
+ * a regular file again, and only then is O_NONBLOCK cleared for the reads.
  * Requires: path != NULL, shorter than PATH_MAX; opts->step_bytes 1..2^30.
  * Returns: as above. cb: 0 with res->data holding res->value bytes (the
  *     size fstat reported, or up to end of file for files that report size

@@ -173,13 +173,17 @@ TERN_EXTERN int tern_udp_send_queue_size(tern_loop *loop, tern_id id, size_t *by
  * tern_udp_connect: fix the peer (connected UDP): sends go to it with to ==
  * NULL, only its datagrams are received, and an ICMP refusal reaches the
  * receive callback as -ECONNREFUSED. peer == NULL dissolves the
- * association.
+ * association; the socket stays bound to the address and port it had,
+ * including a port the system chose for a bind to port 0.
  * Requires: loop != NULL.
  * Returns: 0; -EINVAL for a peer whose family is not the socket's;
  *          -EALREADY when connecting a connected socket (dissolve first);
  *          -ENOTCONN when dissolving one that is not connected; the
- *          connect errors; -ENOENT for an unknown or stale id. On error
- *          nothing changed.
+ *          connect errors; -ENOENT for an unknown or stale id. On those
+ *          errors nothing changed. -EADDRINUSE when dissolving and another
+ *          socket took the system-chosen port in the instant the system
+ *          let go of it: the association is dissolved and the socket is
+ *          bound to a new port of the same address (tern_udp_port).
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_udp_connect(tern_loop *loop, tern_id id, const struct sockaddr *peer);

@@ -25,6 +25,58 @@ static int sockopt(struct tern__udp *u, int level, int name, const void *v, sock
     return rc;
 }
 
+static in_port_t *addr_port(struct sockaddr_storage *ss)
+{
+    return ss->ss_family == AF_INET6 ? &((struct sockaddr_in6 *)ss)->sin6_port
+                                     : &((struct sockaddr_in *)ss)->sin_port;
+}
+
+/*
+ * Dissolving leaves a socket bound where it was. Linux lets go of a port
+ * the kernel chose (a bind to port 0) when the association ends, and with
+ * it every datagram sent to that port; the socket takes the same port
+ * again, on the address the dissolve left (the one bound, not the one the
+ * peer's route picked). Should another socket have taken the port in
+ * between, the socket binds a new port of that address and says so.
+ */
+static int keep_port(struct tern__udp *u, in_port_t port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(u->fd, (struct sockaddr *)&ss, &len) < 0 || *addr_port(&ss) != 0)
+        return 0;
+    *addr_port(&ss) = port;
+    if (bind(u->fd, (struct sockaddr *)&ss, len) == 0)
+        return 0;
+    int rc = -errno;
+    *addr_port(&ss) = 0;
+    (void)bind(u->fd, (struct sockaddr *)&ss, len);
+    return rc;
+}
+
+static int dissolve(struct tern__udp *u)
+{
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof(bound);
+    if (getsockname(u->fd, (struct sockaddr *)&bound, &len) < 0)
+        return -errno;
+    struct sockaddr_storage unspec;
+    memset(&unspec, 0, sizeof(unspec));
+    unspec.ss_family = AF_UNSPEC;
+    int rc = tern__net_fault();
+    if (rc == 0 && connect(u->fd, (struct sockaddr *)&unspec, sizeof(unspec)) < 0) {
+        rc = -errno;
+        /* Some systems report EAFNOSUPPORT for AF_UNSPEC after having
+         * dissolved the association all the same. */
+        if (rc == -EAFNOSUPPORT)
+            rc = 0;
+    }
+    if (rc < 0)
+        return rc;
+    u->state &= ~(unsigned)TERN__U_CONNECTED;
+    return keep_port(u, *addr_port(&bound));
+}
+
 int tern_udp_connect(tern_loop *loop, tern_id id, const struct sockaddr *peer)
 {
     TERN__REQUIRE_LOOP(loop);
@@ -33,32 +85,22 @@ int tern_udp_connect(tern_loop *loop, tern_id id, const struct sockaddr *peer)
     if (u == NULL)
         return -ENOENT;
     bool connected = (u->state & TERN__U_CONNECTED) != 0;
-    struct sockaddr_storage unspec;
-    socklen_t len;
     if (peer == NULL) {
         if (!connected)
             return -ENOTCONN;
-        memset(&unspec, 0, sizeof(unspec));
-        unspec.ss_family = AF_UNSPEC;
-        peer = (const struct sockaddr *)&unspec;
-        len = sizeof(unspec);
-    } else {
-        if (connected)
-            return -EALREADY;
-        if ((len = tern__udp_addr_len(u, peer)) == 0)
-            return -EINVAL;
+        return dissolve(u);
     }
+    if (connected)
+        return -EALREADY;
+    socklen_t len = tern__udp_addr_len(u, peer);
+    if (len == 0)
+        return -EINVAL;
     int rc = tern__net_fault();
-    if (rc == 0 && connect(u->fd, peer, len) < 0) {
+    if (rc == 0 && connect(u->fd, peer, len) < 0)
         rc = -errno;
-        /* Dissolving: some systems report EAFNOSUPPORT for AF_UNSPEC after
-         * having dissolved the association all the same. */
-        if (peer == (const struct sockaddr *)&unspec && rc == -EAFNOSUPPORT)
-            rc = 0;
-    }
     if (rc < 0)
         return rc;
-    u->state ^= TERN__U_CONNECTED;
+    u->state |= TERN__U_CONNECTED;
     return 0;
 }
 

@@ -3387,14 +3387,34 @@ static void warm_exit(tern_loop *loop, tern_id id, int status, int code, int sig
     (void)loop, (void)id, (void)status, (void)code, (void)sig, (void)arg;
 }
 
+/* Open descriptors that are pidfds. */
+static int pidfd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        target[len > 0 ? len : 0] = '\0';
+        n += strcmp(target, "anon_inode:[pidfd]") == 0;
+    }
+    closedir(d);
+    return n;
+}
+
 /*
- * tern's reaper keeps one wake descriptor for the life of the process once
- * it first adopts a child (runtime/process_reap.c): adopt one here, so the
- * descriptors counted around each input are the input's alone.
+ * tern's reaper keeps its wake object (an eventfd, or a pipe's two ends in
+ * a portable build) for the life of the process once it first adopts a
+ * child (runtime/process_reap.c): adopt one here, so the descriptors
+ * counted around each input are the input's alone.
  */
 static void reaper_warm(void)
 {
-    int before = fd_count(false, false);
+    int before = pidfd_count();
     tern_loop *loop;
     if (tern_loop_new(&loop, NULL) != 0)
         abort();
@@ -3412,8 +3432,9 @@ static void reaper_warm(void)
     children[0] = pid;
     nchildren = 1;
     children_gone();
-    /* Then its pidfd is closed too (just after the reap): one is left. */
-    for (int tries = 0; fd_count(false, false) != before + 1; tries++) {
+    /* Then its pidfd, where it has one, is closed too (just after the
+     * reap): what is left open is the reaper's to keep. */
+    for (int tries = 0; pidfd_count() != before; tries++) {
         if (tries == 2000)
             abort();
         struct timespec ts = {0, 1000000};
