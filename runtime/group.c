@@ -816,6 +816,8 @@ void tern_group_free(tern_group *group)
     free(g->setup);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
-    g->magic = 0;
+    /* Volatile: the block is freed next, so a plain store is dead to the
+     * compiler, and a later call on the freed group must fail its check. */
+    *(volatile unsigned *)&g->magic = 0;
     free(g);
 }

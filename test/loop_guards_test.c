@@ -91,6 +91,27 @@ static void post_on_freed(void *ctx)
     tern_post(freed_loop(), noop_fn, NULL);
 }
 
+static void size_of_freed_group(void *ctx)
+{
+    (void)ctx;
+    tern_group *g = NULL;
+    tern_group_options opts;
+    tern_group_options_init(&opts);
+    opts.loops = 1;
+    if (tern_group_new(&g, &opts) != 0)
+        child_exit(2);
+    keep_freed_blocks = true;
+    tern_group_free(g);
+    tern_group_size(g);
+}
+
+Test(loop_guards, a_call_on_a_freed_group_aborts, .timeout = TEST_TIMEOUT)
+{
+    if (!KEEPS_FREED_BLOCKS)
+        cr_skip_test("free() cannot keep freed blocks in this build");
+    expect_abort(size_of_freed_group, NULL, "tern_group_size", "REQUIRE failed: NULL or freed group");
+}
+
 Test(loop_guards, a_call_on_a_freed_loop_aborts, .timeout = TEST_TIMEOUT)
 {
     if (!KEEPS_FREED_BLOCKS)
