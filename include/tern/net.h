@@ -199,8 +199,8 @@ TERN_EXTERN int tern_tcp_keepalive(tern_loop *loop, tern_id id, bool on, unsigne
  * stream. It is made non-blocking and, where the system has SO_NOSIGPIPE,
  * a socket is set not to raise SIGPIPE (elsewhere tern writes sockets
  * with MSG_NOSIGNAL; for pipes see "Pipes, FIFOs and TTYs" below).
- * A character device the system cannot wait on (/dev/null) counts as
- * always ready on every backend: reading /dev/null gives end of stream.
+ * A character device epoll cannot wait on (/dev/null) counts as always
+ * ready, as poll reports it: reading /dev/null gives end of stream.
  * Requires: loop != NULL; fd is a connected stream socket, a pipe or FIFO
  *           end, or a character device.
  * Returns: 0 and *idp; -EBADF for a negative or closed fd; -EINVAL for a
