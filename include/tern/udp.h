@@ -105,8 +105,9 @@ TERN_EXTERN int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, 
  * TERN_UDP_BATCH per turn in which the socket is readable. Datagrams
  * longer than max_len arrive cut, flagged TERN_UDP_TRUNCATED. Replaces
  * the callback and size of an earlier recv_start.
- * Requires: loop != NULL; max_len 0 (65536) or 1..65536.
- * Returns: 0; -EINVAL for a NULL cb or a bad max_len; -ENOENT for an
+ * max_len: 0 (65536) or 1..65536.
+ * Requires: loop != NULL.
+ * Returns: 0; -EINVAL for a NULL cb or a max_len over 65536; -ENOENT for an
  *          unknown or stale id; -ENOMEM (the receive buffer: max_len times
  *          TERN_UDP_BATCH bytes, touched only where datagrams land). On
  *          error an earlier recv_start stays in force.

@@ -174,7 +174,14 @@ static int ensure_rbuf(struct tern__udp *u, size_t len)
 
 static bool owes(const struct tern__udp *u)
 {
-    return u->done != NULL || u->drain_due || u->recv_error != 0;
+    return u->done != NULL || (u->state & TERN__U_DRAIN_DUE) || u->recv_error != 0;
+}
+
+/* Sends are queued, the socket is open, and no writable watch will flush
+ * them: this dispatch sends them. */
+static bool flush_due(const struct tern__udp *u)
+{
+    return u->sq != NULL && !(u->state & TERN__U_CLOSING) && !(u->io.events & TERN_WRITABLE);
 }
 
 /*
@@ -212,21 +219,20 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
     }
     /* Sends queued by the receive callback leave together; then their
      * callbacks run, and what those send leaves together too. */
-    if (!(u->state & TERN__U_CLOSING) && u->sq != NULL && !(u->io.events & TERN_WRITABLE))
+    if (flush_due(u))
         tern__udp_flush(u);
     tern__udp_deliver(u, DISPATCH_BUDGET);
-    if (!(u->state & TERN__U_CLOSING) && u->sq != NULL && !(u->io.events & TERN_WRITABLE))
+    if (flush_due(u))
         tern__udp_flush(u);
     u->state &= ~TERN__U_DISPATCH;
-    if (u->done == NULL && u->drain_due) {
-        u->drain_due = false;
+    if (u->done == NULL && (u->state & TERN__U_DRAIN_DUE)) {
+        u->state &= ~TERN__U_DRAIN_DUE;
         if (u->drain_cb != NULL && !(u->state & TERN__U_CLOSING))
             u->drain_cb(loop, id, u->drain_arg);
-        if (u->sq != NULL && !(u->state & TERN__U_CLOSING) && !(u->io.events & TERN_WRITABLE))
+        if (flush_due(u))
             tern__udp_flush(u);
     }
-    if (owes(u) || (u->sq != NULL && !(u->state & TERN__U_CLOSING) &&
-                    !(u->io.events & TERN_WRITABLE))) {
+    if (owes(u) || flush_due(u)) {
         tern__udp_owe(u); /* the rest in the next turn */
         return;
     }
@@ -248,7 +254,7 @@ static int udp_close(struct tern__udp *u)
     close(u->fd);
     u->fd = -1;
     tern__udp_fail_all(u, -ECANCELED);
-    u->drain_due = false;
+    u->state &= ~TERN__U_DRAIN_DUE;
     /* The close callback is owed: keep run() turning until it is delivered. */
     tern__op_set_ref(u->loop, &u->op, true);
     tern__udp_owe(u);
@@ -386,9 +392,16 @@ int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned fla
         tern__free(u);
         return fd;
     }
+    /* The family decides every later address's size: it must be read. */
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    (void)getsockname(fd, (struct sockaddr *)&ss, &len);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+        rc = -errno;
+        tern__op_unadmit(loop);
+        close(fd);
+        tern__free(u);
+        return rc;
+    }
     u->loop = loop;
     u->fd = fd;
     u->family = ss.ss_family;

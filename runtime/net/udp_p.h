@@ -36,6 +36,7 @@ enum {
     TERN__U_CLOSE_RAN = 1u << 3,  /* the close callback has run */
     TERN__U_DRAIN_OWED = 1u << 4, /* a send returned 1: drain_cb owed on low water */
     TERN__U_DISPATCH = 1u << 5,   /* inside the socket's dispatch: sends only queue */
+    TERN__U_DRAIN_DUE = 1u << 6,  /* low water reached: drain_cb runs in the dispatch */
 };
 
 #define TERN__UDP_BUFS_MAX 64u
@@ -79,7 +80,6 @@ struct tern__udp {
     size_t high_water;
     tern_drain_cb drain_cb;
     void *drain_arg;
-    bool drain_due;
 
     /* closing */
     tern_close_cb close_cb;

@@ -41,8 +41,7 @@ static void complete_head(struct tern__udp *u, int status)
 static void check_drain(struct tern__udp *u)
 {
     if ((u->state & TERN__U_DRAIN_OWED) && u->queued <= u->high_water / 2) {
-        u->state &= ~TERN__U_DRAIN_OWED;
-        u->drain_due = true;
+        u->state = (u->state & ~TERN__U_DRAIN_OWED) | TERN__U_DRAIN_DUE;
         tern__udp_owe(u);
     }
 }
