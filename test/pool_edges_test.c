@@ -1,0 +1,224 @@
+/*
+ * The pool's edges: the queue is full only when queued + reserved reach
+ * queue_capacity, whatever the workers and the submitting loop hold
+ * meanwhile; the peak is of what the statistics call queued; a loop's job
+ * records go back after a burst, beyond the few it keeps for reuse.
+ *   - a loop that keeps queue_capacity jobs in flight, each done
+ *     submitting the next, is never refused (slots a worker is repaying
+ *     are free, not full);
+ *   - a batch submitted after a single job in the same callback finds
+ *     the room the loop's lane holds as credit;
+ *   - queued_peak does not count the slots of running jobs;
+ *   - tern_loop_memory_bytes falls back near its bound once a burst has
+ *     drained.
+ */
+#include <criterion/criterion.h>
+
+#include "pool_helpers.h"
+
+static tern_loop *new_loop(void)
+{
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+static void *empty_work(tern_job *job, void *arg)
+{
+    (void)job;
+    return arg;
+}
+
+/* ------------------------------------------------------------------ */
+/* A window of queue_capacity jobs in flight                           */
+/* ------------------------------------------------------------------ */
+
+struct window {
+    unsigned total;   /* jobs to run in all */
+    unsigned sent;    /* jobs accepted so far */
+    unsigned done;    /* dones run */
+    int refused;      /* the first refusal's error, or 0 */
+    tern_refusal cause;
+    unsigned queued_at_refusal;
+};
+
+static void window_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)id, (void)result;
+    struct window *w = arg;
+    cr_assert_eq(status, 0);
+    w->done++;
+    if (w->refused != 0 || w->sent == w->total)
+        return;
+    int rc = tern_submit(loop, TERN_BOUNDED, empty_work, window_done, w, NULL);
+    if (rc < 0) {
+        w->refused = rc;
+        w->cause = tern_loop_last_refusal(loop);
+        w->queued_at_refusal = ph_stats().queued;
+        return;
+    }
+    w->sent++;
+}
+
+/*
+ * The shape of a throughput benchmark's in-flight window, sized to the
+ * queue: each done resubmits, so at most queue_capacity - 1 other jobs
+ * exist when it does, and the queue always has room.
+ */
+Test(pool_edges, a_window_of_queue_capacity_jobs_is_never_refused)
+{
+    enum { CAP = 1024, TOTAL = 20000 };
+    tern_pool_config cfg = ph_config(2, CAP, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    struct window w = {.total = TOTAL};
+    for (unsigned i = 0; i < CAP; i++) {
+        cr_assert_eq(tern_submit(loop, TERN_BOUNDED, empty_work, window_done, &w, NULL), 0,
+                     "job %u of the first window", i);
+        w.sent++;
+    }
+    cr_assert_eq(tern_loop_run(loop), 0);
+    cr_assert_eq(w.refused, 0, "refused %d (%s) after %u jobs with %u queued", w.refused,
+                 tern_refusal_name(w.cause), w.sent, w.queued_at_refusal);
+    cr_assert_eq(w.done, (unsigned)TOTAL);
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.refused_queue_full, 0u);
+    cr_assert_leq(s.queued_peak, (unsigned)CAP);
+    tern_loop_free(loop);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* A batch after a single job in one callback                          */
+/* ------------------------------------------------------------------ */
+
+enum { BATCH_CAP = 100, BATCH_QUEUED = 60, BATCH_N = 9 };
+
+struct batch_case {
+    ph_job single;
+    ph_job batch[BATCH_N];
+    ph_job fill[32];
+    int single_rc, batch_rc;
+    tern_refusal cause;
+};
+
+/* A long job's done (step 2): fill the lane with a full run of jobs. */
+static void fill_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)id, (void)status, (void)result;
+    struct batch_case *c = arg;
+    for (int i = 0; i < 32; i++)
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &c->fill[i]), 0, "fill job %d", i);
+}
+
+/* A long job's done (step 2): one job, then a batch that fits the queue. */
+static void batch_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)id, (void)status, (void)result;
+    struct batch_case *c = arg;
+    c->single_rc = ph_submit(loop, TERN_BOUNDED, &c->single);
+    void *args[BATCH_N];
+    for (int i = 0; i < BATCH_N; i++)
+        args[i] = &c->batch[i];
+    c->batch_rc = tern_submit_batch(loop, TERN_BOUNDED, ph_work, ph_done, args, BATCH_N, NULL,
+                                    NULL);
+    c->cause = tern_loop_last_refusal(loop);
+}
+
+Test(pool_edges, a_batch_is_not_refused_for_the_credit_its_own_loop_holds)
+{
+    tern_pool_config cfg = ph_config(1, BATCH_CAP, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    static struct batch_case c;
+    ph_job holder, rest[BATCH_QUEUED - 32];
+
+    /* The one worker held in `holder`. */
+    ph_job_init(&holder, &gate);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &holder), 0);
+    cr_assert(ph_gate_wait_entered(&gate, 1));
+
+    /*
+     * A full run submitted from a callback: the lane learns to take a
+     * run's worth of credit. Then the rest of the 60 from outside a turn.
+     */
+    for (int i = 0; i < 32; i++)
+        ph_job_init(&c.fill[i], &gate);
+    bool ok;
+    cr_assert_eq(tern_submit(loop, TERN_LONG, empty_work, fill_done, &c, NULL), 0);
+    PH_PUMP_UNTIL(ok, loop, ph_stats().queued == 32);
+    cr_assert(ok, "queued %u", ph_stats().queued);
+    for (int i = 0; i < BATCH_QUEUED - 32; i++) {
+        ph_job_init(&rest[i], &gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &rest[i]), 0);
+    }
+    cr_assert_eq(ph_stats().queued, (unsigned)BATCH_QUEUED);
+
+    /* One job and a batch of 9 in one callback: 70 of 100 slots, so both fit. */
+    ph_job_init(&c.single, &gate);
+    for (int i = 0; i < BATCH_N; i++)
+        ph_job_init(&c.batch[i], &gate);
+    c.single_rc = c.batch_rc = 1;
+    uint64_t full = ph_stats().refused_queue_full;
+    cr_assert_eq(tern_submit(loop, TERN_LONG, empty_work, batch_done, &c, NULL), 0);
+    PH_PUMP_UNTIL(ok, loop, c.batch_rc != 1);
+    cr_assert(ok);
+    cr_assert_eq(c.single_rc, 0);
+    cr_assert_eq(c.batch_rc, 0, "the batch was refused (%s) with %d of %d slots queued",
+                 tern_refusal_name(c.cause), BATCH_QUEUED + 1, BATCH_CAP);
+    cr_assert_eq(ph_stats().refused_queue_full, full);
+    PH_PUMP_UNTIL(ok, loop, ph_stats().queued == BATCH_QUEUED + 1 + BATCH_N);
+    cr_assert(ok, "queued %u", ph_stats().queued);
+
+    ph_gate_open(&gate);
+    PH_PUMP_UNTIL(ok, loop,
+                  atomic_load(&holder.done_calls) == 1 && ph_done_total(c.fill, 32) == 32 &&
+                      ph_done_total(rest, BATCH_QUEUED - 32) == BATCH_QUEUED - 32 &&
+                      atomic_load(&c.single.done_calls) == 1 &&
+                      ph_done_total(c.batch, BATCH_N) == BATCH_N);
+    cr_assert(ok);
+    tern_loop_free(loop);
+    ph_gate_destroy(&gate);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* The peak is of queued jobs                                           */
+/* ------------------------------------------------------------------ */
+
+Test(pool_edges, the_queued_peak_does_not_count_running_jobs)
+{
+    enum { QUEUED = 10 };
+    tern_pool_config cfg = ph_config(2, 64, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_gate gate;
+    ph_gate_init(&gate);
+    ph_job running[2], queued[QUEUED];
+    for (int i = 0; i < 2; i++) {
+        ph_job_init(&running[i], &gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &running[i]), 0);
+        cr_assert(ph_gate_wait_entered(&gate, (unsigned)i + 1));
+    }
+    for (int i = 0; i < QUEUED; i++) {
+        ph_job_init(&queued[i], &gate);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &queued[i]), 0);
+    }
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.busy, 2u);
+    cr_assert_eq(s.queued, (unsigned)QUEUED);
+    cr_assert_eq(s.queued_peak, (unsigned)QUEUED, "peak %u with %u queued at most",
+                 s.queued_peak, (unsigned)QUEUED);
+
+    ph_gate_open(&gate);
+    bool ok;
+    PH_PUMP_UNTIL(ok, loop,
+                  ph_done_total(running, 2) == 2 && ph_done_total(queued, QUEUED) == QUEUED);
+    cr_assert(ok);
+    cr_assert_eq(ph_stats().queued_peak, (unsigned)QUEUED);
+    tern_loop_free(loop);
+    ph_gate_destroy(&gate);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
