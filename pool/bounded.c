@@ -432,13 +432,19 @@ int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
 int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *jobs, unsigned n,
                                struct tern__lane *lane)
 {
+    /*
+     * What the caller submitted before goes first, and the lane's unspent
+     * credit goes back with it before the batch asks for room: a loop is
+     * never refused for slots it holds itself. Its held jobs are admitted
+     * already, so pushing them now changes nothing if the batch is refused.
+     */
+    if (lane != NULL)
+        tern__lane_flush(lane);
     uint64_t after;
     if (take_slots(p, n, n, &after) == 0)
         return -EAGAIN;
     note_peak(after);
     /* One run of ring positions for the batch (admitted: never full). */
-    if (lane != NULL)
-        tern__lane_flush(lane); /* what the caller submitted before goes first */
     tern__ring_push_many(&p->queue, (void *const *)jobs, n);
     if (lane == NULL)
         submitted_wake(p); /* else the caller kicks later (pool.h) */
