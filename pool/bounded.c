@@ -93,7 +93,9 @@ static void repay_slots(uint64_t n)
 /* The settled count, once no repayment of it is on the way (acquire). */
 static uint64_t settled_now(struct tern__owed *owed)
 {
-    uint64_t settled;
+    uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_relaxed);
+    if (TERN_UNLIKELY(settled & REPAYING) && tern__stop_armed(TERN__STOP_REPAYMENT_WAITED))
+        tern__stop_at(TERN__STOP_REPAYMENT_WAITED); /* a test holds this thread here */
     for (unsigned i = 1;
          (settled = atomic_load_explicit(&owed->settled, memory_order_acquire)) & REPAYING; i++) {
         /* The repayer may be off its CPU: let it run rather than spin for a time slice. */
@@ -109,10 +111,10 @@ static uint64_t settled_now(struct tern__owed *owed)
  * Repay what owed holds: move `settled` up to what was claimed, marked,
  * give the slots back to the queued word, then clear the mark. Returns
  * how many slots that gave back (0: none owed, or another repaid them).
- * Any thread: the worker at the end of a run, an admission about to
- * refuse (reclaim_owed); each claimed slot is given back once.
+ * Any thread: the worker at the end of a run (worker), an admission
+ * about to refuse (reclaim_owed); each claimed slot is given back once.
  */
-static uint64_t settle(struct tern__owed *owed)
+static uint64_t settle(struct tern__owed *owed, bool worker)
 {
     uint64_t settled = settled_now(owed);
     for (;;) {
@@ -128,6 +130,9 @@ static uint64_t settle(struct tern__owed *owed)
             return 0;
         if (atomic_compare_exchange_weak_explicit(&owed->settled, &settled, settled | REPAYING,
                                                   memory_order_acq_rel, memory_order_acquire)) {
+            /* A test holds the worker here: one relaxed load a run when disarmed. */
+            if (TERN_UNLIKELY(worker && tern__stop_armed(TERN__STOP_WORKER_REPAYING)))
+                tern__stop_at(TERN__STOP_WORKER_REPAYING);
             repay_slots(claimed - settled);
             /* Release: whoever sees the mark gone sees the queued word down. */
             atomic_store_explicit(&owed->settled, claimed, memory_order_release);
@@ -140,7 +145,7 @@ static uint64_t settle(struct tern__owed *owed)
 
 void tern__bounded_repay(struct tern__owed *owed)
 {
-    (void)settle(owed);
+    (void)settle(owed, true);
 }
 
 void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs, unsigned n)
@@ -153,8 +158,10 @@ void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs
 /*
  * Sum (take: and repay) the owed counts of every worker slot the
  * running pool uses (its shape, pool_p.h: none once it is shut down).
+ * A repayment met on its way is waited out, unless `marked` is given:
+ * then it is left out of the sum and *marked set.
  */
-static uint64_t each_owed(bool take)
+static uint64_t each_owed(bool take, bool *marked)
 {
     unsigned fixed, n = tern__runs_in_use(&fixed);
     uint64_t sum = 0;
@@ -162,12 +169,21 @@ static uint64_t each_owed(bool take)
         unsigned slot = tern__worker_slot(i, fixed);
         struct tern__owed *owed = &tern__pool_workers[slot].owed;
         if (take) {
-            sum += settle(owed);
-        } else {
-            /* settled first: it never passes a claimed count read after it (settle) */
-            uint64_t settled = settled_now(owed);
-            sum += atomic_load_explicit(&owed->claimed, memory_order_relaxed) - settled;
+            sum += settle(owed, false);
+            continue;
         }
+        /* settled first: it never passes a claimed count read after it (settle) */
+        uint64_t settled;
+        if (marked == NULL) {
+            settled = settled_now(owed);
+        } else {
+            settled = atomic_load_explicit(&owed->settled, memory_order_acquire);
+            if (settled & REPAYING) {
+                *marked = true;
+                continue;
+            }
+        }
+        sum += atomic_load_explicit(&owed->claimed, memory_order_relaxed) - settled;
     }
     return sum;
 }
@@ -183,7 +199,7 @@ uint64_t tern__bounded_queued(uint64_t *slots)
     uint64_t word = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
     uint64_t owed = 0;
     for (int tries = 0; tries < 4; tries++) {
-        owed = each_owed(false);
+        owed = each_owed(false, NULL);
         uint64_t again = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
         if (again == word)
             break;
@@ -202,7 +218,7 @@ uint64_t tern__bounded_queued(uint64_t *slots)
  */
 static void reclaim_owed(void)
 {
-    (void)each_owed(true);
+    (void)each_owed(true, NULL);
 }
 
 void tern__bounded_wake_one(struct tern__pool *p)
@@ -297,18 +313,25 @@ static unsigned take_slots(struct tern__pool *p, unsigned n, unsigned least, uin
 /*
  * The peak is of `queued` as the statistics give it: the slot word counts
  * the slots workers owe for jobs already running too, so a word above the
- * peak is only a hint, and the figure is read (tern__bounded_queued) before
- * it is kept.
+ * peak is only a hint, and the figure is read (as tern__bounded_queued
+ * reads it) before it is kept. A submission does not wait for a worker's
+ * repayment for a figure: one met on its way, or a word that moved, and
+ * this reading is let go (the peak may miss it, as racing peaks may).
  */
 static void note_peak(uint64_t slots)
 {
     unsigned peak = atomic_load_explicit(&tern__pool_stats.queued_peak, memory_order_relaxed);
     if (tern__slots_queued(slots) <= peak)
         return;
-    uint64_t word;
-    uint64_t q = tern__bounded_queued(&word);
+    uint64_t word = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
+    bool marked = false;
+    uint64_t owed = each_owed(false, &marked);
+    if (marked || atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire) != word)
+        return;
+    unsigned q = tern__slots_queued(word);
+    q = owed >= q ? 0 : q - (unsigned)owed;
     if (q > peak)
-        atomic_store_explicit(&tern__pool_stats.queued_peak, (unsigned)q, memory_order_relaxed);
+        atomic_store_explicit(&tern__pool_stats.queued_peak, q, memory_order_relaxed);
 }
 
 _Atomic uint64_t tern__pool_wake_checks;

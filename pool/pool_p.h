@@ -781,11 +781,17 @@ extern _Atomic unsigned tern__pool_holds;
  *                     not yet taken its job (armed together with
  *                     TERN__HOLDS_STOP, which is how the worker looks);
  *   START_UNPUBLISHED a pool start has its workers running and is not
- *                     yet the running pool (start_lock held).
+ *                     yet the running pool (start_lock held);
+ *   WORKER_REPAYING   a bounded worker has marked its settled count and
+ *                     not yet given the slots back (bounded.c, settle);
+ *   REPAYMENT_WAITED  a thread found such a repayment on its way and has
+ *                     not yet waited it out.
  */
 #define TERN__STOP_POINTS(X) \
     X(WORKER_PAST_GATE)      \
-    X(START_UNPUBLISHED)
+    X(START_UNPUBLISHED)     \
+    X(WORKER_REPAYING)       \
+    X(REPAYMENT_WAITED)
 
 enum tern__stop_point {
 #define TERN__STOP_ENUM(name) TERN__STOP_##name,

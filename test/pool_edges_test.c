@@ -5,7 +5,8 @@
  * records go back after a burst, beyond the few it keeps for reuse.
  *   - a loop that keeps queue_capacity jobs in flight, each done
  *     submitting the next, is never refused (slots a worker is repaying
- *     are free, not full);
+ *     are free, not full: the window's shape, and the repayment's window
+ *     held open with the pool's stop points);
  *   - a batch submitted after a single job in the same callback finds
  *     the room the loop's lane holds as credit;
  *   - queued_peak does not count the slots of running jobs;
@@ -84,6 +85,74 @@ Test(pool_edges, a_window_of_queue_capacity_jobs_is_never_refused)
     tern_pool_stats s = ph_stats();
     cr_assert_eq(s.refused_queue_full, 0u);
     cr_assert_leq(s.queued_peak, (unsigned)CAP);
+    tern_loop_free(loop);
+    cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
+}
+
+/*
+ * The same edge held open: the worker has marked its owed slot as being
+ * repaid and not yet given it back when the loop fills the queue's last
+ * slot and asks for one more. The admission must wait the repayment out
+ * (a helper lets the worker go once the admission is seen waiting), not
+ * refuse for room the queue has.
+ */
+struct repay_helper {
+    atomic_bool main_done;
+    atomic_bool released;
+};
+
+static void *release_when_waited(void *arg)
+{
+    struct repay_helper *h = arg;
+    bool ok;
+    PH_WAIT_UNTIL(ok, tern__test_waiting_repayment_waited() == 1 || atomic_load(&h->main_done));
+    (void)ok;
+    tern__test_release_repaying();
+    tern__test_release_repayment_waited();
+    atomic_store(&h->released, true);
+    return NULL;
+}
+
+Test(pool_edges, an_admission_waits_out_a_repayment_on_its_way)
+{
+    enum { CAP = 4 };
+    tern_pool_config cfg = ph_config(1, CAP, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    tern_loop *loop = new_loop();
+    ph_job jobs[CAP + 1];
+    tern__test_hold_repaying();
+
+    /* The worker runs the first job and stops repaying its slot. */
+    ph_job_init(&jobs[0], NULL);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[0]), 0);
+    bool ok;
+    PH_WAIT_UNTIL(ok, tern__test_waiting_repaying() == 1);
+    cr_assert(ok, "the worker did not reach its repayment");
+
+    /* CAP - 1 more: the queue holds them and the slot on its way back. */
+    for (int i = 1; i < CAP; i++) {
+        ph_job_init(&jobs[i], NULL);
+        cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &jobs[i]), 0, "job %d", i);
+    }
+    struct repay_helper h;
+    atomic_init(&h.main_done, false);
+    atomic_init(&h.released, false);
+    pthread_t helper;
+    cr_assert_eq(pthread_create(&helper, NULL, release_when_waited, &h), 0);
+    ph_job_init(&jobs[CAP], NULL);
+    int rc = ph_submit(loop, TERN_BOUNDED, &jobs[CAP]);
+    bool waited = atomic_load(&h.released);
+    atomic_store(&h.main_done, true);
+    pthread_join(helper, NULL);
+    cr_assert_eq(rc, 0, "refused with %d of %d slots queued and one on its way back", CAP - 1,
+                 CAP);
+    cr_assert(waited, "admitted before the repayment was let go");
+
+    PH_PUMP_UNTIL(ok, loop, ph_done_total(jobs, CAP + 1) == CAP + 1);
+    cr_assert(ok);
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.refused_queue_full, 0u);
+    cr_assert_eq(s.submitted, (uint64_t)CAP + 1);
     tern_loop_free(loop);
     cr_assert_eq(tern_pool_shutdown(TERN_POOL_DRAIN, 10 * PH_SEC), 0);
 }
