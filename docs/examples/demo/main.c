@@ -158,6 +158,8 @@ void server_maybe_done(struct server *srv)
         srv->drain_timer = 0;
     }
     struct app *app = srv->app;
+    /* acq_rel: the last loop to finish sees every other loop's drain done
+     * (each decrement releases it) before it asks the group to shut down. */
     if (atomic_fetch_sub_explicit(&app->loops_draining, 1, memory_order_acq_rel) == 1)
         tern_group_shutdown(app->group);
 }
