@@ -52,10 +52,18 @@ struct counters {
     _Atomic uint64_t hash_never_ran;   /* ... and its work never started (it was queued) */
     _Atomic uint64_t slowloris_closed; /* closed with a request still incomplete after the bound */
     _Atomic uint64_t idle_closed;      /* keep-alive connections closed after the idle bound */
-    _Atomic uint64_t slow_reader_closed; /* answers above the high-water mark past the write bound */
+    _Atomic uint64_t slow_reader_closed; /* owed bytes, none drained for the write bound */
     _Atomic uint64_t too_large;        /* bodies over --max-body-bytes, refused 413 */
     _Atomic uint64_t upgrade_refused;  /* protocol upgrades, refused 501 */
     _Atomic uint64_t block_done;       /* /block jobs that slept their time and were answered */
+    _Atomic uint64_t files_over_budget; /* /files refused 503: the buffer budget was spent */
+    _Atomic uint64_t files_no_fd;      /* /files refused 503: out of descriptors */
+    _Atomic uint64_t framing_refused;  /* requests whose framing was ambiguous, refused 400 */
+    _Atomic uint64_t drain_flushed;    /* connections the drain closed once their bytes were out */
+    /* The demo's own bounded jobs (/hash, /block): queue wait and run time. */
+    _Atomic uint64_t job_wait_ns, job_wait_count, job_run_ns, job_run_count;
+    /* The connection timers that fired: how late, in total. */
+    _Atomic uint64_t timer_lag_ns, timer_fired;
     /* Every -EAGAIN from tern_submit_with, by its cause (tern_loop_last_refusal). */
     _Atomic uint64_t refused[TERN_REFUSED_THREADS + 1];
 };
@@ -75,10 +83,12 @@ struct server {
     unsigned owner_cap;    /* /hash jobs in flight per connection (its owner's cap) */
     uint64_t request_ns;   /* a started request must be complete within this (slowloris) */
     uint64_t idle_ns;      /* a keep-alive connection may wait this long for its next request */
-    uint64_t write_ns;     /* answers may stay above the high-water mark this long */
+    uint64_t write_ns;     /* a client owed bytes may drain none of them for this long */
     uint64_t max_body;     /* a request body over this is refused 413 */
     unsigned long fd_limit; /* RLIMIT_NOFILE's soft limit, as raised at start */
+    size_t file_window;    /* bytes of one /files answer buffered at once */
     bool draining;         /* shutting down: finish in-flight work, accept nothing */
+    bool drained;          /* ... and done: nothing left on this loop */
     _Atomic unsigned conns; /* open connections */
     _Atomic unsigned jobs;  /* pool jobs in flight */
     _Atomic unsigned owners;     /* open owners (one per connection) */
@@ -94,6 +104,7 @@ struct job_base {
     struct conn *conn; /* NULL once the client went away */
     tern_id id;
     bool is_slow;
+    uint64_t submitted_ns; /* clock_ns() at submission: the work times its queue wait */
 };
 
 /*
@@ -147,6 +158,11 @@ struct conn {
     size_t held_path, held_path_len, held_query, held_query_len; /* offsets into url */
     tern_id timer;     /* the idle or request bound, 0 when none runs */
     enum conn_wait waiting;
+    uint64_t timer_due;  /* when the timer should fire (the loop's clock) */
+    uint64_t written;    /* bytes handed to tern_stream_write, in all */
+    uint64_t drained_at_arm; /* bytes drained to the socket when the write bound was armed */
+    size_t crlf_at;      /* index in `in` where a chunk's data ended: CRLF must follow */
+    bool crlf_due;       /* ... and that CRLF is not checked yet */
 };
 
 /* http.c */
@@ -161,12 +177,19 @@ void http_fill(struct conn *c, struct reply *r, int code, const char *type,
                const char *extra_headers, const char *body, size_t body_len);
 /* Write raw bytes (copied) on the connection. */
 void http_write(struct conn *c, const char *data, size_t len);
+/*
+ * Queue len bytes the caller keeps valid until cb runs (tern_stream_write's
+ * contract); counted for the write bound. Returns tern_stream_write's
+ * result; on 1 the connection is backlogged, on < 0 it is closed and cb
+ * never runs.
+ */
+int http_write_owned(struct conn *c, const void *data, size_t len, tern_stream_cb cb, void *arg);
 /* The /slow or /files answer is complete: go on as http_continue does. */
 void http_request_done(struct conn *c);
 /* Something was answered: send what is ready, start a held request, parse on. */
 void http_continue(struct conn *c);
 void http_close(struct conn *c);
-/* Close every idle connection (draining). */
+/* Draining: close every idle connection once the bytes queued on it are out. */
 void http_close_idle(struct server *srv);
 
 /* routes.c */
@@ -181,11 +204,17 @@ int stats_json(struct conn *c, char *buf, size_t cap);
 int metrics_text(struct conn *c, char *buf, size_t cap);
 /* Whether a new pool job would wait longer than the bound: shed it. */
 bool server_over_wait_bound(struct server *srv);
+/* The monotonic clock in ns, on any thread (the jobs time themselves). */
+uint64_t clock_ns(void);
+/* A bounded job of the demo waited wait_ns in the queue and ran run_ns. */
+void job_timed(struct server *srv, uint64_t wait_ns, uint64_t run_ns);
 
 /* files.c */
 /* Serve dir under /files/ (its real path is kept): 0 or a negative errno. */
 int files_init(struct server *srv, const char *dir);
 /* GET /files/<rel>: rel is the raw (percent-encoded) rest of the path. */
+/* The budget's figures for /stats: bytes reserved now, and the budget. */
+void files_budget(const struct server *srv, uint64_t *reserved, uint64_t *budget);
 void route_files(struct conn *c, const char *rel, size_t len);
 
 /* main.c */

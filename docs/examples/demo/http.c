@@ -28,16 +28,28 @@
  * closed when the request bound passes, like one that sends half a
  * request and stops. Either close is counted for /stats.
  *
- * A client that does not read. Answers go to tern_stream_write, which
- * queues them until the socket takes them; past the stream's high-water
- * mark it returns 1. From then until the drain callback the connection is
- * "backlogged": no more of its requests are parsed (so no more answers
- * are made for it), nor is a held request started, and the timer bounds
- * the wait (--write-timeout-ms, WAIT_WRITE); when it passes, the
- * connection is closed and counted (slow_reader_closed). Reading goes on
- * up to IN_MAX, so a hang-up is still noticed. What one such client costs
- * is thus its unparsed input (IN_MAX), one answer past the mark and what
- * was queued before it.
+ * A client that does not read, or reads slowly. Answers go to
+ * tern_stream_write, which queues them until the socket takes them; past
+ * the stream's high-water mark it returns 1. From then until the drain
+ * callback the connection is "backlogged": no more of its requests are
+ * parsed (so no more answers are made for it), nor is a held request
+ * started. Reading goes on up to IN_MAX, so a hang-up is still noticed.
+ * While the connection is backlogged, streams a /files or /slow answer,
+ * or is shutting down with bytes still queued, the write bound
+ * (--write-timeout-ms, WAIT_WRITE) judges progress, not time: each time
+ * it passes, the connection is kept if any byte drained to the socket
+ * since it was armed (or none is queued: the server is the one that is
+ * late), and closed otherwise (slow_reader_closed). So a client that
+ * reads slowly but steadily gets its whole answer, however long it
+ * takes, and one that stops reading is closed between one and two
+ * bounds after its last byte drained.
+ *
+ * Draining (SIGTERM). Idle connections are shut down rather than closed:
+ * the bytes already queued for them go out first (under the write bound
+ * above), then the connection closes. A connection with an answer in
+ * progress (a /files or /slow stream, a /hash owed) finishes it, then
+ * closes the same way. So every request in flight is answered whole
+ * unless its client stops reading, or --drain-timeout-ms passes.
  *
  * Framing. A request whose body is over --max-body-bytes is refused 413
  * as soon as that is known: at the end of its headers for Content-Length,
@@ -46,6 +58,18 @@
  * server speaks no other protocol, and the bytes after such a request are
  * not HTTP, so both refusals close the connection and nothing after them
  * is parsed.
+ *
+ * http-parser is lenient where a proxy in front of the server may not be,
+ * and two parsers that disagree on where a request ends let a client hide
+ * a second request inside the first (request smuggling). So these are
+ * refused 400 and the connection closed, nothing after them answered:
+ *   - a header name with a space in it ("Transfer-Encoding : chunked",
+ *     which http-parser would take as Transfer-Encoding);
+ *   - a chunk whose data is not followed by CRLF (http-parser takes any
+ *     two bytes there); the bytes are checked here, in `in`, where the
+ *     parser pauses at the end of each chunk's data;
+ *   - Transfer-Encoding: chunked in an HTTP/1.0 request, whose framing 1.0 does
+ *     not define (a chunked body there).
  */
 #include <errno.h>
 #include <limits.h>
@@ -87,11 +111,24 @@ static int refuse(http_parser *p, int code)
     return 0;
 }
 
+/* A header name holds token characters only; http-parser lets a space pass. */
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    if (c->refuse == 0 && (memchr(at, ' ', len) != NULL || memchr(at, '\t', len) != NULL))
+        return refuse(p, 400);
+    return 0;
+}
+
 static int on_headers_complete(http_parser *p)
 {
     struct conn *c = p->data;
+    if (c->refuse != 0)
+        return 0; /* paused already: the refusal is answered */
     if ((p->flags & F_UPGRADE) || p->upgrade)
         return refuse(p, 501);
+    if ((p->flags & F_CHUNKED) && p->http_major == 1 && p->http_minor == 0)
+        return refuse(p, 400);
     /* ULLONG_MAX: no Content-Length (a chunked body is checked per chunk). */
     if (p->content_length != ULLONG_MAX && p->content_length > c->srv->max_body)
         return refuse(p, 413);
@@ -104,6 +141,22 @@ static int on_chunk_header(http_parser *p)
     if (p->content_length > c->srv->max_body - c->body_seen)
         return refuse(p, 413);
     c->body_seen += p->content_length;
+    return 0;
+}
+
+/*
+ * A chunk's data ends here (the parser's remaining count is 0): pause, so
+ * that process() checks the two bytes after it are CRLF before going on.
+ * at + len is inside `in`, the buffer being parsed.
+ */
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    if ((p->flags & F_CHUNKED) && p->content_length == 0) {
+        c->crlf_at = (size_t)(at + len - c->in);
+        c->crlf_due = true;
+        http_parser_pause(p, 1);
+    }
     return 0;
 }
 
@@ -132,6 +185,8 @@ static int on_message_complete(http_parser *p)
 static const http_parser_settings settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_body = on_body,
     .on_headers_complete = on_headers_complete,
     .on_chunk_header = on_chunk_header,
     .on_message_complete = on_message_complete,
@@ -152,6 +207,26 @@ static void backlogged(struct conn *c)
     conn_watch(c);
 }
 
+/* Every write of the connection goes here, so the write bound can see progress. */
+static int stream_write(struct conn *c, const void *data, size_t len, tern_stream_cb cb, void *arg)
+{
+    tern_buf b = {(void *)data, len};
+    int rc = tern_stream_write(c->srv->loop, c->id, &b, 1, cb, arg);
+    if (rc >= 0)
+        c->written += len;
+    return rc;
+}
+
+int http_write_owned(struct conn *c, const void *data, size_t len, tern_stream_cb cb, void *arg)
+{
+    int rc = stream_write(c, data, len, cb, arg);
+    if (rc < 0)
+        http_close(c);
+    else if (rc == 1)
+        backlogged(c);
+    return rc;
+}
+
 void http_write(struct conn *c, const char *data, size_t len)
 {
     char *copy = malloc(len);
@@ -160,14 +235,8 @@ void http_write(struct conn *c, const char *data, size_t len)
         return;
     }
     memcpy(copy, data, len);
-    tern_buf b = {copy, len};
-    int rc = tern_stream_write(c->srv->loop, c->id, &b, 1, write_done, copy);
-    if (rc < 0) {
+    if (http_write_owned(c, copy, len, write_done, copy) < 0)
         free(copy);
-        http_close(c);
-    } else if (rc == 1) {
-        backlogged(c);
-    }
 }
 
 static const char *reason(int code)
@@ -215,8 +284,7 @@ static void flush(struct conn *c)
             c->replies_tail = NULL;
         c->nreplies--;
         bool close = r->close;
-        tern_buf b = {r->msg, r->len};
-        int rc = tern_stream_write(c->srv->loop, c->id, &b, 1, write_done, r->msg);
+        int rc = stream_write(c, r->msg, r->len, write_done, r->msg);
         if (rc < 0)
             free(r->msg);
         free(r);
@@ -297,6 +365,10 @@ static void handle(struct conn *c)
         if (c->refuse == 413) {
             srv->n.too_large++;
             http_respond(c, 413, "text/plain", NULL, "body too large\n", 15);
+        } else if (c->refuse == 400) {
+            srv->n.bad_request++;
+            srv->n.framing_refused++;
+            http_respond(c, 400, "text/plain", NULL, "ambiguous framing\n", 18);
         } else {
             srv->n.upgrade_refused++;
             http_respond(c, 501, "text/plain", NULL, "no protocol upgrades\n", 21);
@@ -332,30 +404,64 @@ static void handle(struct conn *c)
                              c->url + c->held_query, c->held_query_len);
 }
 
+/* A request the parser could not take, or whose framing is refused: 400, then close. */
+static void bad_request(struct conn *c, bool framing)
+{
+    c->srv->n.requests++;
+    c->srv->n.bad_request++;
+    if (framing)
+        c->srv->n.framing_refused++;
+    c->keep_alive = false;
+    c->in_request = false;
+    c->crlf_due = false;
+    http_respond(c, 400, "text/plain", NULL, "bad request\n", 12);
+}
+
+/*
+ * The parser paused at the end of a chunk's data: the next two bytes must
+ * be CRLF. Returns 1 when they are (parsing goes on), 0 when they have not
+ * all come yet, -1 when they are something else.
+ */
+static int chunk_crlf(struct conn *c)
+{
+    if (c->in_len - c->crlf_at < 2)
+        return 0;
+    c->crlf_due = false;
+    return c->in[c->crlf_at] == '\r' && c->in[c->crlf_at + 1] == '\n' ? 1 : -1;
+}
+
 /* Parse and answer what is buffered, one request at a time, while allowed. */
 static void process(struct conn *c)
 {
     while (!c->busy && !c->held && !c->closing && !c->shutting && !c->backlogged && c->keep_alive &&
            !c->srv->draining && c->nreplies < PIPELINE_MAX && c->in_off < c->in_len) {
+        if (c->crlf_due) {
+            int ok = chunk_crlf(c);
+            if (ok == 0)
+                break; /* wait for the bytes after the chunk */
+            if (ok < 0) {
+                bad_request(c, true);
+                return;
+            }
+            http_parser_pause(&c->parser, 0);
+        }
         size_t n = http_parser_execute(&c->parser, &settings, c->in + c->in_off,
                                        c->in_len - c->in_off);
         c->in_off += n;
         enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
-        if (err == HPE_PAUSED) {
+        if (err == HPE_PAUSED && c->crlf_due) {
+            continue; /* a chunk's data ended: its CRLF is checked first */
+        } else if (err == HPE_PAUSED) {
             http_parser_pause(&c->parser, 0);
             handle(c);
         } else if (err != HPE_OK) {
-            c->srv->n.requests++;
-            c->srv->n.bad_request++;
-            c->keep_alive = false;
-            c->in_request = false;
-            http_respond(c, 400, "text/plain", NULL, "bad request\n", 12);
+            bad_request(c, false);
             return;
         } else {
             break; /* a partial request: wait for more bytes */
         }
     }
-    if (c->in_off == c->in_len)
+    if (c->in_off == c->in_len && !c->crlf_due)
         c->in_off = c->in_len = 0;
 }
 
@@ -371,8 +477,9 @@ void http_continue(struct conn *c)
         if (c->held) {
             c->held = route_request(c, c->url + c->held_path, c->held_path_len,
                                     c->url + c->held_query, c->held_query_len) == false;
-        } else if (c->srv->draining) {
-            /* Everything owed went out (with keep-alive, before the drain): close. */
+        } else if (c->srv->draining || !c->keep_alive) {
+            /* Everything owed is queued, and it was the last (a stream's
+             * request said close, or the drain began): close once it is out. */
             shut_down(c);
             return;
         }
@@ -426,13 +533,43 @@ void http_request_done(struct conn *c)
         http_continue(c);
 }
 
-/* The idle or request bound passed with nothing owed to the client: close it. */
+/* Bytes handed to the stream that the socket has taken. */
+static uint64_t drained(struct conn *c)
+{
+    size_t queued = 0;
+    (void)tern_stream_write_queue_size(c->srv->loop, c->id, &queued);
+    return c->written - queued;
+}
+
+static int arm(struct conn *c, uint64_t ns);
+
+/*
+ * A bound passed. The idle and request bounds close the connection; the
+ * write bound closes it only if no byte drained since it was armed and
+ * bytes are still queued, and otherwise starts over.
+ */
 static void on_bound(tern_loop *loop, tern_id id, void *arg)
 {
-    (void)loop;
     (void)id;
     struct conn *c = arg;
     c->timer = 0; /* a one-shot timer's id is stale once its callback starts */
+    uint64_t now = tern_loop_now(loop);
+    if (now > c->timer_due)
+        c->srv->n.timer_lag_ns += now - c->timer_due;
+    c->srv->n.timer_fired++;
+    if (c->waiting == WAIT_WRITE) {
+        size_t queued = 0;
+        (void)tern_stream_write_queue_size(loop, c->id, &queued);
+        uint64_t now_drained = c->written - queued;
+        if (queued == 0 || now_drained != c->drained_at_arm) {
+            c->drained_at_arm = now_drained;
+            if (arm(c, c->srv->write_ns) < 0) {
+                c->waiting = WAIT_NONE;
+                http_close(c);
+            }
+            return;
+        }
+    }
     if (c->waiting == WAIT_REQUEST)
         c->srv->n.slowloris_closed++;
     else if (c->waiting == WAIT_WRITE)
@@ -444,17 +581,34 @@ static void on_bound(tern_loop *loop, tern_id id, void *arg)
 }
 
 /*
- * Arm the bound the connection's state calls for, if it changed: none while
- * the server owes an answer, the request bound while a request is
- * incomplete, the idle bound between requests. The timer is unreferenced:
- * it guards the stream, which is what keeps the loop busy.
+ * Start the connection's timer for ns. It is unreferenced: it guards the
+ * stream, which is what keeps the loop busy. 0 or a negative errno.
+ */
+static int arm(struct conn *c, uint64_t ns)
+{
+    tern_loop *loop = c->srv->loop;
+    int rc = tern_timer_start(loop, ns, 0, on_bound, c, &c->timer);
+    if (rc < 0)
+        return rc;
+    c->timer_due = tern_loop_now(loop) + ns;
+    tern_unref(loop, c->timer);
+    return 0;
+}
+
+/*
+ * Arm the bound the connection's state calls for, if it changed: the write
+ * bound while the client holds up bytes owed to it (backlogged), and while
+ * a stream is answered or the last answer drains (the server is owed
+ * progress, which the bound checks); the request bound while a request is
+ * incomplete; the idle bound between requests; none while the server owes
+ * an answer it is still making (a /hash in flight).
  */
 static void conn_watch(struct conn *c)
 {
     enum conn_wait want = WAIT_NONE;
     if (c->closing)
         want = WAIT_NONE;
-    else if (c->backlogged) /* even while shutting: the last answer must drain too */
+    else if (c->backlogged || c->busy || c->shutting)
         want = WAIT_WRITE;
     else if (!c->shutting && !c->busy && !c->held && c->replies == NULL)
         want = c->in_request ? WAIT_REQUEST : WAIT_IDLE;
@@ -471,13 +625,13 @@ static void conn_watch(struct conn *c)
     uint64_t ns = want == WAIT_REQUEST ? c->srv->request_ns
                   : want == WAIT_WRITE ? c->srv->write_ns
                                        : c->srv->idle_ns;
-    if (tern_timer_start(loop, ns, 0, on_bound, c, &c->timer) < 0) {
+    if (want == WAIT_WRITE)
+        c->drained_at_arm = drained(c);
+    if (arm(c, ns) < 0) {
         /* Out of operations or memory: a connection nothing bounds is not kept. */
         c->waiting = WAIT_NONE;
         http_close(c);
-        return;
     }
-    tern_unref(loop, c->timer);
 }
 
 static void on_close(tern_loop *loop, tern_id stream, void *arg)
@@ -534,8 +688,16 @@ void http_close_idle(struct server *srv)
 {
     for (struct conn *c = srv->conn_list, *next; c != NULL; c = next) {
         next = c->next;
-        if (!c->busy && c->replies == NULL)
+        if (c->closing || c->shutting || c->busy || c->replies != NULL || c->held)
+            continue;
+        size_t queued = 0;
+        (void)tern_stream_write_queue_size(srv->loop, c->id, &queued);
+        if (queued == 0) {
             http_close(c);
+        } else {
+            srv->n.drain_flushed++;
+            shut_down(c); /* the answers queued go out first, under the write bound */
+        }
     }
 }
 
@@ -549,7 +711,7 @@ static void on_drain(tern_loop *loop, tern_id stream, void *arg)
     if (c->closing)
         return;
     if (c->shutting)
-        conn_watch(c); /* the write bound no longer applies */
+        conn_watch(c);
     else
         http_continue(c);
 }

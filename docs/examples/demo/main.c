@@ -8,14 +8,16 @@
  *             [--idle-timeout-ms 30000] [--write-timeout-ms 10000]
  *             [--max-body-bytes 65536] [--drain-timeout-ms 30000]
  *             [--stall-ms 1000] [--overflow-max 4] [--overflow-idle-ms 5000]
+ *             [--file-window-bytes 65536] [--file-budget-bytes 67108864]
  *
  * It serves on a loop group: --loops loops (default: one per CPU), each on
  * its own thread with its own listener on the shared port (SO_REUSEPORT),
  * all sharing one pool. SIGHUP swaps the shedding bound between
  * --shed-wait-ms and --hup-shed-wait-ms (default: half of it) on every
  * loop at once, in exclusive mode. On SIGINT or SIGTERM it stops
- * accepting, closes idle keep-alive connections, lets every request in
- * flight finish (a /slow stream runs to its end), prints its final
+ * accepting, closes idle keep-alive connections once the bytes queued for
+ * them are out, lets every request in flight finish (a /slow stream or a
+ * /files download runs to its end), prints its final
  * statistics and exits 0. A drain that outlives --drain-timeout-ms, or a
  * second signal, ends the process at once with status 3 (EXIT_ABANDONED),
  * after saying what it abandoned (connections, jobs) and printing the
@@ -33,8 +35,16 @@
  * cap); a request beyond that is answered 503 at once. A connection whose
  * request is still incomplete --request-timeout-ms after it began (with
  * nothing owed to it) is closed, and so is a keep-alive connection idle
- * for --idle-timeout-ms, and one whose answers stay above the stream's
- * high-water mark for --write-timeout-ms (a client that does not read).
+ * for --idle-timeout-ms, and one owed bytes of which none drained to the
+ * socket for --write-timeout-ms (a client that does not read; one that
+ * reads slowly but steadily is never cut). The drain after SIGTERM is
+ * bounded the same way for each connection, and by --drain-timeout-ms in
+ * all.
+ *
+ * /files answers are streamed (files.c): each holds at most
+ * --file-window-bytes in buffers, and all of them together reserve at
+ * most --file-budget-bytes; a download the budget cannot cover, or one
+ * asked for when no descriptor is left, is answered 503 with Retry-After.
  * A request body over --max-body-bytes is refused 413 as soon as its
  * length (or a chunk's) is known; a request to upgrade the protocol is
  * refused 501; both close the connection.
@@ -74,7 +84,7 @@ static void usage(const char *argv0)
             "          [--files DIR] [--owner-cap N] [--request-timeout-ms N]\n"
             "          [--idle-timeout-ms N] [--write-timeout-ms N] [--max-body-bytes N]\n"
             "          [--drain-timeout-ms N] [--stall-ms N] [--overflow-max N]\n"
-            "          [--overflow-idle-ms N]\n",
+            "          [--overflow-idle-ms N] [--file-window-bytes N] [--file-budget-bytes N]\n",
             argv0);
     exit(2);
 }
@@ -133,32 +143,51 @@ static void drain_limit(tern_loop *loop, tern_id id, void *arg)
 
 /*
  * Draining on a loop ends when its last connection has closed and its last
- * job has completed; the loop then has nothing live, and once every loop
- * is in that state the group's shutdown moves on to destroy them. The
- * drain-limit timer is unreferenced (it keeps nothing alive) but is
- * stopped here so it cannot fire in the meantime.
+ * job has completed. The drain runs while the group still holds every loop
+ * open, as in ordinary running: only once the last loop has drained does
+ * it ask the group to shut down, which then finds nothing live. The
+ * drain-limit timer is stopped here so it cannot fire in the meantime.
  */
 void server_maybe_done(struct server *srv)
 {
-    if (!srv->draining || srv->conns > 0 || srv->jobs > 0)
+    if (!srv->draining || srv->drained || srv->conns > 0 || srv->jobs > 0)
         return;
+    srv->drained = true;
     if (srv->drain_timer != 0) {
         tern_timer_stop(srv->loop, srv->drain_timer);
         srv->drain_timer = 0;
     }
+    struct app *app = srv->app;
+    /* acq_rel: the last loop to finish sees every other loop's drain done
+     * (each decrement releases it) before it asks the group to shut down. */
+    if (atomic_fetch_sub_explicit(&app->loops_draining, 1, memory_order_acq_rel) == 1)
+        tern_group_shutdown(app->group);
 }
 
-/* A teardown callback: runs on each loop, as ordinary work, at shutdown. */
-static void server_teardown(tern_loop *loop, void *arg)
+/*
+ * On each loop, posted there by the first SIGINT or SIGTERM: stop
+ * accepting, close the idle connections once their bytes are out, let
+ * the rest finish, and bound the whole with --drain-timeout-ms.
+ */
+static void server_drain(tern_loop *loop, void *arg)
 {
     struct server *srv = arg;
+    if (srv->draining)
+        return;
     srv->draining = true;
-    tern_stream_close(loop, srv->listener);
+    if (srv->listener != 0)
+        tern_stream_close(loop, srv->listener);
     srv->listener = 0;
     http_close_idle(srv);
     if (tern_timer_start(loop, srv->app->drain_ns, 0, drain_limit, srv, &srv->drain_timer) == 0)
         tern_unref(loop, srv->drain_timer);
     server_maybe_done(srv);
+}
+
+/* A teardown callback: the group shuts down, drained or (setup failed) not. */
+static void server_teardown(tern_loop *loop, void *arg)
+{
+    server_drain(loop, arg);
 }
 
 /*
@@ -218,7 +247,12 @@ static void on_signal(tern_loop *loop, tern_id id, int signo, void *arg)
         pthread_detach(waiter);
     /* SIGHUP's watcher stays but no longer keeps loop 0 alive. */
     tern_unref(loop, app->sighup);
-    tern_group_shutdown(app->group);
+    /* Every loop drains first; the last to finish shuts the group down. */
+    for (unsigned i = 0; i < app->nloops; i++)
+        if (tern_post(app->servers[i].loop, server_drain, &app->servers[i]) < 0) {
+            tern_group_shutdown(app->group); /* its teardown drains it instead */
+            return;
+        }
 }
 
 /*
@@ -311,6 +345,7 @@ int main(int argc, char **argv)
     const char *files_dir = NULL;
     unsigned long owner_cap = 4, request_ms = 10000, idle_ms = 30000, write_ms = 10000;
     unsigned long drain_ms = 30000, max_body = 65536;
+    unsigned long file_window = 64 * 1024, file_budget = 64ul * 1024 * 1024;
     tern_pool_watch watch;
     tern_pool_watch_init(&watch);
     unsigned long stall_ms = (unsigned long)(watch.stall_ns / 1000000);
@@ -361,6 +396,10 @@ int main(int argc, char **argv)
             overflow_max = number(v, argv[0]);
         else if (strcmp(a, "--overflow-idle-ms") == 0)
             overflow_idle_ms = number(v, argv[0]);
+        else if (strcmp(a, "--file-window-bytes") == 0)
+            file_window = number(v, argv[0]);
+        else if (strcmp(a, "--file-budget-bytes") == 0)
+            file_budget = number(v, argv[0]);
         else
             usage(argv[0]);
     }
@@ -369,6 +408,10 @@ int main(int argc, char **argv)
         request_ms > 86400000 || idle_ms < 1 || idle_ms > 86400000 || write_ms < 1 ||
         write_ms > 86400000 || drain_ms < 1 || drain_ms > 86400000 || stall_ms > 86400000 ||
         overflow_max > 64 || overflow_idle_ms < 1 || overflow_idle_ms > 86400000)
+        usage(argv[0]);
+    /* A window holds two chunks of at least 4 KiB; the budget at least one window. */
+    if (file_window < 8192 || file_window > (64ul << 20) || file_budget < file_window ||
+        file_budget > (1ul << 40))
         usage(argv[0]);
     /* Process-wide, and in force before the pool starts with the group. */
     watch.stall_ns = (uint64_t)stall_ms * 1000 * 1000;
@@ -397,7 +440,8 @@ int main(int argc, char **argv)
 
     struct app app = {.shed_wait_ns = {shed_ms * 1000 * 1000,
                                        (hup_given ? hup_ms : shed_ms / 2) * 1000 * 1000},
-                      .drain_ns = drain_ms * 1000 * 1000};
+                      .drain_ns = drain_ms * 1000 * 1000,
+                      .file_budget = file_budget};
     /* --files: one real path, shared by every loop's server. */
     struct server files = {0};
     int files_rc = files_dir != NULL ? files_init(&files, files_dir) : 0;
@@ -419,6 +463,7 @@ int main(int argc, char **argv)
         return 1;
     }
     app.nloops = tern_group_size(app.group);
+    atomic_init(&app.loops_draining, app.nloops);
     app.servers = calloc(app.nloops, sizeof(*app.servers));
     if (app.servers == NULL) {
         tern_group_free(app.group);
@@ -449,6 +494,7 @@ int main(int argc, char **argv)
                                .write_ns = write_ms * 1000 * 1000,
                                .max_body = max_body,
                                .fd_limit = fd_limit,
+                               .file_window = file_window,
                                .files_root = files.files_root};
         rc = tern_tcp_listen(srv->loop, host, shared_port, TERN_TCP_BACKLOG_DEFAULT,
                              TERN_TCP_REUSEPORT, http_accept, srv, &srv->listener);
@@ -471,11 +517,13 @@ int main(int argc, char **argv)
     printf("tern-demo listening on http://%s:%u (%u loops; pool: %u threads, queue %u; shed "
            "above %lu ms queue-wait p99, %lu ms after SIGHUP; %lu hashes in flight per "
            "connection; requests complete within %lu ms, idle %lu ms; descriptors %lu; "
-           "watchdog: stall %llu ms, %u overflow workers, idle %llu ms; pid %ld)\n",
+           "watchdog: stall %llu ms, %u overflow workers, idle %llu ms; files: window %lu "
+           "bytes, budget %lu bytes; pid %ld)\n",
            host, shared_port, app.nloops, pool.threads, pool.queue_capacity, shed_ms,
            (unsigned long)(app.shed_wait_ns[1] / 1000000), owner_cap, request_ms, idle_ms,
            fd_limit, (unsigned long long)(watch.stall_ns / 1000000), watch.overflow_max,
-           (unsigned long long)(watch.overflow_idle_ns / 1000000), (long)getpid());
+           (unsigned long long)(watch.overflow_idle_ns / 1000000), file_window, file_budget,
+           (long)getpid());
     fflush(stdout);
 
     tern_group_wait(app.group); /* until the shutdown has run its course */

@@ -9,6 +9,17 @@
  * once; counters end in _total, times are in seconds, percentiles are
  * summaries with a quantile label. Any thread may read tern_*_stats, so
  * the loop answering reads every loop's figures without asking them.
+ *
+ * Each summary has a _sum and a _count, so that a mean can be taken and
+ * instances added up, and its maximum is a gauge of its own (*_max_seconds).
+ * tern's statistics give percentiles (a sample of recent jobs for the
+ * pool, every deadline for a loop) and a loop's deadline count and
+ * maximum lateness, but no sum of any of them. So the sums and counts
+ * are the demo's own exact record of what it can time itself: the queue
+ * wait and run time of its bounded jobs (/hash and /block), timed on the
+ * worker, and the lateness of its connection timers (the idle, request
+ * and write bounds). The HELP lines say which population each part
+ * covers; the loop's own deadline count is tern_loop_deadlines_total.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -91,22 +102,35 @@ static int loops_part(struct out *o, const struct app *app)
              "The most pool results ever undelivered at once.", "%u", s_->undelivered_peak);
 
     family(o, "tern_loop_lag_seconds", "summary",
-           "How late deadlines (timers and internal ones) fired, since the loop was made.");
+           "How late deadlines fired: quantiles over every deadline (timers and internal "
+           "ones) since the loop was made; _sum and _count over the demo's connection timers "
+           "that fired.");
     for (unsigned i = 0; i < n; i++) {
+        const struct counters *k = &app->servers[i].n;
         put(o, "tern_loop_lag_seconds{loop=\"%u\",quantile=\"0.5\"} %.9f\n", i,
             seconds(st[i].lag_p50_ns));
         put(o, "tern_loop_lag_seconds{loop=\"%u\",quantile=\"0.99\"} %.9f\n", i,
             seconds(st[i].lag_p99_ns));
-        put(o, "tern_loop_lag_seconds{loop=\"%u\",quantile=\"1\"} %.9f\n", i,
-            seconds(st[i].lag_max_ns));
-        put(o, "tern_loop_lag_seconds_count{loop=\"%u\"} %" PRIu64 "\n", i, st[i].lag_count);
+        put(o, "tern_loop_lag_seconds_sum{loop=\"%u\"} %.9f\n", i,
+            seconds(atomic_load_explicit(&k->timer_lag_ns, memory_order_relaxed)));
+        put(o, "tern_loop_lag_seconds_count{loop=\"%u\"} %" PRIu64 "\n", i,
+            atomic_load_explicit(&k->timer_fired, memory_order_relaxed));
     }
+    PER_LOOP(o, st, n, "tern_loop_lag_max_seconds", "gauge",
+             "The latest any deadline of the loop fired, since it was made.", "%.9f",
+             seconds(s_->lag_max_ns));
+    PER_LOOP(o, st, n, "tern_loop_deadlines_total", "counter",
+             "Deadlines the loop fired (timers and internal ones).", "%" PRIu64, s_->lag_count);
     free(st);
     return 0;
 }
 
-static void pool_part(struct out *o)
+static void pool_part(struct out *o, const struct server *srv)
 {
+    const struct app *app = srv->app;
+    struct counters t;
+    struct gauges g;
+    app_totals(srv, &t, &g);
     tern_pool_stats p;
     tern_pool_stats_get(&p);
     struct {
@@ -154,12 +178,27 @@ static void pool_part(struct out *o)
 #undef REFUSAL_SAMPLE
 
     family(o, "tern_pool_queue_wait_seconds", "summary",
-           "How long recent bounded jobs waited in the queue.");
+           "How long bounded jobs waited in the queue: quantiles over the pool's recent jobs; "
+           "_sum and _count over every /hash and /block job the demo ran.");
     put(o, "tern_pool_queue_wait_seconds{quantile=\"0.5\"} %.9f\n", seconds(p.wait_p50_ns));
     put(o, "tern_pool_queue_wait_seconds{quantile=\"0.99\"} %.9f\n", seconds(p.wait_p99_ns));
-    family(o, "tern_pool_run_seconds", "summary", "How long recent jobs ran on a worker.");
+    put(o, "tern_pool_queue_wait_seconds_sum %.9f\n", seconds(t.job_wait_ns));
+    put(o, "tern_pool_queue_wait_seconds_count %" PRIu64 "\n", t.job_wait_count);
+    family(o, "tern_pool_queue_wait_max_seconds", "gauge",
+           "The longest any /hash or /block job of the demo waited in the queue.");
+    put(o, "tern_pool_queue_wait_max_seconds %.9f\n",
+        seconds(atomic_load_explicit(&app->job_wait_max_ns, memory_order_relaxed)));
+    family(o, "tern_pool_run_seconds", "summary",
+           "How long jobs ran on a worker: quantiles over the pool's recent jobs; _sum and "
+           "_count over every /hash and /block job the demo ran.");
     put(o, "tern_pool_run_seconds{quantile=\"0.5\"} %.9f\n", seconds(p.run_p50_ns));
     put(o, "tern_pool_run_seconds{quantile=\"0.99\"} %.9f\n", seconds(p.run_p99_ns));
+    put(o, "tern_pool_run_seconds_sum %.9f\n", seconds(t.job_run_ns));
+    put(o, "tern_pool_run_seconds_count %" PRIu64 "\n", t.job_run_count);
+    family(o, "tern_pool_run_max_seconds", "gauge",
+           "The longest any /hash or /block job of the demo ran.");
+    put(o, "tern_pool_run_max_seconds %.9f\n",
+        seconds(atomic_load_explicit(&app->job_run_max_ns, memory_order_relaxed)));
 }
 
 static void server_part(struct out *o, const struct server *srv)
@@ -192,6 +231,21 @@ static void server_part(struct out *o, const struct server *srv)
     put(o, "tern_demo_shed_total{reason=\"refused\"} %" PRIu64 "\n", t.shed_refused);
     put(o, "tern_demo_shed_total{reason=\"wait\"} %" PRIu64 "\n", t.shed_wait);
     put(o, "tern_demo_shed_total{reason=\"long\"} %" PRIu64 "\n", t.shed_long);
+    uint64_t reserved, budget;
+    files_budget(srv, &reserved, &budget);
+    family(o, "tern_demo_file_reserved_bytes", "gauge",
+           "Buffer bytes reserved by /files answers in flight (a window each).");
+    put(o, "tern_demo_file_reserved_bytes %" PRIu64 "\n", reserved);
+    family(o, "tern_demo_file_budget_bytes", "gauge",
+           "The most buffer bytes /files answers may reserve, every loop's together.");
+    put(o, "tern_demo_file_budget_bytes %" PRIu64 "\n", budget);
+    family(o, "tern_demo_files_refused_total", "counter",
+           "/files requests answered 503 with Retry-After, by reason.");
+    put(o, "tern_demo_files_refused_total{reason=\"budget\"} %" PRIu64 "\n", t.files_over_budget);
+    put(o, "tern_demo_files_refused_total{reason=\"descriptors\"} %" PRIu64 "\n", t.files_no_fd);
+    family(o, "tern_demo_framing_refused_total", "counter",
+           "Requests refused 400 for ambiguous framing, their connection closed.");
+    put(o, "tern_demo_framing_refused_total %" PRIu64 "\n", t.framing_refused);
     family(o, "tern_demo_refusals_total", "counter",
            "The demo's own submissions refused, by cause (its share of the pool's).");
     for (unsigned k = 1; k < sizeof(t.refused) / sizeof(t.refused[0]); k++)
@@ -205,7 +259,7 @@ int metrics_text(struct conn *c, char *buf, size_t cap)
     struct out o = {.buf = buf, .cap = cap, .len = 0};
     if (loops_part(&o, c->srv->app) < 0)
         return -1;
-    pool_part(&o);
+    pool_part(&o, c->srv);
     server_part(&o, c->srv);
     /* A cut exposition would parse as a wrong one: say it did not fit. */
     return o.len < cap ? (int)o.len : -1;

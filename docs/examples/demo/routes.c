@@ -48,6 +48,7 @@
 #include <openssl/evp.h>
 
 #include "demo.h"
+#include "loops.h"
 
 /* The longest a /block job may block its worker: 10 s. */
 #define BLOCK_MAX_MS 10000
@@ -62,6 +63,37 @@
     "<li><a href=\"/metrics\">/metrics</a> the same for Prometheus</li>\n"         \
     "<li>/files/PATH a file from the --files directory</li>\n"                   \
     "</ul>\n</body></html>\n"
+
+uint64_t clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Raise *max to v (any thread). */
+static void raise_max(_Atomic uint64_t *max, uint64_t v)
+{
+    uint64_t cur = atomic_load_explicit(max, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(max, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+/*
+ * On the worker: the demo's own record of a bounded job's queue wait and
+ * run time, exact for every job it ran (the pool's figures are sampled
+ * percentiles over recent jobs, with no sum).
+ */
+void job_timed(struct server *srv, uint64_t wait_ns, uint64_t run_ns)
+{
+    atomic_fetch_add_explicit(&srv->n.job_wait_ns, wait_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->n.job_wait_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->n.job_run_ns, run_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->n.job_run_count, 1, memory_order_relaxed);
+    raise_max(&srv->app->job_wait_max_ns, wait_ns);
+    raise_max(&srv->app->job_run_max_ns, run_ns);
+}
 
 /* The value of name in a query string, as an unsigned number. */
 static bool query_uint(const char *q, size_t len, const char *name, unsigned long *out)
@@ -138,9 +170,11 @@ static void *hash_work(tern_job *job, void *arg)
     (void)job;
     struct hash_job *h = arg;
     h->ran = true;
+    uint64_t start = clock_ns();
     static const unsigned char salt[] = "tern-demo-salt";
     h->ok = PKCS5_PBKDF2_HMAC("tern", 4, salt, sizeof(salt) - 1, (int)h->rounds, EVP_sha256(),
                               (int)sizeof(h->digest), h->digest);
+    job_timed(h->base.srv, start - h->base.submitted_ns, clock_ns() - start);
     return h;
 }
 
@@ -211,6 +245,7 @@ static void route_hash(struct conn *c, const char *q, size_t qlen)
     tern_job_options opts;
     tern_job_options_init(&opts);
     opts.owner = c->owner;
+    h->base.submitted_ns = clock_ns();
     int rc = tern_submit_with(srv->loop, TERN_BOUNDED, hash_work, hash_done, h, &opts,
                               &h->base.id);
     if (rc < 0) {
@@ -239,6 +274,7 @@ struct block_job {
 static void *block_work(tern_job *job, void *arg)
 {
     struct block_job *b = arg;
+    uint64_t start = clock_ns();
     /* Blocked, as far as the pool can tell, for the whole time; the sleep
      * is cut in slices only so that a closed connection frees the worker. */
     for (unsigned left = b->ms; left > 0 && !tern_job_cancelled(job);) {
@@ -246,6 +282,7 @@ static void *block_work(tern_job *job, void *arg)
         nanosleep(&(struct timespec){0, (long)slice * 1000 * 1000}, NULL);
         left -= slice;
     }
+    job_timed(b->base.srv, start - b->base.submitted_ns, clock_ns() - start);
     return b;
 }
 
@@ -305,6 +342,7 @@ static void route_block(struct conn *c, const char *q, size_t qlen)
     tern_job_options opts;
     tern_job_options_init(&opts);
     opts.owner = c->owner;
+    b->base.submitted_ns = clock_ns();
     int rc = tern_submit_with(srv->loop, TERN_BOUNDED, block_work, block_done, b, &opts,
                               &b->base.id);
     if (rc < 0) {
@@ -472,6 +510,8 @@ int stats_json(struct conn *c, char *buf, size_t cap)
     app_loops_json(srv, loops, sizeof(loops));
     app_refusals_json(n, refusals, sizeof(refusals));
     /* The asking connection's own owner: what tern_owner_stats_get says of it. */
+    uint64_t file_reserved, file_budget;
+    files_budget(srv, &file_reserved, &file_budget);
     tern_owner_stats mine = {0};
     tern_owner_stats_get(srv->loop, c->owner, &mine);
     return snprintf(
@@ -489,7 +529,10 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         ",\"idle_closed\":%" PRIu64 ",\"request_timeout_ms\":%" PRIu64
         ",\"idle_timeout_ms\":%" PRIu64 ",\"slow_reader_closed\":%" PRIu64
         ",\"too_large\":%" PRIu64 ",\"upgrade_refused\":%" PRIu64 ",\"fd_limit\":%lu"
-        ",\"block_done\":%" PRIu64 "},\n"
+        ",\"block_done\":%" PRIu64 ",\"write_timeout_ms\":%" PRIu64
+        ",\"file_window\":%zu,\"file_budget\":%" PRIu64 ",\"file_reserved\":%" PRIu64
+        ",\"files_over_budget\":%" PRIu64 ",\"files_no_fd\":%" PRIu64
+        ",\"framing_refused\":%" PRIu64 ",\"drain_flushed\":%" PRIu64 "},\n"
         " \"refusals\":%s,\n"
         " \"connection_owner\":{\"cap\":%u,\"in_flight\":%u,\"jobs_accepted\":%" PRIu64
         ",\"jobs_refused\":%" PRIu64 "},\n"
@@ -511,7 +554,9 @@ int stats_json(struct conn *c, char *buf, size_t cap)
         srv->shed_wait_ns / 1000000, srv->owner_cap, g.owners, g.owner_jobs,
         n->slowloris_closed, n->idle_closed, srv->request_ns / 1000000, srv->idle_ns / 1000000,
         n->slow_reader_closed, n->too_large, n->upgrade_refused, srv->fd_limit, n->block_done,
-        refusals, mine.cap, mine.in_flight,
+        srv->write_ns / 1000000, srv->file_window, file_budget, file_reserved,
+        n->files_over_budget, n->files_no_fd, n->framing_refused, n->drain_flushed, refusals,
+        mine.cap, mine.in_flight,
         mine.accepted, mine.refused, loops, p.threads, p.busy, p.queued, p.queued_peak,
         p.reserved, p.long_threads, p.long_busy, p.submitted, p.completed, p.cancelled,
         p.refused_queue_full, p.refused_long_ceiling, p.wait_p50_ns, p.wait_p99_ns, p.run_p50_ns,
