@@ -87,8 +87,8 @@ CHILD_CODE static void child_default_signals(void)
 {
     /* Zero is SIG_DFL with no flags and an empty mask in every layout. */
     unsigned long dfl[8] = {0};
-    for (int sig = 1; sig < NSIG; sig++)
-        (void)child_call(SYS_rt_sigaction, sig, dfl, NULL, SIGSET_BYTES); /* EINVAL for KILL, STOP */
+    for (int sig = 1; sig < NSIG; sig++) /* EINVAL for KILL, STOP: they keep theirs */
+        (void)child_call(SYS_rt_sigaction, sig, dfl, NULL, SIGSET_BYTES);
 }
 
 CHILD_CODE static void child_open_mask(void)
@@ -134,7 +134,8 @@ CHILD_CODE static void close_from(int lowest, int keep, int max_fd)
     if (keep < lowest) {
         if (syscall(SYS_close_range, (unsigned)lowest, ~0u, 0u) == 0)
             return;
-    } else if ((keep == lowest || syscall(SYS_close_range, (unsigned)lowest, (unsigned)keep - 1, 0u) == 0) &&
+    } else if ((keep == lowest ||
+                syscall(SYS_close_range, (unsigned)lowest, (unsigned)keep - 1, 0u) == 0) &&
                syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0) {
         return;
     }
