@@ -112,8 +112,8 @@ if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-bac
     fi
 fi
 
-# Files under runtime/ allowed to name TERN_HAVE_* for now, each with its
-# reason. The list only shrinks.
+# Files under runtime/ allowed to name TERN_HAVE_*, each with its reason.
+# The list only shrinks.
 #   runtime/net/udp.c, udp_send.c: batched datagram calls (recvmmsg and
 #   sendmmsg) are chosen in place; they move behind the platform file
 #   with the rest of the UDP path's system calls.
