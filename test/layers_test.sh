@@ -19,7 +19,7 @@
 #
 # The OS seam (docs/design.md, "The OS seam"): questions about the
 # operating system are asked in backends/ and answered there, so no file
-# under runtime/ may name a TERN_HAVE_* build check. The check is first
+# under runtime/ or pool/ may name a TERN_HAVE_* build check. The check is first
 # seen failing on a tree with one planted, then run on this one.
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -119,11 +119,12 @@ fi
 #   with the rest of the UDP path's system calls.
 os_exceptions="runtime/net/udp.c runtime/net/udp_send.c"
 
-# os_questions DIR: print each file under DIR/runtime that names a
-# TERN_HAVE_* check and is not an exception; false when there is one.
+# os_questions DIR: print each file under DIR/runtime and DIR/pool that
+# names a TERN_HAVE_* check and is not an exception; false when there is one.
 os_questions() {
     local found
-    found=$(cd "$1" && grep -rlE 'TERN_HAVE_[A-Z0-9_]*' runtime --include='*.[ch]' | sort |
+    found=$(cd "$1" && grep -rlE 'TERN_HAVE_[A-Z0-9_]*' runtime pool --include='*.[ch]' 2>/dev/null |
+        sort |
         while IFS= read -r f; do
             case " $os_exceptions " in *" $f "*) ;; *) echo "$f" ;; esac
         done)
@@ -147,7 +148,7 @@ fi
 if out=$(os_questions "$root"); then
     passed=$((passed + 1))
 else
-    echo "FAIL: runtime/ asks which OS it runs on (TERN_HAVE_*; ask backends/ instead):" $out
+    echo "FAIL: asks which OS it runs on (TERN_HAVE_*; ask backends/ instead):" $out
     failed=$((failed + 1))
 fi
 
