@@ -17,6 +17,9 @@
 #ifdef TERN_HAVE_EVENTFD
 #include <sys/eventfd.h>
 #endif
+#ifdef TERN_HAVE_PIDFD
+#include <sys/syscall.h>
+#endif
 #ifdef TERN_HAVE_SIGNALFD
 #include <sys/signalfd.h>
 #endif
@@ -26,6 +29,7 @@
 
 #include "fault.h"
 #include "platform.h"
+#include "watch_ops.h"
 
 /* ------------------------------------------------------------------ */
 /* Descriptors                                                         */
@@ -492,4 +496,62 @@ void tern__sigsource_close(struct tern__sigsource *s)
      * a loop freed from another thread leaves that thread's mask alone. */
     if (s->mask_changed && pthread_equal(s->owner, pthread_self()))
         set_mask(SIG_UNBLOCK, s->signo);
+}
+
+/* ------------------------------------------------------------------ */
+/* Child processes                                                     */
+/* ------------------------------------------------------------------ */
+
+int tern__pidfd_open(pid_t pid)
+{
+#ifdef TERN_HAVE_PIDFD
+    int rc = tern__fd_fault();
+    if (rc < 0)
+        return rc;
+    long fd = syscall(SYS_pidfd_open, pid, 0u);
+    if (fd < 0)
+        return -errno;
+    rc = tern__fd_nonblock_cloexec((int)fd); /* pidfds are close-on-exec already */
+    if (rc < 0) {
+        close((int)fd);
+        return rc;
+    }
+    return (int)fd;
+#else
+    (void)pid;
+    return -ENOSYS;
+#endif
+}
+
+int tern__pidfd_probe(void)
+{
+#ifdef TERN_HAVE_PIDFD
+    long fd = syscall(SYS_pidfd_open, getpid(), 0u);
+    int w = fd >= 0 ? 1 : errno == ENOSYS || errno == EPERM ? -1 : 0;
+    if (fd >= 0)
+        close((int)fd);
+    return w;
+#else
+    return -1;
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* File watching                                                       */
+/* ------------------------------------------------------------------ */
+
+const struct tern__watch_ops *tern__watch_choose(bool backend_vnode)
+{
+    /*
+     * The backend's filter first, also where inotify is built too
+     * (libkqueue on Linux), so the kqueue conformance suite runs the code
+     * the BSDs and macOS run.
+     */
+    if (backend_vnode)
+        return &tern__watch_vnode;
+#ifdef TERN_HAVE_INOTIFY
+    return &tern__watch_inotify;
+#else
+    return &tern__watch_stat;
+#endif
 }

@@ -1,13 +1,17 @@
 /*
- * The platform file: everything outside backends/ that differs between
- * Linux, the BSDs and macOS goes through here, so the rest of tern is
- * POSIX. Each facility has a fast path chosen at build time (a
- * TERN_HAVE_* define from meson.build) and a portable fallback;
- * -Dportable=true builds the fallbacks only, so Linux CI runs them.
- *
- * Every function returns 0 or a negative errno unless it says otherwise,
- * and every descriptor it creates is close-on-exec; the ones a loop
- * waits on are non-blocking too.
+ * The platform file: with the rest of backends/ (the pollers, backend.h;
+ * file watching, watch_ops.h; the child launcher, child_launch.h; clocks
+ * and the fault seam) it is tern's one seam with the operating system.
+ * Every question about the system is asked and answered on this side: a
+ * TERN_HAVE_* define from meson.build picks a fast path, a POSIX fallback
+ * stands beside it, and -Dportable=true builds the fallbacks only, so
+ * Linux CI runs them. runtime/ asks the seam, never which system it is on
+ * (test/layers_test.sh fails on a TERN_HAVE_* there). Every call returns 0
+ * or a negative errno unless it says otherwise and leaves nothing open
+ * when it fails; every descriptor it hands out is close-on-exec, passed
+ * the fault seam (tern__fd_fault) first, and is non-blocking if a loop
+ * waits on it; any thread may call it unless it names one. A new platform
+ * provides all of it: docs/design.md, "The OS seam", is the list.
  */
 #ifndef TERN_PLATFORM_H
 #define TERN_PLATFORM_H
@@ -17,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* ------------------------------------------------------------------ */
@@ -213,5 +218,43 @@ void tern__sigsource_close(struct tern__sigsource *s);
 
 /* The kind tern__sigsource_open picks (for tests and docs). */
 enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend);
+
+/* ------------------------------------------------------------------ */
+/* Child processes                                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Launching is child_launch.h's (tern__launch). Learning of an exit:
+ *
+ * tern__pidfd_open: a descriptor for child pid that turns readable once
+ * the child ends (Linux's pidfd), non-blocking and close-on-exec. It names
+ * that child alone and does not reap it.
+ * Returns: the descriptor, or a negative errno: -ENOSYS where the build has
+ * no pidfds (and in portable builds), -EMFILE (also from the fault seam),
+ * -ESRCH... Threads: any.
+ */
+int tern__pidfd_open(pid_t pid);
+
+/*
+ * tern__pidfd_probe: whether tern__pidfd_open works on this system, asked
+ * of the kernel once for the calling process and never through the fault
+ * seam (a test's injection must not decide it). Returns 1: it works; -1:
+ * it never will here (not built, or the kernel refuses it); 0: cannot tell
+ * now (out of descriptors): ask again later. Threads: any.
+ */
+int tern__pidfd_probe(void);
+
+/* ------------------------------------------------------------------ */
+/* File watching                                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * tern__watch_choose: the mechanism a loop's file watches use
+ * (watch_ops.h): the backend's file-change filter when backend_vnode (its
+ * ops->vnode) says it has one, else inotify where the build has it, else
+ * stat polling. Never NULL. Threads: any.
+ */
+struct tern__watch_ops;
+const struct tern__watch_ops *tern__watch_choose(bool backend_vnode);
 
 #endif

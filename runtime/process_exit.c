@@ -1,7 +1,7 @@
 /*
  * How a loop learns that one of its children ended.
  *
- * A pidfd (Linux 5.3 and later, TERN_HAVE_PIDFD): pidfd_open gives a
+ * A pidfd (Linux 5.3 and later; the platform's tern__pidfd_open): a
  * descriptor that turns readable when the child ends. It is watched like
  * any descriptor, so it works on every backend the loop may have (epoll,
  * poll, and kqueue through EVFILT_READ), and it names one child: no other
@@ -37,10 +37,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifdef TERN_HAVE_PIDFD
-#include <sys/syscall.h>
-#endif
-
 #include "platform.h"
 #include "process_p.h"
 
@@ -50,27 +46,6 @@
 
 /* 1: pidfd_open works; 0: not yet known; -1: use the fallback. */
 static _Atomic int pidfd_works;
-
-static int pidfd_open_for(pid_t pid)
-{
-#ifdef TERN_HAVE_PIDFD
-    int rc = tern__fd_fault();
-    if (rc < 0)
-        return rc;
-    long fd = syscall(SYS_pidfd_open, pid, 0u);
-    if (fd < 0)
-        return -errno;
-    rc = tern__fd_nonblock_cloexec((int)fd); /* pidfds are close-on-exec already */
-    if (rc < 0) {
-        close((int)fd);
-        return rc;
-    }
-    return (int)fd;
-#else
-    (void)pid;
-    return -ENOSYS;
-#endif
-}
 
 /* Whether loops prefer the backend's process filter to a pidfd (test seam). */
 static _Atomic bool native_first;
@@ -92,15 +67,7 @@ static bool use_pidfd(void)
     int w = atomic_load_explicit(&pidfd_works, memory_order_relaxed);
     if (w != 0)
         return w > 0;
-#ifdef TERN_HAVE_PIDFD
-    /* Not through the fault seam: the answer must not depend on a test's injection. */
-    long fd = syscall(SYS_pidfd_open, getpid(), 0u);
-    w = fd >= 0 ? 1 : errno == ENOSYS || errno == EPERM ? -1 : 0;
-    if (fd >= 0)
-        close((int)fd);
-#else
-    w = -1;
-#endif
+    w = tern__pidfd_probe();
     if (w != 0)
         atomic_store_explicit(&pidfd_works, w, memory_order_relaxed);
     return w > 0;
@@ -309,7 +276,7 @@ int tern__child_watch(tern_loop *loop, struct tern__child *c, pid_t pid,
     c->exited = exited;
     tern__io_init(&c->io, pidfd_fired);
     if (!c->fallback) {
-        int fd = pidfd_open_for(pid);
+        int fd = tern__pidfd_open(pid);
         if (fd < 0)
             return fd;
         int rc = tern__io_start(loop, &c->io, fd, TERN_READABLE);

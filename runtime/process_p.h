@@ -1,8 +1,9 @@
 /*
- * Child processes, inside the runtime: the launcher (process_launch.c),
- * the exit sources (process_exit.c: a pidfd, or the SIGCHLD fallback),
- * the background reaper of children whose operation ended first
- * (process_reap.c), and the operation (process.c), which uses them all.
+ * Child processes, inside the runtime: the launcher (process_launch.c, on
+ * the platform's backends/child_launch.h), the exit sources
+ * (process_exit.c: a pidfd, or the SIGCHLD fallback), the background
+ * reaper of children whose operation ended first (process_reap.c), and
+ * the operation (process.c), which uses them all.
  */
 #ifndef TERN_PROCESS_P_H
 #define TERN_PROCESS_P_H
@@ -10,34 +11,15 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "child_launch.h"
 #include "loop_p.h"
 
-#define TERN__STDIO_MAX 64
-
 /*
- * What the launcher needs, prepared by the parent so the child only makes
- * system calls: fds[i] is the parent descriptor the child gets as i.
- */
-struct tern__spawn {
-    const char *file;
-    char *const *argv;
-    char *const *envp;
-    const char *cwd;
-    const char *path; /* the parent's PATH, for a file without '/' */
-    char **candidates; /* what execve tries, joined by tern__spawn */
-    int fds[TERN__STDIO_MAX];
-    unsigned nfds;
-    unsigned flags; /* TERN_PROCESS_* */
-    unsigned uid, gid;
-    int max_fd;      /* descriptors below it are closed when close_range is missing */
-    volatile int err; /* set by the child before it gives up */
-    int report_fd;    /* where a copied child writes err; -1 when memory is shared */
-};
-
-/*
- * Start the child: 0 and *pidp once it runs the program, or the negative
- * errno of the step that failed in the child (the child is reaped then)
- * or of the launch itself. The caller's signal mask is unchanged.
+ * Start the child s describes (the PATH search and the descriptor limit
+ * are filled in here): 0 and *pidp once it runs the program, or the
+ * negative errno of the step that failed in the child (the child is
+ * reaped then) or of the launch itself. The caller's signal mask is
+ * unchanged.
  */
 int tern__spawn(struct tern__spawn *s, pid_t *pidp);
 

@@ -16,6 +16,11 @@
 # edges) and closes with "N passed, N failed" (one check per file, and
 # two link-level checks when $1, the build directory, holds the layers'
 # objects).
+#
+# The OS seam (docs/design.md, "The OS seam"): questions about the
+# operating system are asked in backends/ and answered there, so no file
+# under runtime/ or pool/ may name a TERN_HAVE_* build check. The check is first
+# seen failing on a tree with one planted, then run on this one.
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 
@@ -105,6 +110,46 @@ if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-bac
     else
         passed=$((passed + 1))
     fi
+fi
+
+# Files under runtime/ allowed to name TERN_HAVE_*, each with its reason.
+# The list only shrinks.
+#   runtime/net/udp.c, udp_send.c: batched datagram calls (recvmmsg and
+#   sendmmsg) are chosen in place; they move behind the platform file
+#   with the rest of the UDP path's system calls.
+os_exceptions="runtime/net/udp.c runtime/net/udp_send.c"
+
+# os_questions DIR: print each file under DIR/runtime and DIR/pool that
+# names a TERN_HAVE_* check and is not an exception; false when there is one.
+os_questions() {
+    local found
+    found=$(cd "$1" && grep -rlE 'TERN_HAVE_[A-Z0-9_]*' runtime pool --include='*.[ch]' 2>/dev/null |
+        sort |
+        while IFS= read -r f; do
+            case " $os_exceptions " in *" $f "*) ;; *) echo "$f" ;; esac
+        done)
+    [ -z "$found" ] || { echo "$found"; return 1; }
+}
+
+plant=$(mktemp -d)
+trap 'rm -f "$edges" "${rt:-}" "${pl:-}"; rm -rf "$plant"' EXIT
+mkdir -p "$plant/runtime/net"
+printf '#ifdef TERN_HAVE_EPOLL\n#endif\n' >"$plant/runtime/planted.c"
+printf '#if defined(TERN_HAVE_MMSG)\n#endif\n' >"$plant/runtime/net/udp.c"
+if out=$(os_questions "$plant"); then
+    echo "FAIL: the OS-seam check missed a TERN_HAVE_ check planted in runtime/planted.c"
+    failed=$((failed + 1))
+elif [ "$out" != runtime/planted.c ]; then
+    echo "FAIL: the OS-seam check on a planted tree named: $out (want runtime/planted.c alone)"
+    failed=$((failed + 1))
+else
+    passed=$((passed + 1))
+fi
+if out=$(os_questions "$root"); then
+    passed=$((passed + 1))
+else
+    echo "FAIL: asks which OS it runs on (TERN_HAVE_*; ask backends/ instead):" $out
+    failed=$((failed + 1))
 fi
 
 echo "include graph (directory -> directory):"
