@@ -555,3 +555,66 @@ const struct tern__watch_ops *tern__watch_choose(bool backend_vnode)
     return &tern__watch_stat;
 #endif
 }
+
+/* ------------------------------------------------------------------ */
+/* Datagrams                                                           */
+/* ------------------------------------------------------------------ */
+
+#ifdef TERN_HAVE_MMSG
+/* The kernel's own batch: tern__dgram is laid out as struct mmsghdr. */
+_Static_assert(sizeof(struct tern__dgram) == sizeof(struct mmsghdr) &&
+                   offsetof(struct tern__dgram, len) == offsetof(struct mmsghdr, msg_len),
+               "tern__dgram must match struct mmsghdr");
+
+int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n)
+{
+    int rc = tern__net_fault();
+    if (rc < 0)
+        return rc;
+    do
+        rc = recvmmsg(fd, (struct mmsghdr *)d, n, MSG_DONTWAIT, NULL);
+    while (rc < 0 && errno == EINTR);
+    return rc < 0 ? -errno : rc;
+}
+
+int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n)
+{
+    int rc = tern__net_fault();
+    if (rc < 0)
+        return rc;
+    rc = sendmmsg(fd, (struct mmsghdr *)d, n, MSG_NOSIGNAL);
+    return rc < 0 ? -errno : rc;
+}
+#else
+int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n)
+{
+    unsigned got = 0;
+    for (; got < n; got++) {
+        ssize_t r = tern__net_fault();
+        if (r == 0) {
+            do
+                r = recvmsg(fd, &d[got].hdr, MSG_DONTWAIT);
+            while (r < 0 && errno == EINTR);
+            if (r < 0)
+                r = -errno;
+        }
+        if (r < 0)
+            return got > 0 ? (int)got : (int)r;
+        d[got].len = (unsigned)r;
+    }
+    return (int)got;
+}
+
+int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n)
+{
+    unsigned sent = 0;
+    for (; sent < n; sent++) {
+        int rc = tern__net_fault();
+        if (rc == 0 && sendmsg(fd, &d[sent].hdr, MSG_NOSIGNAL) < 0)
+            rc = -errno;
+        if (rc < 0)
+            return sent > 0 ? (int)sent : rc;
+    }
+    return (int)sent;
+}
+#endif

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -256,5 +257,22 @@ int tern__pidfd_probe(void);
  */
 struct tern__watch_ops;
 const struct tern__watch_ops *tern__watch_choose(bool backend_vnode);
+
+/*
+ * Datagrams in batches, one code path for UDP: where the system has
+ * recvmmsg and sendmmsg, one system call moves up to n; elsewhere one
+ * recvmsg or sendmsg each. The UDP fault site (tern__net_fault) is asked
+ * before each system call. Receive (non-blocking) fills d[i].len and each
+ * header's msg_flags and returns how many arrived, or the first call's
+ * -errno (-EAGAIN: none). Send returns how many the kernel took, or the
+ * head datagram's -errno; a failure after the first is the next call's to
+ * report. Loop thread only (the socket's).
+ */
+struct tern__dgram {
+    struct msghdr hdr;
+    unsigned len;
+};
+int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n);
+int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n);
 
 #endif

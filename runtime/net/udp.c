@@ -81,61 +81,27 @@ static void recv_failed(struct tern__udp *u, int err)
     u->recv_cb(u->loop, u->op.id, err, NULL, 0, NULL, 0, u->recv_arg);
 }
 
-#if defined(TERN_HAVE_MMSG)
-/* One recvmmsg: up to TERN_UDP_BATCH datagrams. */
+/* One batch of up to TERN_UDP_BATCH datagrams, each into its slot. */
 static void receive_batch(struct tern__udp *u, unsigned char *buf, size_t slot)
 {
-    struct mmsghdr msgs[TERN_UDP_BATCH];
+    struct tern__dgram d[TERN_UDP_BATCH];
     struct iovec iov[TERN_UDP_BATCH];
     struct sockaddr_storage from[TERN_UDP_BATCH];
     for (unsigned i = 0; i < TERN_UDP_BATCH; i++) {
         iov[i] = (struct iovec){.iov_base = buf + i * slot, .iov_len = u->recv_len};
-        msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i],
-                                          .msg_namelen = sizeof(from[i]),
-                                          .msg_iov = &iov[i],
-                                          .msg_iovlen = 1};
+        d[i].hdr = (struct msghdr){.msg_name = &from[i],
+                                   .msg_namelen = sizeof(from[i]),
+                                   .msg_iov = &iov[i],
+                                   .msg_iovlen = 1};
     }
-    int n = tern__net_fault();
-    if (n == 0) {
-        do
-            n = recvmmsg(u->fd, msgs, TERN_UDP_BATCH, MSG_DONTWAIT, NULL);
-        while (n < 0 && errno == EINTR);
-        if (n < 0)
-            n = -errno;
-    }
+    int n = tern__recv_dgrams(u->fd, d, TERN_UDP_BATCH);
     if (n < 0) {
         recv_failed(u, n);
         return;
     }
     for (int i = 0; i < n && still_receiving(u); i++)
-        deliver(u, iov[i].iov_base, msgs[i].msg_len, &from[i], msgs[i].msg_hdr.msg_flags);
+        deliver(u, iov[i].iov_base, d[i].len, &from[i], d[i].hdr.msg_flags);
 }
-#else
-/* The portable way: recvmsg until the socket is empty or the batch full. */
-static void receive_batch(struct tern__udp *u, unsigned char *buf, size_t slot)
-{
-    (void)slot;
-    for (unsigned i = 0; i < TERN_UDP_BATCH && still_receiving(u); i++) {
-        struct sockaddr_storage from;
-        struct iovec iov = {.iov_base = buf, .iov_len = u->recv_len};
-        struct msghdr msg = {
-            .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1};
-        ssize_t n = tern__net_fault();
-        if (n == 0) {
-            do
-                n = recvmsg(u->fd, &msg, 0);
-            while (n < 0 && errno == EINTR);
-            if (n < 0)
-                n = -errno;
-        }
-        if (n < 0) {
-            recv_failed(u, (int)n);
-            return;
-        }
-        deliver(u, buf, (size_t)n, &from, msg.msg_flags);
-    }
-}
-#endif
 
 static void receive(struct tern__udp *u)
 {

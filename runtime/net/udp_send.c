@@ -54,40 +54,18 @@ static void fill_msg(struct msghdr *m, struct tern__usend *r)
                          .msg_iovlen = r->nbufs};
 }
 
-#if defined(TERN_HAVE_MMSG)
 /* Send up to a batch from the head of the queue: how many the kernel took,
  * or a negative errno for the head datagram. */
 static int send_some(struct tern__udp *u)
 {
-    struct mmsghdr msgs[TERN_UDP_BATCH];
+    struct tern__dgram d[TERN_UDP_BATCH];
     unsigned n = 0;
     for (struct tern__usend *r = u->sq; r != NULL && n < TERN_UDP_BATCH; r = r->next) {
-        fill_msg(&msgs[n].msg_hdr, r);
-        msgs[n++].msg_len = 0;
+        fill_msg(&d[n].hdr, r);
+        d[n++].len = 0;
     }
-    int rc = tern__net_fault();
-    if (rc < 0)
-        return rc;
-    rc = sendmmsg(u->fd, msgs, n, MSG_NOSIGNAL);
-    return rc < 0 ? -errno : rc;
+    return tern__send_dgrams(u->fd, d, n);
 }
-#else
-static int send_some(struct tern__udp *u)
-{
-    int sent = 0;
-    for (struct tern__usend *r = u->sq; r != NULL && sent < TERN_UDP_BATCH; r = r->next) {
-        struct msghdr m;
-        fill_msg(&m, r);
-        int rc = tern__net_fault();
-        if (rc == 0 && sendmsg(u->fd, &m, MSG_NOSIGNAL) < 0)
-            rc = -errno;
-        if (rc < 0)
-            return sent > 0 ? sent : rc; /* the failure is the next call's to report */
-        sent++;
-    }
-    return sent;
-}
-#endif
 
 void tern__udp_flush(struct tern__udp *u)
 {
