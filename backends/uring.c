@@ -398,9 +398,13 @@ static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__
     if (queue_rechecks(u) < 0)
         timeout_ns = 0;
     if (timeout_ns == 0 || io_uring_cq_ready(&u->ring) > 0) {
-        /* Never blocks; the enter also runs completions pending as task work. */
-        rc = io_uring_sq_ready(&u->ring) > 0 ? io_uring_submit(&u->ring)
-                                              : io_uring_get_events(&u->ring);
+        /* Never blocks. With completions already there and nothing to
+         * submit, no enter at all; with neither, the enter runs any
+         * completion still pending as task work. */
+        if (io_uring_sq_ready(&u->ring) > 0)
+            rc = io_uring_submit(&u->ring);
+        else
+            rc = io_uring_cq_ready(&u->ring) > 0 ? 0 : io_uring_get_events(&u->ring);
     } else if (timeout_ns < 0) {
         rc = io_uring_submit_and_wait(&u->ring, 1);
     } else {
