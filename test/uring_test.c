@@ -9,6 +9,7 @@
 #include "loop_helpers.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -76,6 +77,39 @@ BACKEND_TEST(uring, readiness_of_a_replaced_file_is_never_reported)
     close(a[1]);
     close(b[0]);
     close(b[1]);
+}
+
+static void *turn_once(void *arg)
+{
+    tern_loop_run_once(arg, 0);
+    return NULL;
+}
+
+/*
+ * A loop run by one thread and then another: the first thread made the
+ * kernel's watch of the descriptor (io_uring ties a request to the thread
+ * that submitted it) and has exited since. The watcher still fires.
+ */
+BACKEND_TEST(uring, a_watch_made_by_a_thread_that_exited_still_fires)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int p[2];
+    make_pipe(p);
+    struct count c = {0};
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &id), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, turn_once, loop), 0);
+        cr_assert_eq(pthread_join(t, NULL), 0);
+    }
+    cr_assert_eq(atomic_load(&c.calls), 0);
+    write_byte(p[1]);
+    cr_assert(run_until_count(loop, &c.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    loop_free_clean(loop);
+    close(p[0]);
+    close(p[1]);
 }
 
 #ifdef TERN_HAVE_IO_URING
