@@ -6,7 +6,9 @@
 /*
  * Best first: NULL as a backend name picks the head of this list. On
  * Linux epoll leads even when kqueue is built: kqueue there is libkqueue,
- * an emulation over epoll, built to check the kqueue backend.
+ * an emulation over epoll, built to check the kqueue backend. io_uring
+ * comes last: in readiness mode it does what epoll does with more work per
+ * event, so it is used only when asked for by name.
  */
 static const struct tern__backend_ops *const backends[] = {
 #ifdef TERN_HAVE_EPOLL
@@ -16,6 +18,9 @@ static const struct tern__backend_ops *const backends[] = {
     &tern__backend_kqueue,
 #endif
     &tern__backend_poll,
+#ifdef TERN_HAVE_IO_URING
+    &tern__backend_uring,
+#endif
 };
 
 const char *const tern__backend_names[] = {
@@ -26,6 +31,9 @@ const char *const tern__backend_names[] = {
     "kqueue",
 #endif
     "poll",
+#ifdef TERN_HAVE_IO_URING
+    "io_uring",
+#endif
     NULL,
 };
 

@@ -31,7 +31,8 @@ struct tern__backend;
 
 struct tern__backend_ops {
     const char *name;
-    int (*init)(struct tern__backend *b);  /* 0 or -errno */
+    /* 0 or -errno. May set b->ops to another backend and return its init's result. */
+    int (*init)(struct tern__backend *b);
     void (*close)(struct tern__backend *b);
     int (*modify)(struct tern__backend *b, int fd, unsigned old_events, unsigned new_events);
     /*
@@ -101,6 +102,10 @@ extern const struct tern__backend_ops tern__backend_epoll;
 #endif
 #ifdef TERN_HAVE_KQUEUE
 extern const struct tern__backend_ops tern__backend_kqueue;
+#endif
+#ifdef TERN_HAVE_IO_URING
+/* Its init hands the loop to epoll (setting ops) where the kernel refuses io_uring. */
+extern const struct tern__backend_ops tern__backend_uring;
 #endif
 
 /*

@@ -22,6 +22,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/*
+ * The backend a tern benchmark's loops ask for: TERN_BENCH_BACKEND
+ * ("epoll", "poll", "io_uring"...), or NULL (the default) when unset, so
+ * backends can be compared on one program. libuv twins ignore it.
+ */
+static inline const char *bench_backend(void)
+{
+    const char *b = getenv("TERN_BENCH_BACKEND");
+    return b != NULL && b[0] != '\0' ? b : NULL;
+}
+
 /* CLOCK_MONOTONIC in nanoseconds, the clock tern itself uses. */
 static inline uint64_t bench_now_ns(void)
 {

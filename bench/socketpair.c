@@ -45,8 +45,12 @@ int main(int argc, char **argv)
         fcntl(sv[i], F_SETFL, fcntl(sv[i], F_GETFL) | O_NONBLOCK);
 
     tern_loop *loop;
-    int rc = tern_loop_new(&loop, NULL);
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = bench_backend();
+    int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    fprintf(stderr, "backend %s\n", tern_loop_backend_name(loop));
     rc = tern_io_start(loop, sv[0], TERN_READABLE, on_readable, &trips, &watch[0]);
     BENCH_CHECK(rc == 0, "tern_io_start: %s", tern_strerror(rc));
     rc = tern_io_start(loop, sv[1], TERN_READABLE, on_readable, NULL, &watch[1]);

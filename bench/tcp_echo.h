@@ -62,6 +62,7 @@ static void *echo_main(void *arg)
     tern_loop_options opts;
     tern_loop_options_init(&opts);
     opts.max_operations = 1u << 20;
+    opts.backend = bench_backend();
     int rc = tern_loop_new(&s->loop, &opts);
     BENCH_CHECK(rc == 0, "server tern_loop_new: %s", tern_strerror(rc));
     tern_id listener;

@@ -67,8 +67,12 @@ int main(int argc, char **argv)
     unsigned port = echo_start(&server);
 
     tern_loop *loop;
-    int rc = tern_loop_new(&loop, NULL);
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = bench_backend();
+    int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    fprintf(stderr, "backend %s\n", tern_loop_backend_name(loop));
     rc = tern_tcp_connect(loop, "127.0.0.1", port, 0, on_connect, NULL, NULL);
     BENCH_CHECK(rc == 0, "tern_tcp_connect: %s", tern_strerror(rc));
     tern_loop_run(loop);

@@ -183,7 +183,7 @@ typedef struct tern_loop_options {
     unsigned max_operations;      /* live operations, 1..2^31; default 65536 */
     unsigned max_undelivered;     /* pool credits, 1..2^31; default 4096 */
     const tern_pool_config *pool; /* NULL: adopt the running pool or start it with defaults */
-    const char *backend;          /* NULL = best; "epoll", "kqueue", "poll" */
+    const char *backend;          /* NULL = best; "epoll", "kqueue", "poll", "io_uring" */
     unsigned flags;               /* TERN_LOOP_RCU, TERN_LOOP_KEEPALIVE */
 } tern_loop_options;
 
@@ -286,14 +286,25 @@ TERN_EXTERN uint64_t tern_loop_now(const tern_loop *loop);
 /*
  * tern_loop_backend_fd: a descriptor that becomes readable when the loop
  * has something to do, for embedding in a host loop (GTK, Qt, ...). The
- * host polls it and pumps with tern_loop_run_once(loop, 0). The poll
- * backend returns its wake descriptor, which is readable only for wake-ups;
+ * host polls it and pumps with tern_loop_run_once(loop, 0). The poll and
+ * io_uring backends return the wake descriptor, readable only for wake-ups;
  * combine it with tern_loop_next_timeout() and your own fd interest.
  * Requires: loop != NULL.
  * Returns: the descriptor (owned by the loop; do not close it).
  * Threads: any thread.
  */
 TERN_EXTERN int tern_loop_backend_fd(const tern_loop *loop);
+
+/*
+ * tern_loop_backend_name: the backend the loop runs on: "epoll", "kqueue",
+ * "poll" or "io_uring". A loop that asked for "io_uring" where the kernel
+ * refuses it (no io_uring, a seccomp filter, io_uring_disabled, too little
+ * locked memory) runs on epoll and says "epoll".
+ * Requires: loop != NULL.
+ * Returns: a string that lives as long as the process.
+ * Threads: any thread.
+ */
+TERN_EXTERN const char *tern_loop_backend_name(const tern_loop *loop);
 
 /*
  * tern_loop_next_timeout: how long the loop would wait now, in ns.

@@ -107,6 +107,12 @@ int tern_loop_backend_fd(const tern_loop *loop)
     return loop->backend.fd >= 0 ? loop->backend.fd : loop->wake.fd;
 }
 
+const char *tern_loop_backend_name(const tern_loop *loop)
+{
+    TERN__REQUIRE_LOOP(loop);
+    return loop->backend.ops->name;
+}
+
 int64_t tern_loop_next_timeout(const tern_loop *loop)
 {
     TERN__REQUIRE_LOOP(loop);

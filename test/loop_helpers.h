@@ -156,7 +156,7 @@ static inline pid_t thread_tid(void)
 }
 
 /* Whether thread `tid` of this process sits in a backend wait now
- * (epoll_wait, epoll_pwait, poll or ppoll), read from
+ * (epoll_wait, epoll_pwait, poll, ppoll or io_uring_enter), read from
  * /proc/self/task/<tid>/syscall; `what` gets the line read. */
 static inline bool thread_in_backend_wait(pid_t tid, char *what, size_t what_len)
 {
@@ -165,6 +165,10 @@ static inline bool thread_in_backend_wait(pid_t tid, char *what, size_t what_len
     long nr;
     if (!got || sscanf(line, "%ld", &nr) != 1)
         return false; /* "running" */
+#ifdef SYS_io_uring_enter
+    if (nr == SYS_io_uring_enter)
+        return true;
+#endif
     return nr == SYS_epoll_wait || nr == SYS_epoll_pwait || nr == SYS_poll || nr == SYS_ppoll;
 }
 

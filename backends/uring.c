@@ -1,0 +1,429 @@
+/*
+ * The io_uring backend (Linux), in readiness mode: one multishot
+ * IORING_OP_POLL_ADD per watched descriptor, and every interest change
+ * queued as a submission entry that the next wait submits in the same
+ * io_uring_enter that waits. It reports through the same neutral fired
+ * array as epoll, so the core cannot tell the two apart.
+ *
+ * Quirks worth knowing:
+ * - A multishot poll reports wake-ups, not levels: a descriptor that stays
+ *   readable is reported once. The core expects level-triggered readiness
+ *   (a callback may read part of what is there), so each descriptor
+ *   reported is re-armed by a poll update on the next wait, and an update
+ *   looks at the descriptor at once: still ready, it is reported again.
+ * - The kernel may end a multishot poll (a full completion queue, a waitqueue
+ *   freed under it, the submitting thread's exit — a loop may be run by one
+ *   thread after another): its last completion lacks IORING_CQE_F_MORE, and
+ *   the poll is added again on the next wait. An end with another error
+ *   (the descriptor was closed before the add was submitted) is reported
+ *   once as TERN_ERROR and the descriptor stays unarmed until modified.
+ * - Completions may arrive for a poll that was since removed, or removed
+ *   and added again for a new file under the same number. Each add carries
+ *   a generation in its user_data, bumped by every add and delete, and a
+ *   completion whose generation is not the descriptor's current one is
+ *   dropped unread.
+ * - Changes are queued, so a failure the kernel finds at submission (a bad
+ *   descriptor) comes back as an event, not as modify's return. Regular
+ *   files are accepted and always ready, as under poll(2); epoll refuses
+ *   them.
+ * - The timeout is a __kernel_timespec in nanoseconds, exact, so nothing
+ *   is rounded; the ring must offer IORING_FEAT_EXT_ARG (5.11) so the
+ *   timeout rides on the enter itself rather than as a timeout request.
+ * - The ring's descriptor is pollable, but it turns readable only for
+ *   polls already submitted, and changes (a watcher started in a callback
+ *   or by the host between pumps, a level re-check) wait in the queue for
+ *   the next wait: a host sleeping on it would miss them. So the backend
+ *   offers no descriptor, and a host watches the wake descriptor and its
+ *   own descriptors, as under poll.
+ * - The wake-up is the core's wake descriptor, watched like any other: a
+ *   cross-thread wake then needs nothing of the ring (a waker with a ring of
+ *   its own could send IORING_OP_MSG_RING, but a waker is any thread).
+ * - fork(): the ring's memory is shared with the kernel and would be
+ *   shared with a child too, so it is not inherited (MADV_DONTFORK); a
+ *   child that waits on or changes its parent's loop aborts, and freeing
+ *   that loop in a child only closes the child's copy of the descriptor.
+ * - io_uring_setup refused (ENOSYS; EPERM under seccomp or with
+ *   io_uring_disabled; ENOMEM when locked memory is short; a kernel without
+ *   the features above): init hands the loop to epoll instead, silently.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "check.h"
+#include "fault.h"
+#include "tern.h"
+
+/* Submission entries: enough for a turn's changes without a mid-turn
+ * submit; the completion queue is larger so a burst of readiness from
+ * many descriptors fits before the wait reaps it. */
+#define SQ_ENTRIES 256u
+#define CQ_ENTRIES 4096u
+
+/* user_data: generation << 32 | fd for a poll; CONTROL for an update or a
+ * remove, whose completions come only on failure and are dropped. */
+#define CONTROL (1ull << 63)
+#define GEN_MASK 0x7fffffffu
+
+struct slot {
+    uint32_t gen;     /* of the live (or queued) poll; completions of others are stale */
+    unsigned events;  /* the interest, TERN_READABLE | TERN_WRITABLE; 0: not watched */
+    bool armed;       /* a poll of this generation is in the kernel or queued */
+    bool noted;       /* in the re-check list (at idx_noted), so there at most once */
+    size_t idx_noted;
+    uint32_t mark;    /* the wait that last reported this fd... */
+    int idx;          /* ...at this index of its fired array */
+};
+
+/* A descriptor to look at again on the next wait: re-check its level, or
+ * add its poll again after the kernel ended it. */
+struct recheck {
+    int fd;
+    uint32_t gen;
+};
+
+struct uring {
+    struct io_uring ring;
+    struct slot *slots;
+    size_t nslots;
+    struct recheck *rechecks; /* nslots long: each fd noted at most once */
+    size_t nrechecks;
+    uint32_t wait_seq;
+    unsigned forks; /* the process's fork count when the ring was made */
+};
+
+/* Bumped in every forked child, so a ring made before the fork is known
+ * for the parent's in one load. */
+static _Atomic unsigned fork_count;
+
+static void count_fork(void)
+{
+    atomic_fetch_add_explicit(&fork_count, 1, memory_order_relaxed);
+}
+
+__attribute__((constructor)) static void uring_fork_handlers(void)
+{
+    pthread_atfork(NULL, NULL, count_fork);
+}
+
+static void require_not_forked(const struct uring *u)
+{
+    TERN_REQUIRE_SAID(u->forks == atomic_load_explicit(&fork_count, memory_order_relaxed),
+                      "a forked child must not use a loop created before the fork");
+}
+
+static uint64_t poll_data(int fd, uint32_t gen)
+{
+    return (uint64_t)(gen & GEN_MASK) << 32 | (uint32_t)fd;
+}
+
+static unsigned to_poll(unsigned events)
+{
+    return ((events & TERN_READABLE) ? POLLIN : 0) | ((events & TERN_WRITABLE) ? POLLOUT : 0);
+}
+
+/* An entry to fill, submitting what is queued when the queue is full. */
+static struct io_uring_sqe *next_sqe(struct uring *u, int *rc)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    if (sqe == NULL) {
+        int n = io_uring_submit(&u->ring);
+        if (n < 0) {
+            *rc = n;
+            return NULL;
+        }
+        sqe = io_uring_get_sqe(&u->ring);
+    }
+    if (sqe == NULL)
+        *rc = -EAGAIN;
+    return sqe;
+}
+
+static int queue_add(struct uring *u, int fd)
+{
+    int rc = 0;
+    struct slot *s = &u->slots[fd];
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL)
+        return rc;
+    s->gen = (s->gen + 1) & GEN_MASK;
+    io_uring_prep_poll_multishot(sqe, fd, to_poll(s->events));
+    io_uring_sqe_set_data64(sqe, poll_data(fd, s->gen));
+    s->armed = true;
+    return 0;
+}
+
+/* A poll update: the new mask, and a fresh look at the descriptor. */
+static int queue_update(struct uring *u, int fd)
+{
+    int rc = 0;
+    struct slot *s = &u->slots[fd];
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL)
+        return rc;
+    /* Without ADD_MULTI an update turns the poll into a one-shot one. */
+    io_uring_prep_poll_update(sqe, poll_data(fd, s->gen), 0, to_poll(s->events),
+                              IORING_POLL_UPDATE_EVENTS | IORING_POLL_ADD_MULTI);
+    io_uring_sqe_set_data64(sqe, CONTROL);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    return 0;
+}
+
+static int queue_remove(struct uring *u, int fd)
+{
+    int rc = 0;
+    struct slot *s = &u->slots[fd];
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL)
+        return rc;
+    io_uring_prep_poll_remove(sqe, poll_data(fd, s->gen));
+    io_uring_sqe_set_data64(sqe, CONTROL);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    s->gen = (s->gen + 1) & GEN_MASK; /* whatever the old poll still posts is stale */
+    s->armed = false;
+    return 0;
+}
+
+/* io_uring_setup's refusals that mean "this kernel or process offers no
+ * io_uring", as opposed to a shortage epoll would meet too. */
+static bool refused(int rc)
+{
+    return rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -ENOMEM || rc == -EINVAL ||
+           rc == -EOPNOTSUPP;
+}
+
+static int uring_init(struct tern__backend *b)
+{
+    int rc = tern__fd_fault();
+    if (rc < 0)
+        return rc;
+    struct uring *u = tern__calloc(1, sizeof(*u));
+    if (u == NULL)
+        return -ENOMEM;
+    struct io_uring_params p = {.flags = IORING_SETUP_CQSIZE, .cq_entries = CQ_ENTRIES};
+    rc = io_uring_queue_init_params(SQ_ENTRIES, &u->ring, &p);
+    if (rc == 0 && (p.features & (IORING_FEAT_EXT_ARG | IORING_FEAT_NODROP)) !=
+                       (IORING_FEAT_EXT_ARG | IORING_FEAT_NODROP)) {
+        io_uring_queue_exit(&u->ring);
+        rc = -EOPNOTSUPP;
+    }
+    if (rc == 0 && (rc = io_uring_ring_dontfork(&u->ring)) < 0)
+        io_uring_queue_exit(&u->ring);
+    if (rc < 0) {
+        tern__free(u);
+        if (!refused(rc))
+            return rc;
+        b->ops = &tern__backend_epoll;
+        return b->ops->init(b);
+    }
+    u->forks = atomic_load_explicit(&fork_count, memory_order_relaxed);
+    b->fd = -1;
+    b->state = u;
+    return 0;
+}
+
+static void uring_close(struct tern__backend *b)
+{
+    struct uring *u = b->state;
+    if (u->forks == atomic_load_explicit(&fork_count, memory_order_relaxed))
+        io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
+    else
+        close(u->ring.ring_fd); /* the child's copy; its ring memory was never inherited */
+    tern__free(u->slots);
+    tern__free(u->rechecks);
+    tern__free(u);
+    b->state = NULL;
+}
+
+static int grow_slots(struct uring *u, int fd)
+{
+    if ((size_t)fd < u->nslots)
+        return 0;
+    size_t n = u->nslots ? u->nslots : 64;
+    while (n <= (size_t)fd)
+        n *= 2;
+    /* The list grows first, so a wait never allocates (and never fails) to note a re-check. */
+    struct recheck *r = tern__realloc(u->rechecks, n * sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    u->rechecks = r;
+    struct slot *s = tern__realloc(u->slots, n * sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    memset(s + u->nslots, 0, (n - u->nslots) * sizeof(*s));
+    u->slots = s;
+    u->nslots = n;
+    return 0;
+}
+
+static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, unsigned new_events)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc;
+    if (old_events == 0) {
+        if ((rc = grow_slots(u, fd)) < 0)
+            return rc;
+        u->slots[fd].events = new_events;
+        if ((rc = queue_add(u, fd)) < 0)
+            u->slots[fd].events = 0;
+        return rc;
+    }
+    struct slot *s = &u->slots[fd];
+    if (new_events == 0) {
+        s->events = 0;
+        return queue_remove(u, fd);
+    }
+    unsigned was = s->events;
+    s->events = new_events;
+    rc = s->armed ? queue_update(u, fd) : queue_add(u, fd);
+    if (rc < 0)
+        s->events = was;
+    return rc;
+}
+
+static void note_recheck(struct uring *u, int fd, uint32_t gen)
+{
+    struct slot *s = &u->slots[fd];
+    if (s->noted) {
+        u->rechecks[s->idx_noted].gen = gen;
+        return;
+    }
+    s->noted = true;
+    s->idx_noted = u->nrechecks;
+    u->rechecks[u->nrechecks++] = (struct recheck){fd, gen};
+}
+
+/*
+ * Queue what the last wait noted: an update for each descriptor reported
+ * (is it still ready?) and an add for each poll the kernel ended. A note
+ * whose generation has moved on was overtaken by a modify.
+ */
+static int queue_rechecks(struct uring *u)
+{
+    size_t i = 0;
+    int rc = 0;
+    for (; i < u->nrechecks; i++) {
+        struct recheck r = u->rechecks[i];
+        struct slot *s = &u->slots[r.fd];
+        if (s->gen == r.gen && s->events != 0 &&
+            (rc = s->armed ? queue_update(u, r.fd) : queue_add(u, r.fd)) < 0)
+            break;
+        s->noted = false;
+    }
+    memmove(u->rechecks, u->rechecks + i, (u->nrechecks - i) * sizeof(*u->rechecks));
+    u->nrechecks -= i;
+    for (size_t j = 0; j < u->nrechecks; j++)
+        u->slots[u->rechecks[j].fd].idx_noted = j;
+    return rc;
+}
+
+static unsigned from_poll(unsigned res)
+{
+    return ((res & POLLIN) ? TERN_READABLE : 0) | ((res & POLLOUT) ? TERN_WRITABLE : 0) |
+           ((res & POLLHUP) ? TERN_HANGUP : 0) | ((res & POLLERR) ? TERN_ERROR : 0);
+}
+
+/* One completion into out; false when out is full and it needs a new entry. */
+static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__fired *out,
+                 int *n, int max)
+{
+    uint64_t data = cqe->user_data;
+    if (data & CONTROL)
+        return true; /* a failed update or remove: its poll had already ended */
+    int fd = (int)(uint32_t)data;
+    uint32_t gen = (uint32_t)(data >> 32);
+    if ((size_t)fd >= u->nslots || u->slots[fd].gen != gen)
+        return true; /* stale: the poll was removed or replaced since */
+    struct slot *s = &u->slots[fd];
+    unsigned events = 0;
+    if (cqe->res >= 0)
+        events = from_poll((unsigned)cqe->res) &
+                 (s->events | TERN_HANGUP | TERN_ERROR); /* not what an update took away */
+    else if (cqe->res != -ECANCELED)
+        events = TERN_ERROR;
+    bool merge = s->mark == u->wait_seq && *n > 0;
+    if (events != 0 && !merge && *n == max)
+        return false;
+    if (!(cqe->flags & IORING_CQE_F_MORE)) {
+        s->armed = false;
+        if (cqe->res >= 0 || cqe->res == -ECANCELED)
+            note_recheck(u, fd, gen); /* added again on the next wait */
+    } else if (events != 0 && !merge) {
+        note_recheck(u, fd, gen); /* is it still ready on the next wait? */
+    }
+    if (events == 0)
+        return true;
+    if (merge) {
+        out[s->idx].events |= events;
+    } else {
+        s->mark = u->wait_seq;
+        s->idx = *n;
+        out[*n] = (struct tern__fired){fd, events};
+        (*n)++;
+    }
+    return true;
+}
+
+static int reap(struct uring *u, struct tern__fired *out, int max)
+{
+    unsigned head, seen = 0;
+    struct io_uring_cqe *cqe;
+    int n = 0;
+    u->wait_seq++;
+    if (u->wait_seq == 0)
+        u->wait_seq = 1; /* 0 is a fresh slot's mark */
+    io_uring_for_each_cqe(&u->ring, head, cqe) {
+        if (!take(u, cqe, out, &n, max))
+            break;
+        seen++;
+    }
+    io_uring_cq_advance(&u->ring, seen);
+    return n;
+}
+
+static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
+                      int max)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc;
+    /* The queue was full and would not submit: queue the rest on the next
+     * wait, and do not sleep before then, since those re-checks may be due. */
+    if (queue_rechecks(u) < 0)
+        timeout_ns = 0;
+    if (timeout_ns == 0 || io_uring_cq_ready(&u->ring) > 0) {
+        /* Never blocks. With completions already there and nothing to
+         * submit, no enter at all; with neither, the enter runs any
+         * completion still pending as task work. */
+        if (io_uring_sq_ready(&u->ring) > 0)
+            rc = io_uring_submit(&u->ring);
+        else
+            rc = io_uring_cq_ready(&u->ring) > 0 ? 0 : io_uring_get_events(&u->ring);
+    } else if (timeout_ns < 0) {
+        rc = io_uring_submit_and_wait(&u->ring, 1);
+    } else {
+        struct __kernel_timespec ts = {.tv_sec = timeout_ns / 1000000000,
+                                       .tv_nsec = timeout_ns % 1000000000};
+        struct io_uring_cqe *cqe;
+        rc = io_uring_submit_and_wait_timeout(&u->ring, &cqe, 1, &ts, NULL);
+    }
+    /* A timeout, a signal, or a queue too full to submit into until this
+     * wait reaps it: reap what is there. */
+    if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
+        return rc;
+    return reap(u, out, max);
+}
+
+const struct tern__backend_ops tern__backend_uring = {
+    .name = "io_uring",
+    .init = uring_init,
+    .close = uring_close,
+    .modify = uring_modify,
+    .wait = uring_wait,
+};

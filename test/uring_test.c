@@ -1,0 +1,288 @@
+/*
+ * The io_uring backend's own promises, beside the conformance suite it
+ * passes like every backend: a readiness posted for a descriptor that was
+ * since replaced is never reported (a backend test, so every backend is
+ * held to it); a loop asking for io_uring where the kernel refuses it runs
+ * on epoll and says so; a forked child never touches its parent's ring;
+ * the ring's creation is a descriptor site of the fault seam.
+ */
+#include "loop_helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "fault.h"
+
+struct count {
+    atomic_uint calls;
+    unsigned events;
+};
+
+static void count_cb(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)fd;
+    struct count *c = arg;
+    c->events |= events;
+    atomic_fetch_add(&c->calls, 1);
+}
+
+/*
+ * A descriptor number is stopped, made to name another file and watched
+ * again within one turn; the old file then turns readable while the
+ * kernel may still hold a poll on it. Nothing may be reported for the new
+ * file until it has data itself.
+ */
+BACKEND_TEST(uring, readiness_of_a_replaced_file_is_never_reported)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int a[2], b[2];
+    make_pipe(a);
+    make_pipe(b);
+    int n = dup(a[0]);
+    cr_assert_geq(n, 0);
+
+    struct count old = {0}, now = {0};
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, n, TERN_READABLE, count_cb, &old, &id), 0);
+    for (int i = 0; i < 3; i++)
+        tern_loop_run_once(loop, 0); /* the first watch is in the kernel now */
+    cr_assert_eq(atomic_load(&old.calls), 0);
+
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    cr_assert_eq(dup2(b[0], n), n);
+    cr_assert_eq(tern_io_start(loop, n, TERN_READABLE, count_cb, &now, &id), 0);
+    write_byte(a[1]);
+    for (int i = 0; i < 5; i++)
+        tern_loop_run_once(loop, 0);
+    cr_assert_eq(atomic_load(&now.calls), 0, "the old file's readiness was reported for the new one");
+    cr_assert_eq(atomic_load(&old.calls), 0, "a stopped watcher was called");
+
+    write_byte(b[1]);
+    cr_assert(run_until_count(loop, &now.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert(now.events & TERN_READABLE);
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    loop_free_clean(loop);
+    close(n);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
+static void *turn_once(void *arg)
+{
+    tern_loop_run_once(arg, 0);
+    return NULL;
+}
+
+/*
+ * A loop run by one thread and then another: the first thread made the
+ * kernel's watch of the descriptor (io_uring ties a request to the thread
+ * that submitted it) and has exited since. The watcher still fires.
+ */
+BACKEND_TEST(uring, a_watch_made_by_a_thread_that_exited_still_fires)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    int p[2];
+    make_pipe(p);
+    struct count c = {0};
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &id), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, turn_once, loop), 0);
+        cr_assert_eq(pthread_join(t, NULL), 0);
+    }
+    cr_assert_eq(atomic_load(&c.calls), 0);
+    write_byte(p[1]);
+    cr_assert(run_until_count(loop, &c.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    loop_free_clean(loop);
+    close(p[0]);
+    close(p[1]);
+}
+
+#ifdef TERN_HAVE_IO_URING
+
+/* Whether this kernel lets this process make a ring at all. */
+static bool kernel_allows_io_uring(void)
+{
+    struct {
+        uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features,
+            wq_fd, resv[3];
+        uint32_t sq_off[10], cq_off[10];
+    } params;
+    memset(&params, 0, sizeof params);
+    long fd = syscall(__NR_io_uring_setup, 1, &params);
+    if (fd < 0)
+        return false;
+    close((int)fd);
+    return true;
+}
+
+static tern_loop *loop_asking_for(const char *backend)
+{
+    tern_loop_options o;
+    tern_loop_options_init(&o);
+    o.backend = backend;
+    return loop_new_opts(&o);
+}
+
+/* A watcher on a pipe is called once data arrives: the loop works. */
+static void check_loop_works(tern_loop *loop)
+{
+    int p[2];
+    make_pipe(p);
+    struct count c = {0};
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &id), 0);
+    write_byte(p[1]);
+    cr_assert(run_until_count(loop, &c.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    close(p[0]);
+    close(p[1]);
+}
+
+Test(uring, asked_for_by_name_it_runs_on_io_uring_and_never_by_default)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    cr_assert_str_eq(tern_loop_backend_name(loop), "io_uring");
+    check_loop_works(loop);
+    loop_free_clean(loop);
+
+    loop = loop_asking_for(NULL);
+    cr_assert_str_eq(tern_loop_backend_name(loop), "epoll");
+    loop_free_clean(loop);
+}
+
+/* Deny io_uring_setup with EPERM, as a container's seccomp profile does. */
+static void deny_io_uring_setup(void)
+{
+#if defined(__x86_64__)
+    const uint32_t arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+    const uint32_t arch = AUDIT_ARCH_AARCH64;
+#else
+    const uint32_t arch = 0;
+    cr_skip_test("no seccomp architecture constant for this machine in the test");
+#endif
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
+                 strerror(errno));
+    cr_assert_not(kernel_allows_io_uring(), "the filter did not deny io_uring_setup");
+}
+
+/* Criterion runs each test in a child of its own, so the filter dies with it. */
+Test(uring, refused_by_the_kernel_a_loop_runs_on_epoll_and_says_so)
+{
+    deny_io_uring_setup();
+    int before = count_open_fds();
+    tern_loop *loop = loop_asking_for("io_uring");
+    cr_assert_str_eq(tern_loop_backend_name(loop), "epoll");
+    check_loop_works(loop);
+    loop_free_clean(loop);
+    cr_assert_eq(count_open_fds_settled(), before, "the refused ring left a descriptor open");
+}
+
+/*
+ * The ring's creation is a descriptor site of the fault seam, so a loop
+ * asking for io_uring has exactly as many as one on epoll (each backend
+ * makes one descriptor of its own), and each failure is the loop's.
+ */
+static unsigned fd_sites_of_a_new_loop(const char *backend)
+{
+    for (uint64_t n = 1; n < 64; n++) {
+        tern_loop_options o;
+        tern_loop_options_init(&o);
+        o.backend = backend;
+        tern_loop *loop = NULL;
+        tern__fault_arm(TERN__FAULT_FD, n);
+        int rc = tern_loop_new(&loop, &o);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(0, 0);
+        if (!fired) {
+            cr_assert_eq(rc, 0);
+            cr_assert_str_eq(tern_loop_backend_name(loop), backend);
+            loop_free_clean(loop);
+            return (unsigned)n - 1;
+        }
+        cr_assert_eq(rc, -EMFILE, "%s, descriptor %u: %s", backend, (unsigned)n,
+                     tern_strerror(rc));
+        cr_assert_null(loop);
+    }
+    cr_assert_fail("a new loop kept making descriptors");
+    return 0;
+}
+
+Test(uring, the_rings_creation_is_a_fault_site)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    backend_warm_up("epoll"); /* whatever a first loop makes once for the process */
+    int before = count_open_fds();
+    unsigned epoll_sites = fd_sites_of_a_new_loop("epoll");
+    cr_assert_gt(epoll_sites, 0);
+    cr_assert_eq(fd_sites_of_a_new_loop("io_uring"), epoll_sites);
+    cr_assert_eq(count_open_fds_settled(), before, "a failed loop left a descriptor open");
+}
+
+/*
+ * The ring's memory is shared with the kernel; a child that submitted or
+ * reaped through an inherited copy would corrupt its parent's loop. A
+ * child that runs its parent's loop aborts, naming the rule, and the
+ * parent's loop goes on working.
+ */
+Test(uring, a_forked_child_never_touches_the_parents_ring)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int p[2];
+    make_pipe(p);
+    struct count c = {0};
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &id), 0);
+    tern_loop_run_once(loop, 0);
+
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        tern_loop_run_once(loop, 0);
+        _exit(0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+              "the child was not stopped by the contract (status %#x)", (unsigned)status);
+
+    write_byte(p[1]);
+    cr_assert(run_until_count(loop, &c.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    loop_free_clean(loop);
+    close(p[0]);
+    close(p[1]);
+}
+
+#endif
