@@ -618,3 +618,19 @@ int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n)
     return (int)sent;
 }
 #endif
+
+/* ------------------------------------------------------------------ */
+/* Forks                                                               */
+/* ------------------------------------------------------------------ */
+
+unsigned tern__forks;
+
+static void forks_count_child(void)
+{
+    tern__forks++;
+}
+
+__attribute__((constructor)) static void forks_handler(void)
+{
+    pthread_atfork(NULL, NULL, forks_count_child);
+}

@@ -275,4 +275,12 @@ struct tern__dgram {
 int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n);
 int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n);
 
+/*
+ * How many forks led to this process: a fork handler bumps it in every
+ * child, before the child's first other thread, so no thread reads it
+ * while it changes. What records the count it was made under (a loop, a
+ * ring) knows with one load that a forked child reaches for it.
+ */
+extern unsigned tern__forks;
+
 #endif

@@ -57,6 +57,7 @@
 #include "backend.h"
 #include "check.h"
 #include "fault.h"
+#include "platform.h"
 #include "tern.h"
 
 /* Submission entries: enough for a turn's changes without a mid-turn
@@ -97,23 +98,9 @@ struct uring {
     unsigned forks; /* the process's fork count when the ring was made */
 };
 
-/* Bumped in every forked child, so a ring made before the fork is known
- * for the parent's in one load. */
-static _Atomic unsigned fork_count;
-
-static void count_fork(void)
-{
-    atomic_fetch_add_explicit(&fork_count, 1, memory_order_relaxed);
-}
-
-__attribute__((constructor)) static void uring_fork_handlers(void)
-{
-    pthread_atfork(NULL, NULL, count_fork);
-}
-
 static void require_not_forked(const struct uring *u)
 {
-    TERN_REQUIRE_SAID(u->forks == atomic_load_explicit(&fork_count, memory_order_relaxed),
+    TERN_REQUIRE_SAID(u->forks == tern__forks,
                       "a forked child must not use a loop created before the fork");
 }
 
@@ -221,7 +208,7 @@ static int uring_init(struct tern__backend *b)
         b->ops = &tern__backend_epoll;
         return b->ops->init(b);
     }
-    u->forks = atomic_load_explicit(&fork_count, memory_order_relaxed);
+    u->forks = tern__forks;
     b->fd = -1;
     b->state = u;
     return 0;
@@ -230,7 +217,7 @@ static int uring_init(struct tern__backend *b)
 static void uring_close(struct tern__backend *b)
 {
     struct uring *u = b->state;
-    if (u->forks == atomic_load_explicit(&fork_count, memory_order_relaxed))
+    if (u->forks == tern__forks)
         io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
     else
         close(u->ring.ring_fd); /* the child's copy; its ring memory was never inherited */

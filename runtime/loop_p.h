@@ -258,13 +258,11 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 #define TERN__LOOP_ONLY(loop) tern__loop_only((loop), __func__)
 
 /*
- * Forks this process has made (thread.c's fork handler counts them in the
- * child). A loop records the count it was made under; a call that finds
- * another is a forked child reaching for its parent's loop, whose backend
- * and wake descriptors it shares with the parent. One load and a compare,
- * no system call.
+ * A loop records the fork count it was made under (tern__forks, platform.h);
+ * a call that finds another is a forked child reaching for its parent's
+ * loop, whose backend and wake descriptors it shares with the parent. One
+ * load and a compare, no system call.
  */
-extern unsigned tern__forks;
 noreturn void tern__loop_forked_failed(const char *fn);
 static inline void tern__loop_this_process(const tern_loop *loop, const char *fn)
 {

@@ -13,23 +13,6 @@
 
 _Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));
 
-/*
- * Written only in a child between fork() and its first other thread, so
- * no thread reads it while it changes. A loop made in the child records
- * the child's count and is the child's to use.
- */
-unsigned tern__forks;
-
-static void forks_count_child(void)
-{
-    tern__forks++;
-}
-
-__attribute__((constructor)) static void forks_handler(void)
-{
-    pthread_atfork(NULL, NULL, forks_count_child);
-}
-
 void tern__loop_only_failed(const char *fn)
 {
     TERN_FATAL(fn, "loop-only call from a thread that is not running this loop "
