@@ -826,7 +826,7 @@ fi
 # 11d. A steady reader and SIGTERM. Two clients download the 20 MB file
 # at a steady 2 MB/s (steady_reader.py: a small receive buffer, 16 KiB
 # reads, never a pause; 10 s each, five times the 2 s write bound): the
-# first from the start, the second cut in by SIGTERM once it has 1 MB.
+# first from the start, the second cut in by SIGTERM once both have 1 MB.
 # The first must not be cut for being slow (it drains bytes in every
 # bound), the second not by the drain (an answer in flight finishes);
 # both get all 20 MB, and the server exits 0.
@@ -836,8 +836,12 @@ if start_server steady --threads 2 --files "$root" --write-timeout-ms 2000; then
     steady=$!
     python3 "$steady_py" "$sport" /files/big20.bin 2000000 "$work/term.got" >"$work/term.n" 2>&1 &
     termc=$!
-    one_mb() { [ "$(stat -c %s "$work/term.got" 2>/dev/null || echo 0)" -ge 1000000 ]; }
-    wait_for 30 "the second download's first MB" one_mb
+    # Both must be under way before the signal: on a busy machine the
+    # first may not have connected yet when the second has its first MB,
+    # and a drain rightly refuses a connection that comes after it.
+    has_mb() { [ "$(stat -c %s "$1" 2>/dev/null || echo 0)" -ge 1000000 ]; }
+    both_mb() { has_mb "$work/steady.got" && has_mb "$work/term.got"; }
+    wait_for 30 "both downloads' first MB" both_mb
     kill -TERM "$spid"
     wait "$steady"
     steady_rc=$?
