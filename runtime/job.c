@@ -448,7 +448,7 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
      * Inside steps 1 and 2 the push and the wake decision wait for the end
      * of the batch (tern__jobs_kick, after step 2): the jobs a turn's
      * callbacks submit go to the workers as runs from the loop's lane, not
-     * one by one, and cost one wake check (decision 133). Outside a turn
+     * one by one, and cost one wake check. Outside a turn
      * the caller may block next, so the job is pushed and wakes a worker
      * at once.
      */

@@ -92,7 +92,7 @@ struct tern_loop {
      * tern_loop_free waits for zero. On a line of its own: added to and
      * subtracted from for every job it pins, and on the wake word's line
      * those writes took from the loop the line holding `closing`, which
-     * every submission reads (decision 133).
+     * every submission reads.
      */
     alignas(TERN_CACHELINE) _Atomic unsigned result_pins;
     alignas(TERN_CACHELINE) _Atomic uintptr_t owner; /* claiming thread's token */

@@ -430,7 +430,7 @@ Test(batch, out_of_memory_leaves_nothing_behind, .fini = shutdown_clean)
 }
 
 /*
- * The lane (decision 133): jobs a done callback submits are admitted at
+ * The lane: jobs a done callback submits are admitted at
  * once but reach the queue at the turn's kick, or in runs of
  * TERN__LANE_MAX. Whatever the mix of single submissions and batches, one
  * worker starts them in the order they were submitted: a batch pushes

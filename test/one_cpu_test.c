@@ -1,5 +1,5 @@
 /*
- * The loop and the threads that hand it work on one CPU (decision 134):
+ * The loop and the threads that hand it work on one CPU:
  * a turn that took a little work from a waker on the loop's own CPU
  * yields once before it parks. Whoever holds the CPU, nothing handed
  * over is lost or run twice, and a loop with nothing left still parks

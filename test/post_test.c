@@ -205,7 +205,7 @@ Test(post, no_post_refused_below_max_operations, .timeout = TEST_TIMEOUT)
 /*
  * Producers and the loop on one CPU (threads inherit the creator's
  * affinity): each producer's wake puts the loop on the CPU the producer
- * was using, and the loop yields it back before parking (decision 134).
+ * was using, and the loop yields it back before parking.
  * None lost, none twice, order kept, whoever has the CPU.
  */
 Test(post, producers_sharing_the_loops_cpu, .timeout = TEST_TIMEOUT)
@@ -341,7 +341,7 @@ BACKEND_TEST(post, burst_to_an_idle_loop_wakes_once)
     cr_assert_eq(loop_stats(b.loop).wake_syscalls, 1, "%llu wake syscalls for one burst",
                  (unsigned long long)loop_stats(b.loop).wake_syscalls);
     /* Pending posts are live operations, with the credit the burst's last
-     * run took ahead and has not spent: at most 63 (decision 136). */
+     * run took ahead and has not spent: at most 63, a run's credit. */
     unsigned live = loop_live(b.loop);
     cr_assert(live >= b.want && live < b.want + 64, "%u live operations for %u pending posts",
               live, b.want);
@@ -584,7 +584,7 @@ Test(post, step_1_runs_posts_before_resolving_cancels, .timeout = TEST_TIMEOUT)
 }
 
 /* ---------------------------------------------------------------- */
-/* runs: a thread's posts travel together (decision 136)             */
+/* runs: a thread's posts travel together                          */
 /* ---------------------------------------------------------------- */
 
 static void count_plain(tern_loop *loop, void *arg)
