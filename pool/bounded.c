@@ -35,6 +35,9 @@
  * queue, truly: its cells are taken) until a worker skips the tombstones.
  */
 #include <errno.h>
+#include <sched.h>
+
+#include <urcu/arch.h>
 
 #include "pool_p.h"
 
@@ -77,13 +80,43 @@ static void repay_slots(uint64_t n)
 }
 
 /*
- * Settle what owed holds: move `settled` up to what was claimed, and
- * return how many slots that gave back to the caller to repay (0: none
- * owed, or another settled them first).
+ * Repaying owed slots is two steps on two words: the settled count moves
+ * up to what was claimed, then the queued word goes down by as much. In
+ * between, the slots are neither owed nor free, and an admission that
+ * looked then would refuse for room the queue has. So the settled count
+ * carries a mark while its repayment is on the way: whoever meets the
+ * mark waits the few instructions until the one repaying clears it, and
+ * then sees the queued word already down.
  */
-static uint64_t settle(struct tern__owed *owed)
+#define REPAYING (UINT64_C(1) << 63)
+
+/* The settled count, once no repayment of it is on the way (acquire). */
+static uint64_t settled_now(struct tern__owed *owed)
 {
-    uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_acquire);
+    uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_relaxed);
+    if (TERN_UNLIKELY(settled & REPAYING) && tern__stop_armed(TERN__STOP_REPAYMENT_WAITED))
+        tern__stop_at(TERN__STOP_REPAYMENT_WAITED); /* a test holds this thread here */
+    for (unsigned i = 1;
+         (settled = atomic_load_explicit(&owed->settled, memory_order_acquire)) & REPAYING; i++) {
+        /* The repayer may be off its CPU: let it run rather than spin for a time slice. */
+        if (i % 64 == 0)
+            sched_yield();
+        else
+            caa_cpu_relax();
+    }
+    return settled;
+}
+
+/*
+ * Repay what owed holds: move `settled` up to what was claimed, marked,
+ * give the slots back to the queued word, then clear the mark. Returns
+ * how many slots that gave back (0: none owed, or another repaid them).
+ * Any thread: the worker at the end of a run (worker), an admission
+ * about to refuse (reclaim_owed); each claimed slot is given back once.
+ */
+static uint64_t settle(struct tern__owed *owed, bool worker)
+{
+    uint64_t settled = settled_now(owed);
     for (;;) {
         /*
          * Claimed is read after settled, each time round: another may have
@@ -95,17 +128,24 @@ static uint64_t settle(struct tern__owed *owed)
         uint64_t claimed = atomic_load_explicit(&owed->claimed, memory_order_relaxed);
         if (settled == claimed)
             return 0;
-        if (atomic_compare_exchange_weak_explicit(&owed->settled, &settled, claimed,
-                                                  memory_order_acq_rel, memory_order_acquire))
+        if (atomic_compare_exchange_weak_explicit(&owed->settled, &settled, settled | REPAYING,
+                                                  memory_order_acq_rel, memory_order_acquire)) {
+            /* A test holds the worker here: one relaxed load a run when disarmed. */
+            if (TERN_UNLIKELY(worker && tern__stop_armed(TERN__STOP_WORKER_REPAYING)))
+                tern__stop_at(TERN__STOP_WORKER_REPAYING);
+            repay_slots(claimed - settled);
+            /* Release: whoever sees the mark gone sees the queued word down. */
+            atomic_store_explicit(&owed->settled, claimed, memory_order_release);
             return claimed - settled;
+        }
+        if (settled & REPAYING)
+            settled = settled_now(owed);
     }
 }
 
 void tern__bounded_repay(struct tern__owed *owed)
 {
-    uint64_t n = settle(owed);
-    if (n != 0)
-        repay_slots(n);
+    (void)settle(owed, true);
 }
 
 void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs, unsigned n)
@@ -116,10 +156,12 @@ void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs
 }
 
 /*
- * Sum (take: and take back) the owed counts of every worker slot the
+ * Sum (take: and repay) the owed counts of every worker slot the
  * running pool uses (its shape, pool_p.h: none once it is shut down).
+ * A repayment met on its way is waited out, unless `marked` is given:
+ * then it is left out of the sum and *marked set.
  */
-static uint64_t each_owed(bool take)
+static uint64_t each_owed(bool take, bool *marked)
 {
     unsigned fixed, n = tern__runs_in_use(&fixed);
     uint64_t sum = 0;
@@ -127,34 +169,56 @@ static uint64_t each_owed(bool take)
         unsigned slot = tern__worker_slot(i, fixed);
         struct tern__owed *owed = &tern__pool_workers[slot].owed;
         if (take) {
-            sum += settle(owed);
-        } else {
-            /* settled first: it never passes a claimed count read after it (settle) */
-            uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_acquire);
-            sum += atomic_load_explicit(&owed->claimed, memory_order_relaxed) - settled;
+            sum += settle(owed, false);
+            continue;
         }
+        /* settled first: it never passes a claimed count read after it (settle) */
+        uint64_t settled;
+        if (marked == NULL) {
+            settled = settled_now(owed);
+        } else {
+            settled = atomic_load_explicit(&owed->settled, memory_order_acquire);
+            if (settled & REPAYING) {
+                *marked = true;
+                continue;
+            }
+        }
+        sum += atomic_load_explicit(&owed->claimed, memory_order_relaxed) - settled;
     }
     return sum;
 }
 
-uint64_t tern__bounded_owed(void)
+uint64_t tern__bounded_queued(uint64_t *slots)
 {
-    return each_owed(false);
+    /*
+     * The slot word less the slots workers owe for jobs they already
+     * claimed. Read until the word holds still around the owed counts, so
+     * a repayment between the reads is not counted twice or missed; a few
+     * tries, then the last reading (a moment apart, as every figure is).
+     */
+    uint64_t word = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
+    uint64_t owed = 0;
+    for (int tries = 0; tries < 4; tries++) {
+        owed = each_owed(false, NULL);
+        uint64_t again = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
+        if (again == word)
+            break;
+        word = again;
+    }
+    *slots = word;
+    unsigned queued = tern__slots_queued(word);
+    return owed >= queued ? 0 : queued - owed;
 }
 
 /*
  * An admission about to refuse takes back the slots the workers owe:
  * their jobs have left the queue (claimed, their cells freed), so the
- * slots are free; only their repayment was put off. Each owed slot is
- * given back once: by its worker or here, whichever exchanges it first.
+ * slots are free; only their repayment was put off. A repayment already
+ * on its way is waited for (settle), so its slots count as free too.
  */
-static bool reclaim_owed(void)
+static void reclaim_owed(void)
 {
-    uint64_t n = each_owed(true);
-    if (n == 0)
-        return false;
-    repay_slots(n);
-    return true;
+    (void)each_owed(true, NULL);
 }
 
 void tern__bounded_wake_one(struct tern__pool *p)
@@ -221,8 +285,13 @@ static unsigned take_slots(struct tern__pool *p, unsigned n, unsigned least, uin
             free = room - in_ring;
         k = free < n ? free : n;
         if (k < least) {
-            /* Slots the workers owe are free: take them back once, then look again. */
-            if (!reclaimed && (reclaimed = true, reclaim_owed())) {
+            /*
+             * Slots the workers owe are free: take them back once (and
+             * wait out any repayment on its way), then look again.
+             */
+            if (!reclaimed) {
+                reclaimed = true;
+                reclaim_owed();
                 s = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
                 continue;
             }
@@ -241,10 +310,27 @@ static unsigned take_slots(struct tern__pool *p, unsigned n, unsigned least, uin
     return (unsigned)k;
 }
 
+/*
+ * The peak is of `queued` as the statistics give it: the slot word counts
+ * the slots workers owe for jobs already running too, so a word above the
+ * peak is only a hint, and the figure is read (as tern__bounded_queued
+ * reads it) before it is kept. A submission does not wait for a worker's
+ * repayment for a figure: one met on its way, or a word that moved, and
+ * this reading is let go (the peak may miss it, as racing peaks may).
+ */
 static void note_peak(uint64_t slots)
 {
-    unsigned q = tern__slots_queued(slots);
-    if (q > atomic_load_explicit(&tern__pool_stats.queued_peak, memory_order_relaxed))
+    unsigned peak = atomic_load_explicit(&tern__pool_stats.queued_peak, memory_order_relaxed);
+    if (tern__slots_queued(slots) <= peak)
+        return;
+    uint64_t word = atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire);
+    bool marked = false;
+    uint64_t owed = each_owed(false, &marked);
+    if (marked || atomic_load_explicit(&tern__pool_stats.queued, memory_order_acquire) != word)
+        return;
+    unsigned q = tern__slots_queued(word);
+    q = owed >= q ? 0 : q - (unsigned)owed;
+    if (q > peak)
         atomic_store_explicit(&tern__pool_stats.queued_peak, q, memory_order_relaxed);
 }
 
@@ -369,13 +455,19 @@ int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
 int tern__bounded_submit_batch(struct tern__pool *p, struct tern__work *const *jobs, unsigned n,
                                struct tern__lane *lane)
 {
+    /*
+     * What the caller submitted before goes first, and the lane's unspent
+     * credit goes back with it before the batch asks for room: a loop is
+     * never refused for slots it holds itself. Its held jobs are admitted
+     * already, so pushing them now changes nothing if the batch is refused.
+     */
+    if (lane != NULL)
+        tern__lane_flush(lane);
     uint64_t after;
     if (take_slots(p, n, n, &after) == 0)
         return -EAGAIN;
     note_peak(after);
     /* One run of ring positions for the batch (admitted: never full). */
-    if (lane != NULL)
-        tern__lane_flush(lane); /* what the caller submitted before goes first */
     tern__ring_push_many(&p->queue, (void *const *)jobs, n);
     if (lane == NULL)
         submitted_wake(p); /* else the caller kicks later (pool.h) */

@@ -476,24 +476,8 @@ void tern_pool_stats_read(tern_pool_stats *out, size_t size)
     tern__outcomes_settle(); /* a done reading them counts itself and those before it */
     struct tern__pool_counters *c = &tern__pool_stats;
 #define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
-    uint64_t slots = LOAD(queued); /* queued and reserved at one instant */
-    /*
-     * Less the slots workers owe for jobs they already claimed (batch
-     * take, pool_p.h). Read until the word holds still around the owed
-     * counts, so a repayment between the reads is not counted twice or
-     * missed; a few tries, then the last reading (a moment apart, as
-     * every field is).
-     */
-    uint64_t owed = 0;
-    for (int tries = 0; tries < 4; tries++) {
-        owed = tern__bounded_owed();
-        uint64_t again = LOAD(queued);
-        if (again == slots)
-            break;
-        slots = again;
-    }
-    unsigned queued = tern__slots_queued(slots);
-    queued = owed >= queued ? 0 : queued - (unsigned)owed;
+    uint64_t slots; /* queued and reserved at one instant */
+    unsigned queued = (unsigned)tern__bounded_queued(&slots);
     tern_pool_stats full = {
         .threads = LOAD(threads),
         .busy = LOAD(busy),

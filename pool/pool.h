@@ -329,6 +329,18 @@ unsigned tern__test_waiting_pool_start(void);
 unsigned tern__test_pool_holds(void);
 /* Entries taken in runs by bounded workers, not yet started or put back (batch take). */
 unsigned tern__test_pool_run_left(void);
+/*
+ * The repayment's windows (pool/stops.c). Hold both: a bounded worker
+ * that repays its run's owed slots stops after it has marked them and
+ * before the queued count has them back (repaying), and a thread that
+ * meets such a mark stops before it waits it out (repayment waited).
+ * Release each on its own; the counts say who waits where.
+ */
+void tern__test_hold_repaying(void);
+void tern__test_release_repaying(void);
+void tern__test_release_repayment_waited(void);
+unsigned tern__test_waiting_repaying(void);
+unsigned tern__test_waiting_repayment_waited(void);
 
 /*
  * Exclusive mode's hold on the pool (pool/gate.c). tern__pool_hold makes

@@ -131,7 +131,9 @@ uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double 
  * store, so a claim costs no locked instruction; `settled` moves by
  * compare-and-swap, when the worker repays at the end of a run or when an
  * admission about to refuse takes the slots back (bounded.c), so each
- * claimed slot is given back once. Readers of the statistics subtract it.
+ * claimed slot is given back once; it carries a mark until the queued word
+ * has been given the slots, which readers wait out. Readers of the
+ * statistics subtract it.
  */
 struct tern__owed {
     _Atomic uint64_t claimed, settled;
@@ -658,8 +660,12 @@ static inline bool tern__runs_left(void)
     return false;
 }
 
-/* Queued slots owed by the workers now (a snapshot; the statistics subtract it). */
-uint64_t tern__bounded_owed(void);
+/*
+ * The statistics' `queued`: the slot word less what the workers owe,
+ * read so that a repayment between the two is neither missed nor counted
+ * twice. *slots is the word it was read against (queued and reserved).
+ */
+uint64_t tern__bounded_queued(uint64_t *slots);
 /* Signal one parked worker, unless one is spinning or already being woken. */
 void tern__bounded_wake_one(struct tern__pool *p);
 /*
@@ -775,11 +781,17 @@ extern _Atomic unsigned tern__pool_holds;
  *                     not yet taken its job (armed together with
  *                     TERN__HOLDS_STOP, which is how the worker looks);
  *   START_UNPUBLISHED a pool start has its workers running and is not
- *                     yet the running pool (start_lock held).
+ *                     yet the running pool (start_lock held);
+ *   WORKER_REPAYING   a bounded worker has marked its settled count and
+ *                     not yet given the slots back (bounded.c, settle);
+ *   REPAYMENT_WAITED  a thread found such a repayment on its way and has
+ *                     not yet waited it out.
  */
 #define TERN__STOP_POINTS(X) \
     X(WORKER_PAST_GATE)      \
-    X(START_UNPUBLISHED)
+    X(START_UNPUBLISHED)     \
+    X(WORKER_REPAYING)       \
+    X(REPAYMENT_WAITED)
 
 enum tern__stop_point {
 #define TERN__STOP_ENUM(name) TERN__STOP_##name,

@@ -65,3 +65,29 @@ unsigned tern__test_pool_run_left(void)
     }
     return left;
 }
+
+void tern__test_hold_repaying(void)
+{
+    tern__stop_arm(TERN__STOP_WORKER_REPAYING);
+    tern__stop_arm(TERN__STOP_REPAYMENT_WAITED);
+}
+
+void tern__test_release_repaying(void)
+{
+    tern__stop_release(TERN__STOP_WORKER_REPAYING);
+}
+
+void tern__test_release_repayment_waited(void)
+{
+    tern__stop_release(TERN__STOP_REPAYMENT_WAITED);
+}
+
+unsigned tern__test_waiting_repaying(void)
+{
+    return tern__stop_waiting(TERN__STOP_WORKER_REPAYING);
+}
+
+unsigned tern__test_waiting_repayment_waited(void)
+{
+    return tern__stop_waiting(TERN__STOP_REPAYMENT_WAITED);
+}

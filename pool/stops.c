@@ -7,9 +7,11 @@
  * outside the tests (pool/seams.c, runtime/testing.h).
  *
  * Cost while disarmed: the pool start's point is one relaxed load per
- * start; the worker's point costs no job anything, as it is folded into
- * the word the worker reads once per job anyway (tern__pool_holds, see
- * pool_p.h and worker.c).
+ * start; the worker's point past the gate costs no job anything, as it is
+ * folded into the word the worker reads once per job anyway
+ * (tern__pool_holds, see pool_p.h and worker.c); the repayment's point is
+ * one relaxed load per run a worker repays, and its waiter's is on a path
+ * taken only when a repayment is met on its way.
  *
  * Lock: stops_lock is a leaf, held by the stopped thread only while it
  * waits on stops_cond (never across a call into the pool).

@@ -298,6 +298,9 @@ void tern__jobs_kick(tern_loop *loop)
         loop->kick_owed = false;
         tern__pool_kick(&loop->lane);
     }
+    /* Once a turn, after its dones: records beyond the kept ones go back. */
+    if (TERN_UNLIKELY(tern__job_records_trim_due(loop)))
+        tern__job_records_trim(loop);
 }
 
 bool tern__jobs_pending(tern_loop *loop)

@@ -82,6 +82,7 @@ struct tern__job_chunk {
     uint32_t no;  /* its number, in its records' ids (numbers.c) */
     struct tern__job_owned *owned; /* by record; NULL until one is owned */
     _Atomic uint32_t held;
+    uint32_t nfree; /* of its records on the loop's free list, as a trim counts them */
     _Atomic(tern_job *) returned;
     tern_job recs[];
 };
@@ -117,6 +118,24 @@ tern_id tern__job_id_issue(tern_job *job);
 void tern__job_returned(tern_job *job);
 uint64_t tern__job_bytes(const tern_loop *loop);
 void tern__job_records_destroy(tern_loop *loop);
+/*
+ * Give back the chunks whose records are all free, beyond the free
+ * records a loop keeps for reuse (TERN__JOB_FREE_KEPT). It walks the free
+ * list, so it is due only when that can pay: once the free records have
+ * doubled since the last trim left them, or when the loop holds no credit
+ * (every job it had is delivered, so its free records fill whole chunks)
+ * and the count has moved since. The loop's thread, between steps (the
+ * turn's kick, job.c).
+ */
+#define TERN__JOB_FREE_KEPT 1024u
+void tern__job_records_trim(tern_loop *loop);
+static inline bool tern__job_records_trim_due(const tern_loop *loop)
+{
+    if (loop->job_nfree < 2 * TERN__JOB_FREE_KEPT)
+        return false;
+    return loop->job_nfree >= loop->job_trim_at ||
+           (loop->undelivered == 0 && loop->job_nfree != loop->job_trim_left);
+}
 
 /*
  * Admit and hand over a job of any kind (tern_submit, tern_resolve, file

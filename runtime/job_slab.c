@@ -16,8 +16,12 @@
  * its last one. So the loop never waits for the pool, and the pool never
  * touches a freed loop.
  *
- * Chunks grow from 64 records to 256 and go back only when the loop is
- * freed: a loop keeps the records of its peak, as it keeps its timers'.
+ * Chunks grow from 64 records to 256. A long-lived server must not keep
+ * the records of a burst for ever, so a chunk whose records are all free
+ * goes back at the turn's kick (tern__job_records_trim), as long as
+ * TERN__JOB_FREE_KEPT free records stay for the next burst to reuse; the
+ * oldest chunks are the ones kept. The allocator itself only counts the
+ * loop's free records; the trim counts them by chunk, when it is due.
  *
  * Ids. A job's id names its record: the chunk's number, the offset in
  * it, and the record's generation (op.h, TERN__JOB_ID), laid out and
@@ -31,7 +35,9 @@
  * job in the loop's id map.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "job_p.h"
 
@@ -159,6 +165,7 @@ static bool grow(tern_loop *loop)
     c->owned = NULL;
     atomic_init(&c->returned, NULL);
     atomic_init(&c->held, 0);
+    c->nfree = 0;
     loop->job_chunks = c;
     map_place(loop->job_map, loop->job_map_mask, c);
     loop->job_nchunks++;
@@ -209,6 +216,7 @@ tern_job *tern__job_alloc(tern_loop *loop)
     }
     tern_job *job = loop->job_free;
     loop->job_free = (tern_job *)job->op.ready_next;
+    loop->job_nfree--;
     return job;
 }
 
@@ -218,6 +226,7 @@ void tern__job_release(tern_loop *loop, tern_job *job)
         return; /* retired: its ids would come round again */
     job->op.ready_next = (struct tern__op *)loop->job_free;
     loop->job_free = job;
+    loop->job_nfree++;
 }
 
 void tern__job_held(tern_loop *loop, tern_job *job)
@@ -250,15 +259,97 @@ uint64_t tern__job_bytes(const tern_loop *loop)
     return loop->job_bytes;
 }
 
+/*
+ * Hand c's number back to the registry, with the floor its records'
+ * generations reached, so no id of c is ever issued again (see the top).
+ */
+static void number_give_back(struct tern__job_chunk *c)
+{
+    uint32_t floor = 0;
+    for (uint32_t i = 0; i < c->cap; i++)
+        floor = tern__job_gen(&c->recs[i]) > floor ? tern__job_gen(&c->recs[i]) : floor;
+    tern__numbers_give_back(&tern__job_numbers, c->no, floor);
+}
+
+/* Place the loop's chunks in a map of the size they need now (or the old one, emptied). */
+static void map_rebuild(tern_loop *loop)
+{
+    uint32_t ncap = 16;
+    while (2 * (loop->job_nchunks + 1) > ncap)
+        ncap *= 2;
+    uint32_t cap = loop->job_map_mask + 1;
+    struct tern__job_chunk **map = ncap < cap ? tern__calloc(ncap, sizeof(*map)) : NULL;
+    if (map != NULL) {
+        free(loop->job_map);
+        loop->job_map = map;
+        loop->job_map_mask = ncap - 1;
+    } else {
+        memset(loop->job_map, 0, cap * sizeof(*loop->job_map));
+    }
+    for (struct tern__job_chunk *c = loop->job_chunks; c != NULL; c = c->next)
+        map_place(loop->job_map, loop->job_map_mask, c);
+}
+
+/* A chunk on its way out, while the free list is rid of its records. */
+#define GOING UINT32_MAX
+
+void tern__job_records_trim(tern_loop *loop)
+{
+    /*
+     * Newest first, so the oldest (and smallest) chunks stay. A chunk the
+     * pool still holds a record of has some not free; a hand-back that
+     * has returned its last one may not have counted it out yet (`held`,
+     * acquire), and must find the chunk there when it does.
+     */
+    for (struct tern__job_chunk *c = loop->job_chunks; c != NULL; c = c->next)
+        c->nfree = 0;
+    for (tern_job *job = loop->job_free; job != NULL; job = (tern_job *)job->op.ready_next)
+        tern__job_chunk(job)->nfree++;
+    struct tern__job_chunk *gone = NULL;
+    for (struct tern__job_chunk **at = &loop->job_chunks; *at != NULL;) {
+        struct tern__job_chunk *c = *at;
+        if (c->nfree != c->cap || loop->job_nfree - c->cap < TERN__JOB_FREE_KEPT ||
+            atomic_load_explicit(&c->held, memory_order_acquire) != 0) {
+            at = &c->next;
+            continue;
+        }
+        *at = c->next;
+        c->next = gone;
+        gone = c;
+        loop->job_nfree -= c->cap;
+        loop->job_nchunks--;
+        c->nfree = GOING;
+    }
+    /* Walk again once the free records double, or when the loop is next quiet. */
+    loop->job_trim_left = loop->job_nfree;
+    loop->job_trim_at = loop->job_nfree > UINT_MAX / 2 ? UINT_MAX : 2 * loop->job_nfree;
+    if (gone == NULL)
+        return;
+    for (tern_job **link = &loop->job_free; *link != NULL;) {
+        tern_job *job = *link;
+        if (tern__job_chunk(job)->nfree == GOING)
+            *link = (tern_job *)job->op.ready_next;
+        else
+            link = (tern_job **)&job->op.ready_next;
+    }
+    while (gone != NULL) {
+        struct tern__job_chunk *c = gone;
+        gone = c->next;
+        number_give_back(c);
+        loop->job_bytes -= chunk_bytes(c->cap);
+        if (c->owned != NULL)
+            loop->job_bytes -= (uint64_t)c->cap * sizeof(*c->owned);
+        chunk_free(c);
+    }
+    map_rebuild(loop);
+}
+
 void tern__job_records_destroy(tern_loop *loop)
 {
     while (loop->job_chunks != NULL) {
         struct tern__job_chunk *c = loop->job_chunks;
         loop->job_chunks = c->next;
-        uint32_t floor = 0;
-        for (uint32_t i = 0; i < c->cap; i++)
-            floor = tern__job_gen(&c->recs[i]) > floor ? tern__job_gen(&c->recs[i]) : floor;
-        tern__numbers_give_back(&tern__job_numbers, c->no, floor);
+        number_give_back(c);
         /* Before the or: after it, the last hand-back may free the chunk. */
         LEFT_TO_THE_POOL(c);
         if (atomic_fetch_or_explicit(&c->held, ORPHANED, memory_order_acq_rel) == 0)
@@ -268,6 +359,7 @@ void tern__job_records_destroy(tern_loop *loop)
     loop->job_map = NULL;
     loop->job_map_mask = loop->job_nchunks = 0;
     loop->job_free = NULL;
+    loop->job_nfree = loop->job_trim_at = loop->job_trim_left = 0;
     loop->jobs_held = 0;
     loop->job_bytes = 0;
     loop->job_chunk_next = 0;

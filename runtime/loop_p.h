@@ -156,6 +156,9 @@ struct tern_loop {
     struct tern__job_chunk **job_map;   /* chunk number -> chunk, at most half full */
     uint32_t job_map_mask, job_nchunks;
     unsigned jobs_held; /* records let go by the loop that the pool still holds */
+    unsigned job_nfree;     /* records on job_free */
+    unsigned job_trim_at;   /* free records at which a trim walks again (job_slab.c) */
+    unsigned job_trim_left; /* free records the last trim left */
     unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
     bool kick_owed;   /* a job accepted in this turn without a wake (job.c, tern__jobs_kick) */
     struct tern__lane lane; /* bounded jobs accepted in steps 1-2, pushed at the kick (pool.h) */
