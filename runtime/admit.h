@@ -3,7 +3,8 @@
  * the loop is closing, and max_operations, counted with the pending posts;
  * and an op's retirement, which gives its admission back.
  * Jobs add their own limits on top (runtime/job.c). Inline: every start
- * pays for it. Included by loop_p.h after struct tern_loop, which it reads.
+ * pays for it. Above loop_p.h, whose struct it reads;
+ * included by the files that admit or retire ops.
  */
 #ifndef TERN_ADMIT_H
 #define TERN_ADMIT_H
@@ -13,6 +14,7 @@
 #include <stdbool.h>
 #include <stdnoreturn.h>
 
+#include "heap.h"
 #include "loop_p.h"
 
 /*
@@ -21,7 +23,6 @@
  * a group in its destroy phase is also sealed, and there scheduling is a
  * contract violation, not a refusal: it aborts naming the rule (loop.c).
  */
-noreturn void tern__loop_sealed_failed(void);
 static inline bool tern__loop_closing(tern_loop *loop)
 {
     if (TERN_LIKELY(!atomic_load_explicit(&loop->closing, memory_order_relaxed)))

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "admit.h"
 #include "loop_p.h"
 
 struct defer {

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "heap.h"
 #include "lag.h"
 #include "loop_p.h"
 #include "testing.h"

@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "fault.h"
-#include "inbound.h"
+#include "inbound_block.h"
 #include "platform.h"
 #include "testing.h"
 

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "admit.h"
 #include "loop_p.h"
 
 struct watcher {

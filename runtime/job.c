@@ -9,6 +9,8 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include "admit.h"
+#include "heap.h"
 #include "job_p.h"
 #include "probe.h"
 #include "sized.h"

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
 #include "testing.h"

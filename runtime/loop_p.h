@@ -1,15 +1,20 @@
 /*
- * The loop's private interface, by idea. Each header is one idea and says
- * what it declares; runtime files include this one, which includes them all:
+ * The loop's private interface. Each header is one idea and says what it
+ * declares; the loop's headers, bottom first:
  *
  *   op.h         the op model: what a loop tracks, and the containers of
- *                ops (the id map, the slab, the deadline heap)
+ *                ops (the id map, the slab, the deadline heap's layout)
  *   inbound.h    what other threads hand to the loop, and the wake word
+ *   thread.h     who may run a loop, and the aborts for those who may not
  *   loop_p.h     the loop itself (this file): its struct, who may run it,
- *                the op lifecycle and the deadlines, the turn
- *   admit.h      whether a new op may start (closing, max_operations);
- *                after the struct it reads
+ *                the op lifecycle, the turn; it includes the three above
+ *   heap.h       the deadlines: claiming, arming, disarming (above the
+ *                struct, whose heap they read)
+ *   admit.h      whether a new op may start (closing, max_operations),
+ *                and an op's retirement
  *   job_p.h      jobs, an op kind (included by the files that use jobs)
+ *
+ * A file includes the ones whose names it uses.
  */
 #ifndef TERN_LOOP_P_H
 #define TERN_LOOP_P_H
@@ -31,6 +36,7 @@
 #include "platform.h"
 #include "pool.h"
 #include "spin.h"
+#include "thread.h"
 #include "tern.h"
 
 /* ------------------------------------------------------------------ */
@@ -238,17 +244,6 @@ tern_id tern__id_next(tern_loop *loop);
 
 /* `owner` holds the claiming thread's token, 0 when unclaimed. */
 
-/* Loop-only check: aborts naming fn when a foreign thread runs the loop. */
-void tern__loop_only_failed(const char *fn);
-/*
- * A thread's identity is the address of a thread-local byte: unique while
- * the thread lives, free to compute (initial-exec TLS, no call).
- */
-extern _Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));
-static inline uintptr_t tern__thread_token(void)
-{
-    return (uintptr_t)&tern__thread_anchor;
-}
 static inline void tern__loop_only(const tern_loop *loop, const char *fn)
 {
     uintptr_t owner = atomic_load_explicit(&loop->owner, memory_order_relaxed);
@@ -264,8 +259,6 @@ static inline void tern__loop_only(const tern_loop *loop, const char *fn)
  * and wake descriptors it shares with the parent. One load and a compare,
  * no system call.
  */
-extern unsigned tern__forks;
-noreturn void tern__loop_forked_failed(const char *fn);
 static inline void tern__loop_this_process(const tern_loop *loop, const char *fn)
 {
     if (TERN_UNLIKELY(loop->forks != tern__forks))
@@ -318,56 +311,6 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op);
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
 /* The op behind a public id, or NULL. */
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
-
-/*
- * Deadlines on the one heap (timers and internal deadlines alike). An op
- * that may be armed first claims a heap slot (the only step that can fail,
- * -ENOMEM); while it holds the claim, arming never fails, so a repeating
- * timer can always rearm. An armed op becomes ready in step 5 when due
- * (or its class's `expired` runs). Any op may be armed, embedded anywhere.
- */
-int tern__deadline_claim(tern_loop *loop);
-void tern__deadline_unclaim(tern_loop *loop);
-void tern__deadline_arm(tern_loop *loop, struct tern__op *op, uint64_t deadline);
-void tern__deadline_disarm(tern_loop *loop, struct tern__op *op);
-static inline bool tern__deadline_armed(const struct tern__op *op)
-{
-    return op->aux != TERN__OP_UNARMED;
-}
-/*
- * An internal deadline (a connect's timeout, a listener's back-off): an op
- * embedded in its owner's record that lives only on the heap. It has no
- * id, is never registered, counted or queued, so no public call can reach
- * it; its class needs only an `expired` hook, which runs in step 5 (after
- * the heap let go of it) and must not call user code. The owner claims a
- * heap slot before arming it and gives the claim back when it disarms it
- * or it expires.
- */
-static inline void tern__deadline_init(struct tern__op *op, const struct tern__op_class *cls)
-{
-    *op = (struct tern__op){.cls = cls, .aux = TERN__OP_UNARMED};
-}
-/* The same for a timer's slot (timer.c); its record keeps the index. */
-int tern__deadline_claim_timer_slow(tern_loop *loop);
-static inline int tern__deadline_claim_timer(tern_loop *loop)
-{
-    if (TERN_LIKELY(loop->heap.claims < loop->heap.cap)) {
-        loop->heap.claims++;
-        return 0;
-    }
-    return tern__deadline_claim_timer_slow(loop);
-}
-static inline void tern__deadline_unclaim_timer(tern_loop *loop)
-{
-    TERN_DECREMENT(loop->heap.claims);
-}
-void tern__deadline_arm_timer(tern_loop *loop, uint32_t slot, uint64_t deadline);
-void tern__deadline_remove_timer(tern_loop *loop, uint32_t slot);
-static inline void tern__deadline_disarm_timer(tern_loop *loop, uint32_t slot)
-{
-    if (tern__timer_armed(&loop->timers.rec[slot]))
-        tern__deadline_remove_timer(loop, slot);
-}
 
 /* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
 void tern__rcu_enter(tern_loop *loop);
@@ -439,7 +382,5 @@ const char *tern__watch_source(const tern_loop *loop);
 
 /* Record size of the slab-allocated defers (defer.c). */
 extern const size_t tern__defer_size;
-
-#include "admit.h"
 
 #endif

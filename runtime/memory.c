@@ -2,6 +2,7 @@
  * tern_loop_memory_bytes: the bytes a loop holds, summed from its own
  * containers on its own thread (so nothing is published per turn).
  */
+#include "admit.h"
 #include "job_p.h"
 #include "loop_p.h"
 

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 
+#include "admit.h"
 #include "loop_p.h"
 
 #define ID_BLOCK 4096u

@@ -167,17 +167,6 @@ struct tern__heap {
     uintptr_t *ops; /* an armed op's pointer, or (next free index + 1) << 1 | 1 */
 };
 
-void tern__heap_destroy(struct tern__heap *h);
-static inline const struct tern__heap_entry *tern__heap_top(const struct tern__heap *h)
-{
-    return h->len ? &h->v[0] : NULL;
-}
-/*
- * Step 5's pop (turn.c fires what it returns): whether the soonest entry
- * is due at loop->now; if so it leaves the heap, its lateness is recorded,
- * and *opp is the op armed there, or NULL with *slotp the timer's slot.
- */
-bool tern__deadline_pop_due(tern_loop *loop, struct tern__op **opp, uint32_t *slotp);
 
 /* ------------------------------------------------------------------ */
 /* Timers (timer.c, timer_table.c): compact records, not ops.          */
@@ -332,24 +321,8 @@ static inline bool tern__job_id(tern_id id)
     return (id >> 62) == 1;
 }
 
-/* The table (timer_table.c). slot_alloc: 0 or -ENOMEM; the slot it gives is not armed. */
-int tern__timer_slot_alloc_slow(struct tern__timer_table *t, uint32_t *slot);
-static inline int tern__timer_slot_alloc(struct tern__timer_table *t, uint32_t *slot)
-{
-    if (TERN_LIKELY(t->free != TERN__SLOT_NONE)) {
-        *slot = t->free;
-        t->free = t->rec[*slot].next;
-        t->rec[*slot].heap = UINT32_MAX; /* the word was its link: not armed */
-        return 0;
-    }
-    if (TERN_LIKELY(t->used < t->nchunks * TERN__TIMER_CHUNK)) {
-        *slot = t->used++;
-        return 0;
-    }
-    return tern__timer_slot_alloc_slow(t, slot);
-}
 
-/* Ends the slot's generation (its ids go stale) and frees it. */
+/* The table (timer_table.c). Ends the slot's generation (its ids go stale) and frees it. */
 static inline void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot)
 {
     struct tern__timer *r = &t->rec[slot];

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "admit.h"
 #include "job_p.h"
 #include "sized.h"
 

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "net/net_p.h"
 #include "process_p.h"
 

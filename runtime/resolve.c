@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "job_p.h"
 #include "testing.h"
 

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 
+#include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
 

@@ -34,6 +34,16 @@ void tern__test_release(tern_loop *loop)
     tern__loop_release(loop, NULL);
 }
 
+int tern__test_cancel_now(tern_loop *loop, tern_id id)
+{
+    if (tern_loop_current() == loop)
+        return tern_cancel(loop, id);
+    tern__test_claim(loop);
+    int rc = tern_cancel(loop, id);
+    tern__test_release(loop);
+    return rc;
+}
+
 void tern__set_getaddrinfo(tern__getaddrinfo_fn fn)
 {
     atomic_store(&tern__resolve_getaddrinfo, fn);

@@ -3,6 +3,7 @@
  * is a relaxed atomic, so the figures are a snapshot, not a consistent
  * set), with the lag percentiles from lag.c.
  */
+#include "admit.h"
 #include "lag.h"
 #include "loop_p.h"
 #include "sized.h"

@@ -61,15 +61,7 @@ void tern__test_release(tern_loop *loop);
  * its -ENOENT for an unknown id), from a test thread that holds the loop
  * between turns or from inside the loop's callbacks.
  */
-static inline int tern__test_cancel_now(tern_loop *loop, tern_id id)
-{
-    if (tern_loop_current() == loop)
-        return tern_cancel(loop, id);
-    tern__test_claim(loop);
-    int rc = tern_cancel(loop, id);
-    tern__test_release(loop);
-    return rc;
-}
+int tern__test_cancel_now(tern_loop *loop, tern_id id);
 
 /*
  * Deadline-heap and timer-id seams. tern__test_heap_seq sets the heap's

@@ -9,7 +9,8 @@
  */
 #include <pthread.h>
 
-#include "loop_p.h"
+#include "check.h"
+#include "thread.h"
 
 _Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));
 

@@ -25,7 +25,10 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "admit.h"
+#include "heap.h"
 #include "loop_p.h"
+#include "timer_table.h"
 
 static uint64_t period_of(const struct tern__timer_table *t, const struct tern__timer *r)
 {

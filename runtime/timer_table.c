@@ -42,6 +42,7 @@
 
 #include "loop_p.h"
 #include "testing.h"
+#include "timer_table.h"
 
 #define GEN_LIMIT TERN__TIMER_GEN_LIMIT
 #define NO_LIMIT (UINT32_C(1) << TERN__TIMER_NO_BITS)

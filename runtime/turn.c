@@ -22,6 +22,7 @@
 #include <urcu/arch.h>
 #include <urcu/wfcqueue.h>
 
+#include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
 #include "probe.h"

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "admit.h"
+#include "heap.h"
 #include "job_p.h"
 
 

@@ -47,6 +47,8 @@
 #include <sys/inotify.h>
 #endif
 
+#include "admit.h"
+#include "heap.h"
 #include "loop_p.h"
 
 #define DEFAULT_INTERVAL_NS UINT64_C(1000000000)

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "heap.h"
 #include "net_p.h"
 
 /* Reads land in a buffer on the loop thread's stack: nothing to allocate

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "udp_p.h"
 
 static void udp_dispatch(tern_loop *loop, struct tern__op *op);
