@@ -152,7 +152,7 @@ static int reserve(struct tern__heap *h, size_t n)
 {
     if (n <= h->cap)
         return 0;
-    /* Refs are 31-bit and an op's index 26-bit (op.h): all ones marks "not armed". */
+    /* Refs are 31-bit and an op's index 26-bit (op_types.h): all ones marks "not armed". */
     if (n >= TERN__OP_UNARMED)
         return -ENOMEM;
     uint32_t ncap = h->cap ? h->cap : 64;

@@ -1,6 +1,6 @@
 /*
  * The deadline heap's calls (heap.c): claiming a slot, arming and
- * disarming ops and timers, and step 5's pop. The heap's layout is op.h's,
+ * disarming ops and timers, and step 5's pop. The heap's layout is op_types.h's,
  * where the loop embeds it; the claim and disarm fast paths are inline,
  * since every timer start and stop pays for them.
  */

@@ -113,7 +113,7 @@ static inline struct tern__job_owned *tern__job_owned_of(const tern_job *job)
     struct tern__job_chunk *c = tern__job_chunk(job);
     return c->owned != NULL ? &c->owned[job->work.client_byte] : NULL;
 }
-/* A new id for job, which names its place (op.h, TERN__JOB_ID). */
+/* A new id for job, which names its place (op_types.h, TERN__JOB_ID). */
 tern_id tern__job_id_issue(tern_job *job);
 void tern__job_returned(tern_job *job);
 uint64_t tern__job_bytes(const tern_loop *loop);

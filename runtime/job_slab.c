@@ -24,7 +24,7 @@
  * loop's free records; the trim counts them by chunk, when it is due.
  *
  * Ids. A job's id names its record: the chunk's number, the offset in
- * it, and the record's generation (op.h, TERN__JOB_ID), laid out and
+ * it, and the record's generation (op_types.h, TERN__JOB_ID), laid out and
  * kept unique as timer ids are (timer_table.c says how): a record's
  * generation goes up with each id it is given, a record whose generation
  * reaches 2^30 is retired (never reused), and chunk numbers come from a

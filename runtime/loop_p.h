@@ -2,7 +2,7 @@
  * The loop's private interface. Each header is one idea and says what it
  * declares; the loop's headers, bottom first:
  *
- *   op.h         the op model: what a loop tracks, and the containers of
+ *   op_types.h   the op model: what a loop tracks, and the containers of
  *                ops (the id map, the slab, the deadline heap's layout)
  *   inbound.h    what other threads hand to the loop, and the wake word
  *   thread.h     who may run a loop, and the aborts for those who may not
@@ -32,7 +32,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "inbound.h"
-#include "op.h"
+#include "op_types.h"
 #include "platform.h"
 #include "pool.h"
 #include "spin.h"

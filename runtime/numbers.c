@@ -1,5 +1,5 @@
 /*
- * The process-wide registries of chunk numbers (op.h): the numbers that
+ * The process-wide registries of chunk numbers (op_types.h): the numbers that
  * timer ids (timer_table.c) and job ids (job_slab.c) carry, so that a
  * (number, offset, generation) triple is issued once in the process.
  * A number belongs to one loop's chunk at a time; the loop gives it back

@@ -1,5 +1,5 @@
 /*
- * The op lifecycle (op.h has the model, loop_p.h the calls): ids, adding
+ * The op lifecycle (op_types.h has the model, loop_p.h the calls): ids, adding
  * an op to the loop's books, finishing it, and its reference (tern_ref,
  * tern_unref, and whether anything keeps tern_loop_run going).
  */

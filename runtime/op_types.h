@@ -16,8 +16,8 @@
  * pops it if it is still queued (the ready queue is singly linked, so a
  * queued op is marked dead rather than unlinked).
  */
-#ifndef TERN_OP_H
-#define TERN_OP_H
+#ifndef TERN_OP_TYPES_H
+#define TERN_OP_TYPES_H
 
 #include <pthread.h>
 #include <stddef.h>

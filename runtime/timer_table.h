@@ -1,7 +1,7 @@
 /*
  * The timer table's slot allocation (timer_table.c): the fast path takes
  * a free slot or the next unused one inline, since every timer start pays
- * for it; the slow path grows the table. The table's layout is op.h's,
+ * for it; the slow path grows the table. The table's layout is op_types.h's,
  * where the loop embeds it.
  */
 #ifndef TERN_TIMER_TABLE_H
@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "op.h"
+#include "op_types.h"
 
 /* The table (timer_table.c). slot_alloc: 0 or -ENOMEM; the slot it gives is not armed. */
 int tern__timer_slot_alloc_slow(struct tern__timer_table *t, uint32_t *slot);
