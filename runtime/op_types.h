@@ -28,6 +28,17 @@
 
 struct tern__op;
 
+/*
+ * What an op's class says it is, for the kinds whose records are found by
+ * an id from any of several files: those files ask the class's kind, so
+ * they need not name the class, which lives with the hooks above them.
+ */
+enum tern__op_kind {
+    TERN__KIND_OTHER = 0,
+    TERN__KIND_STREAM, /* net/stream.c's tern__stream_class */
+    TERN__KIND_UDP,    /* net/udp.c's tern__udp_class */
+};
+
 struct tern__op_class {
     const char *name;
     /* Step 2: run the op's callback. The op is no longer queued. */
@@ -55,6 +66,8 @@ struct tern__op_class {
      * NULL: the op is one callback, run through dispatch.
      */
     unsigned (*drain)(tern_loop *loop, struct tern__op *op, unsigned budget, bool *more);
+    /* The kind, where a lower file must recognise the class (see above). */
+    enum tern__op_kind kind;
 };
 
 enum {

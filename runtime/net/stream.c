@@ -45,6 +45,7 @@ const struct tern__op_class tern__stream_class = {
     .cancel = stream_cancel,
     .free = stream_free,
     .refable = true,
+    .kind = TERN__KIND_STREAM,
 };
 
 /* For an adopted descriptor; sockets tern creates get the flags at birth. */

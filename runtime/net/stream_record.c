@@ -62,7 +62,7 @@ void tern__stream_discard(struct tern__stream *s)
 struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id)
 {
     struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &tern__stream_class)
+    if (op == NULL || op->cls->kind != TERN__KIND_STREAM)
         return NULL;
     struct tern__stream *s = (struct tern__stream *)op;
     return (s->state & TERN__S_CLOSING) ? NULL : s;
