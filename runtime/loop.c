@@ -10,6 +10,7 @@
 #include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
+#include "net/net_p.h"
 #include "testing.h"
 
 /* ------------------------------------------------------------------ */
@@ -104,6 +105,8 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     if ((rc = tern__jobs_init(loop)) < 0)
         goto fail;
     loop->lookup_expired = tern__lookup_expired;
+    loop->stream_class = &tern__stream_class;
+    loop->stream_deadline_class = &tern__stream_deadline_class;
     atomic_init(&loop->wake_state, TERN__WAKE_PARKING); /* unclaimed: asleep */
     atomic_init(&loop->waker_cpu, -1);
     loop->forks = tern__forks;

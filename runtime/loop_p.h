@@ -193,6 +193,14 @@ struct tern_loop {
     /* lag: how late each deadline fired, in log2 buckets of ns (runtime/lag.h) */
     _Atomic uint64_t st_lag_max_ns;
     _Atomic uint32_t st_lag_hist[TERN__LAG_BUCKETS];
+
+    /*
+     * The classes of a stream and of its internal deadline (net/stream.c,
+     * net/tcp.c), set by tern_loop_new. The stream's record (net/
+     * stream_record.c) sits below the files whose hooks fill them, and
+     * they below it, so it reads them here, as job.c reads lookup_expired.
+     */
+    const struct tern__op_class *stream_class, *stream_deadline_class;
 };
 
 /*

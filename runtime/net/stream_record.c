@@ -4,8 +4,9 @@
  * watcher, and what it holds besides (the internal deadline, a lookup in
  * flight, the addresses a connect tries). The files above (stream.c with
  * the dispatch and the public calls, tcp.c, unix.c, tty.c, write.c) call
- * down into it; it calls none of them. Its op class is stream.c's
- * (tern__stream_class), reached as data: the op books call its hooks.
+ * down into it; it calls none of them. Its op class is stream.c's and its
+ * deadline's tcp.c's, reached as data through the loop (the op books call
+ * their hooks); it knows a stream by its class's kind.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,8 +36,8 @@ int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
     s->done_tail = &s->done;
     s->high_water = TERN__HIGH_WATER_DEFAULT;
     tern__io_init(&s->io, stream_fired);
-    tern__deadline_init(&s->deadline, &tern__stream_deadline_class);
-    if ((rc = tern__op_add(loop, &s->op, &tern__stream_class)) < 0) {
+    tern__deadline_init(&s->deadline, loop->stream_deadline_class);
+    if ((rc = tern__op_add(loop, &s->op, loop->stream_class)) < 0) {
         tern__op_unadmit(loop);
         tern__free(s);
         return rc;
