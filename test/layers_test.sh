@@ -1,30 +1,29 @@
 #!/usr/bin/env bash
 # layers_test: tern's directories include downwards only (docs/design.md).
 #
+# Inside runtime/ the subject folders are ranked like the layers below,
+# bottom first: core kinds jobs fs net process loop group. A folder includes only
+# its own headers and those of the folders before it, and (with $1) its
+# objects use no symbol that a later folder's objects define: one more
+# link-level check per folder (docs/design.md, "The source tree"). A copy
+# of the tree with an upward include planted in runtime/core/ is checked
+# first and must be reported.
+#
 #   runtime/   the loop and its operation kinds  may include pool/pool.h, backends/
 #   pool/      runs work, knows nothing of loops  may include backends/
 #   backends/  the system-call edge, shared rings includes only its own
 #
 # and every directory may include include/ (the public API). From pool/,
 # runtime/ includes its one interface header, pool.h, and nothing else:
-# the pool's state word and workers are reached only through it. Inside
-# runtime/ the subject folders are ranked the same way, bottom first:
-#
-#   core kinds jobs fs net process loop group
-#
-# so a folder includes only its own headers and those of the folders
-# before it (docs/design.md, "The source tree"). Each quoted #include in
-# runtime/, pool/ and backends/ is resolved as the compiler would (the
-# including file's directory first, then the include path) and must land
-# in the same or a lower layer or folder. A header name held by two
+# the pool's state word and workers are reached only through it. Each quoted
+# #include in runtime/, pool/ and backends/ is resolved as the compiler
+# would (the including file's directory first, then the lower layers) and
+# must land in the same or a lower layer. A header name held by two
 # directories fails too: it would let an include resolve differently in
 # different layers. Prints the include graph (directory -> directory
 # edges) and closes with "N passed, N failed" (one check per file, and
-# link-level checks when $1, the build directory, holds the layers'
-# objects: one per layer below runtime/ and one per runtime folder).
-#
-# Before the tree, the check is seen failing: a copy of the tree with an
-# upward include planted in runtime/core/ must be reported by file and name.
+# two link-level checks when $1, the build directory, holds the layers'
+# objects).
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 
@@ -105,9 +104,10 @@ check_includes() {
 tmp=$(mktemp -d)
 trap 'rm -rf "$edges" "$tmp"' EXIT
 cp -r include runtime pool backends "$tmp/"
-echo '#include "fs_p.h"' >>"$tmp/runtime/core/op.c"
+echo "#include \"fs_p.h\"" >>"$tmp/runtime/core/op.c"
 planted=$(cd "$tmp" && passed=0 failed=0 edges=/dev/null check_includes)
-want='FAIL: runtime/core/op.c includes a higher layer'"'"'s or a private header: "fs_p.h" (runtime/fs)'
+want="FAIL: runtime/core/op.c includes a higher layer's or a private header:"
+want="$want \"fs_p.h\" (runtime/fs)"
 if grep -qF "$want" <<<"$planted"; then
     passed=$((passed + 1))
 else
