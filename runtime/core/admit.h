@@ -2,7 +2,7 @@
  * Admission of the loop's own ops (starts, defers, submissions): whether
  * the loop is closing, and max_operations, counted with the pending posts;
  * and an op's retirement, which gives its admission back.
- * Jobs add their own limits on top (runtime/job.c). Inline: every start
+ * Jobs add their own limits on top (runtime/jobs/job.c). Inline: every start
  * pays for it. Above loop_p.h, whose struct it reads;
  * included by the files that admit or retire ops.
  */

@@ -97,7 +97,7 @@ void tern__inbound_run_free(struct tern__inbound *in, unsigned length);
  * can add no more to it. */
 bool tern__run_full(const struct tern__inbound *in, unsigned length);
 /* Give back the calling thread's block of post records, as its exit does:
- * its next post allocates a fresh one (runtime/seams.c). */
+ * its next post allocates a fresh one (runtime/loop/seams.c). */
 void tern__inbound_drop_block(void);
 /* The process's post blocks, for tern__test_inbound_blocks (testing.h). */
 struct tern__test_blocks;

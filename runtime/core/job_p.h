@@ -1,6 +1,6 @@
 /*
  * Jobs, an operation kind of the loop beside timers and defers
- * (runtime/job.c): submission and admission (every limit in one place),
+ * (runtime/jobs/job.c): submission and admission (every limit in one place),
  * credits, cancellation and its outcomes, the result ring, dispatch of
  * done, and the books audit; owners (owner.c) and refusal causes
  * (refusal.c) below them. The pool (pool/pool.h) runs the

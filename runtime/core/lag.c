@@ -1,5 +1,5 @@
 /*
- * Reading the loop's lag histogram (runtime/lag.h): percentiles as the
+ * Reading the loop's lag histogram (runtime/core/lag.h): percentiles as the
  * upper bound of the bucket that holds them, so within a factor of two,
  * and never above the largest lateness seen.
  */

@@ -2,7 +2,7 @@
  * Loop lag: how late the loop fires its deadlines. At step 5 every expired
  * deadline is recorded as (the turn's clock - its deadline), with the clock
  * step 5 already read, into a per-loop histogram of log2 buckets; the
- * statistics read percentiles from it (runtime/lag.c).
+ * statistics read percentiles from it (runtime/core/lag.c).
  */
 #ifndef TERN_LAG_H
 #define TERN_LAG_H

@@ -43,7 +43,7 @@
 /* The loop.                                                          */
 /* ------------------------------------------------------------------ */
 
-struct tern__ring; /* backends/ring.h: the result ring (runtime/job.c) */
+struct tern__ring; /* backends/ring.h: the result ring (runtime/jobs/job.c) */
 struct tern__children; /* the loop's share of the SIGCHLD fallback (process_exit.c) */
 
 /*
@@ -94,7 +94,7 @@ struct tern_loop {
     _Atomic unsigned runs_closed;
     /*
      * Pool threads other than bounded workers (which pin in a slot of
-     * their own, pool.h) inside job_handback's push + wake (runtime/job.c);
+     * their own, pool.h) inside job_handback's push + wake (runtime/jobs/job.c);
      * tern_loop_free waits for zero. On a line of its own: added to and
      * subtracted from for every job it pins, and on the wake word's line
      * those writes took from the loop the line holding `closing`, which
@@ -133,7 +133,7 @@ struct tern_loop {
     struct tern__fired fired[TERN__FIRED_MAX];
     struct tern__children *children; /* NULL unless a child is seen through SIGCHLD */
 
-    /* jobs (runtime/job.c) */
+    /* jobs (runtime/jobs/job.c) */
     struct tern__ring *ring;
     unsigned undelivered; /* credits held: accepted jobs not yet popped */
     unsigned jobs_live;   /* accepted jobs whose done has not started (audit only) */
@@ -190,7 +190,7 @@ struct tern_loop {
      * next turn reads the clock once to start it) to each step 5 */
     _Atomic uint64_t st_busy_ns;
     uint64_t busy_from;
-    /* lag: how late each deadline fired, in log2 buckets of ns (runtime/lag.h) */
+    /* lag: how late each deadline fired, in log2 buckets of ns (runtime/core/lag.h) */
     _Atomic uint64_t st_lag_max_ns;
     _Atomic uint32_t st_lag_hist[TERN__LAG_BUCKETS];
 

@@ -1,5 +1,5 @@
 /*
- * Internal seams for tern's own tests. Defined in runtime/seams.c and
+ * Internal seams for tern's own tests. Defined in runtime/loop/seams.c and
  * pool/seams.c, which build into the tests' own static library (tern-seams
  * in meson.build), never into the installed libtern.a or libtern.so.
  */
@@ -24,7 +24,7 @@ int tern__loop_step(const tern_loop *loop);
 const char *tern__loop_backend_name(const tern_loop *loop);
 
 /* The source a loop's file watches use: "inotify", "vnode" (kqueue's
- * EVFILT_VNODE) or "stat" (polling). Defined in runtime/watch.c. */
+ * EVFILT_VNODE) or "stat" (polling). Defined in runtime/kinds/watch.c. */
 const char *tern__watch_source(const tern_loop *loop);
 
 /* Backends built into this library, NULL-terminated ("epoll", "poll"). */
@@ -36,7 +36,7 @@ typedef int (*tern__getaddrinfo_fn)(const char *host, const char *service,
 /* Replace getaddrinfo for tern_resolve (NULL restores the real one), so a
  * test can stall lookups. Set it before submitting lookups. */
 void tern__set_getaddrinfo(tern__getaddrinfo_fn fn);
-/* The lookup tern_resolve calls: NULL means getaddrinfo (runtime/resolve.c). */
+/* The lookup tern_resolve calls: NULL means getaddrinfo (runtime/net/resolve.c). */
 extern _Atomic(tern__getaddrinfo_fn) tern__resolve_getaddrinfo;
 struct sockaddr;
 typedef int (*tern__getnameinfo_fn)(const struct sockaddr *addr, unsigned addrlen, char *host,
@@ -75,14 +75,14 @@ tern_id tern__test_timer_gen(tern_loop *loop, tern_id id, uint32_t gen);
 /*
  * A hook a group calls when phase one of its shutdown ends, on the member
  * that ends it, with the group's lock held: after every member can see the
- * end, before that member wakes the others (runtime/group.c, try_finish).
+ * end, before that member wakes the others (runtime/group/group.c, try_finish).
  * A test widens that window with it. Set it before the group starts.
  */
 typedef void (*tern__group_finish_fn)(tern_group *group);
 extern _Atomic(tern__group_finish_fn) tern__group_finishing;
 
 /*
- * Whether the background reaper's thread exists (runtime/process_reap.c):
+ * Whether the background reaper's thread exists (runtime/process/process_reap.c):
  * set when a child is handed to it, cleared, under its lock, as the
  * thread ends with nothing left to wait for.
  */
@@ -90,7 +90,7 @@ bool tern__test_reaper_running(void);
 
 /*
  * A hook a pool thread calls inside a job's hand-back, after the push and
- * the wake, while it still pins the loop (runtime/job.c): a test holds a
+ * the wake, while it still pins the loop (runtime/jobs/job.c): a test holds a
  * worker there to see tern_loop_free wait for it. Set it before the pool
  * runs the job; NULL (the default) costs one relaxed load a job.
  */

@@ -313,7 +313,7 @@ int tern_group_on_stall(tern_group *group, uint64_t after_ns, tern_group_stall_f
     return 0;
 }
 
-/* Called in try_finish after `finished` is set, before the kick (runtime/testing.h). */
+/* Called in try_finish after `finished` is set, before the kick (runtime/core/testing.h). */
 _Atomic(tern__group_finish_fn) tern__group_finishing;
 
 /* ------------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /*
- * The test seams declared in runtime/testing.h: hooks into a loop's inner
+ * The test seams declared in runtime/core/testing.h: hooks into a loop's inner
  * state that only tern's own tests call. This file is built into a
  * separate static library the tests link beside libtern.a (meson.build,
  * tern-seams); the installed libraries never carry it.

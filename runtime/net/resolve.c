@@ -55,7 +55,7 @@ struct lookup {
 #endif
 
 /* The lookup tern_resolve calls: getaddrinfo unless a test replaced it
- * (runtime/seams.c, built only into the tests' library). */
+ * (runtime/loop/seams.c, built only into the tests' library). */
 _Atomic(tern__getaddrinfo_fn) tern__resolve_getaddrinfo;
 /* The same for tern_resolve_addr: getnameinfo unless a test replaced it. */
 _Atomic(tern__getnameinfo_fn) tern__resolve_getnameinfo;

@@ -74,7 +74,7 @@ int tern__child_watch(tern_loop *loop, struct tern__child *c, pid_t pid,
                       tern__child_exited_fn exited);
 void tern__child_release(tern_loop *loop, struct tern__child *c);
 /* Whether the reaper's thread exists (process_reap.c; the test seam's
- * source, runtime/seams.c). */
+ * source, runtime/loop/seams.c). */
 bool tern__reaper_running(void);
 /* Stop watching a child that has not exited; it goes to the reaper. */
 void tern__child_abandon(tern_loop *loop, struct tern__child *c);
