@@ -2,7 +2,7 @@
  * One bounded ring of pointers for tern's two queues between threads: the
  * bounded class's queue (many producers, many consumers: pool/bounded.c)
  * and each loop's result ring (many producers, one consumer:
- * runtime/job.c). It lives in the lowest layer because both use it; it
+ * runtime/jobs/job.c). It lives in the lowest layer because both use it; it
  * knows nothing of either.
  *
  * Vyukov's scheme with the item and the turn in one 8-byte cell: free-running

@@ -21,7 +21,7 @@
  * at a wake per hand-off. One probe per TERN__SPIN_PROBE parks costs a busy
  * machine about a microsecond per park.
  *
- * The loop (runtime/turn.c) and the bounded workers (pool/bounded.c) each
+ * The loop (runtime/loop/turn.c) and the bounded workers (pool/bounded.c) each
  * keep one; neither shares it with another thread.
  */
 #ifndef TERN_SPIN_H

@@ -1,7 +1,7 @@
 /*
  * How the system tells tern that a file or directory changed: one table of
  * operations per mechanism, as the pollers have theirs in backend.h. The
- * runtime's watch (runtime/watch.c) keeps the handle, its operation, the
+ * runtime's watch (runtime/kinds/watch.c) keeps the handle, its operation, the
  * interval and the callbacks; a mechanism opens, reads and closes what the
  * system offers and turns it into news the runtime can report, with no
  * loop and no user code in sight. tern__watch_choose (platform.h) picks

@@ -296,7 +296,7 @@ static unsigned take_slots(struct tern__pool *p, unsigned n, unsigned least, uin
                 continue;
             }
             /*
-             * Counted by the client (runtime/job.c, refuse); over the
+             * Counted by the client (runtime/jobs/job.c, refuse); over the
              * room, tombstones fill the ring: full until a worker skips them.
              */
             return 0;

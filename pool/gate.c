@@ -1,5 +1,5 @@
 /*
- * The pause gate: how exclusive mode (runtime/group.c) stops the bounded
+ * The pause gate: how exclusive mode (runtime/group/group.c) stops the bounded
  * class between jobs. This is the holder's side; the worker's side, the
  * wait itself, is worker.c's (it sits below the pool, which starts the
  * workers, and the gate sits above it, as it asks for the running pool).

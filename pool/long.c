@@ -108,7 +108,7 @@ int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal
     }
     if (p->long_count >= p->cfg.long_threads_max) {
         pthread_mutex_unlock(&p->long_lock);
-        return -EAGAIN; /* counted by the client (runtime/job.c, refuse) */
+        return -EAGAIN; /* counted by the client (runtime/jobs/job.c, refuse) */
     }
     p->long_count++; /* hold the place under the lock (the ceiling holds) */
     pthread_mutex_unlock(&p->long_lock);

@@ -7,7 +7,7 @@
  * admission count until it is claimed or stopped); the worker goes back to CPU work. The worker that
  * finishes a lookup takes the next waiting one, so the cap holds exactly
  * and nothing waits forever. What a lookup does is the runtime's
- * (runtime/resolve.c); here it is any header of kind TERN__WORK_LOOKUP.
+ * (runtime/net/resolve.c); here it is any header of kind TERN__WORK_LOOKUP.
  *
  * The waiting lookups are an array used as a FIFO under lookup_lock, not a
  * cds_wfcq: the cap and the waiting list change together under the lock

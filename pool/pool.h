@@ -1,6 +1,6 @@
 /*
  * What pool/ exports: the process-wide blocking pool, which runs work and
- * knows nothing of loops. The runtime (runtime/job.c) is its one client.
+ * knows nothing of loops. The runtime (runtime/jobs/job.c) is its one client.
  *
  * The interface is four things:
  *   - a work header (struct tern__work) the client embeds first in its own
@@ -287,7 +287,7 @@ int tern__pool_accept_batch(const tern_pool_config *cfg, uint64_t *checked,
 
 /* Wake decisions the pool made for submissions, ever: one per single
  * submission, one per batch, one per kick that found work queued (a test
- * seam, reached through runtime/testing.h). */
+ * seam, reached through runtime/core/testing.h). */
 uint64_t tern__test_pool_wake_checks(void);
 
 /*
@@ -308,7 +308,7 @@ bool tern__pool_active(void);
 /* Whether the process-wide pool is running now (a test seam too). */
 bool tern__pool_running(void);
 /* Bounded workers parked now (inside park, asleep or about to be); 0 with
- * no pool (a test seam, reached through runtime/testing.h). */
+ * no pool (a test seam, reached through runtime/core/testing.h). */
 unsigned tern__test_pool_sleepers(void);
 /*
  * The pause gate's windows, held open by a test (pool/stops.c). Hold a
@@ -455,7 +455,7 @@ static inline void tern__outcomes_settle(void)
 }
 
 /*
- * The size of the client's record around a work header (runtime/job.c
+ * The size of the client's record around a work header (runtime/jobs/job.c
  * stores it as it sets a loop up): the pool's memory figure counts one
  * per job in flight (tern_pool_stats.memory_bytes). 0: the header's size.
  */

@@ -3,7 +3,7 @@
  * hand-back), the two occupancy classes, the lookup cap, requests of
  * several steps, statistics. What the rest of tern may use is in pool.h.
  *
- * Ownership of a work header. The client (runtime/job.c) allocates the
+ * Ownership of a work header. The client (runtime/jobs/job.c) allocates the
  * record around it and holds it until its done has run. The pool borrows
  * it from tern__pool_accept to its hand-back: a worker claims it, runs it,
  * marks it FINISHED and calls its hand-back. A header stopped while still

@@ -1,6 +1,6 @@
 /*
  * The pool's test seam (declared in pool/pool.h, which the tests reach
- * through runtime/testing.h), built only into the tests' library
+ * through runtime/core/testing.h), built only into the tests' library
  * (meson.build, tern-seams), never into the installed ones.
  */
 #include "pool_p.h"

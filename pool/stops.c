@@ -4,7 +4,7 @@
  * gate's windows, test/pause_window_test.c). Each point is one bit of
  * `tern__stops_armed`; a thread that reaches an armed point waits there,
  * counted, until the test releases the point. Nothing arms a point
- * outside the tests (pool/seams.c, runtime/testing.h).
+ * outside the tests (pool/seams.c, runtime/core/testing.h).
  *
  * Cost while disarmed: the pool start's point is one relaxed load per
  * start; the worker's point past the gate costs no job anything, as it is

@@ -22,7 +22,7 @@
  * bias, and a pattern in the work (one slow job in ten) cannot line up
  * with the sample. Busy time is read per run instead (span_mark, below).
  */
-#define _LGPL_SOURCE /* the reader's `registered` flag, as in runtime/rcu.c */
+#define _LGPL_SOURCE /* the reader's `registered` flag, as in runtime/core/rcu.c */
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>

@@ -40,7 +40,7 @@
  * limit: a correct child aborts within milliseconds. */
 #define ABORT_WAIT_NS (UINT64_C(20) * 1000000000)
 
-/* The rules tern's contract checks print (runtime/loop.c). Tests name
+/* The rules tern's contract checks print (runtime/loop/loop.c). Tests name
  * them here once, so a reworded rule breaks one line, not seventeen. */
 #define RULE_LOOP_ONLY "loop-only call from a thread that is not running this loop"
 #define RULE_RUNNING_ELSEWHERE "the loop is already running on another thread"

@@ -14,7 +14,7 @@ check fails.
 
 ARCHIVE is the build's libtern.a; its members are named after their
 sources (pool_bounded.c.o is pool/bounded.c). --layer picks the layers to
-check (backends, pool, runtime; runtime/net/ counts as part of runtime);
+check (backends, pool, runtime; runtime's folders count as part of runtime);
 without it every layer is checked. --objects checks a list of object files
 as one layer (the planted-cycle self test). --known DIR lists a circle
 whose files all sit under DIR (runtime/net/) as known instead of failing,
@@ -30,7 +30,9 @@ import sys
 
 # Member-name prefix -> (layer, source directory); longest prefix first.
 PREFIXES = [
-    ("runtime_net_", "runtime", "runtime/net/"),
+    ("runtime_" + d + "_", "runtime", "runtime/" + d + "/")
+    for d in ("core", "kinds", "jobs", "fs", "net", "process", "loop", "group")
+] + [
     ("runtime_", "runtime", "runtime/"),
     ("pool_", "pool", "pool/"),
     ("backends_", "backends", "backends/"),

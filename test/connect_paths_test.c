@@ -19,7 +19,7 @@
  * the writes queued before it; a lookup that answers no address is a
  * refused connect and an unavailable listen address. Failures are injected through the stream and
  * descriptor fault seams (backends/fault.h) and lookups through the
- * getaddrinfo seam (runtime/testing.h).
+ * getaddrinfo seam (runtime/core/testing.h).
  */
 #include "net_paths_helpers.h"
 
@@ -379,7 +379,7 @@ Test(connect_paths, a_unix_listen_out_of_memory_leaves_no_socket_file, .timeout 
 }
 
 /*
- * Lookups answered by the test (runtime/testing.h's getaddrinfo seam):
+ * Lookups answered by the test (runtime/core/testing.h's getaddrinfo seam):
  * one Unix-domain address, whose connect the system completes at once
  * (a TCP connect on loopback is always "in progress"), or no address
  * at all. The answer is one allocation, as freeaddrinfo frees it.

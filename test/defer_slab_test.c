@@ -1,5 +1,5 @@
 /*
- * The loop's record slab (runtime/slab.c) as tern_loop_memory_bytes shows
+ * The loop's record slab (runtime/core/slab.c) as tern_loop_memory_bytes shows
  * it, through tern_defer: chunks double from 64 records up to 65536 and
  * then stay at 65536; the memory figure counts each chunk at its own size
  * (so the cap shows in the figure too); records are reused, and the loop

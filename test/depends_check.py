@@ -53,7 +53,7 @@ its definition:
 
 An edge is also each quoted #include that resolves, as the compiler would
 (the including file's directory, then include/, backends/, pool/,
-runtime/), to a file of the checked tree.
+runtime/ and runtime's folders), to a file of the checked tree.
 
 Names made by token pasting (an X-macro's generated enum constants) are
 not seen: their uses stay unowned, and the include of the list's header
@@ -85,7 +85,8 @@ from calls_check import circles, one_cycle  # noqa: E402  (one Tarjan for both c
 
 TREES = ["runtime", "pool", "backends"]
 # Where a quoted include is looked for after the including file's directory.
-INCLUDE_PATH = ["include", "backends", "pool", "runtime"]
+INCLUDE_PATH = ["include", "backends", "pool", "runtime"] + [
+    "runtime/" + d for d in ("core", "kinds", "jobs", "fs", "net", "process", "loop", "group")]
 # ctags kinds that define something; prototypes and externs only declare.
 TAG_KINDS = {"struct", "union", "enum"}
 HEADER_KINDS = {"function", "variable", "macro", "typedef", "enumerator"} | TAG_KINDS

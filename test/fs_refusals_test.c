@@ -1,6 +1,6 @@
 /*
  * File requests when the kernel lacks or refuses one of their calls
- * (runtime/fs_calls.c): each test installs a seccomp filter on every
+ * (runtime/fs/fs_calls.c): each test installs a seccomp filter on every
  * thread of its process (criterion runs every test in a process of its
  * own), the pool's workers among them. Checked: a copy on a kernel without copy_file_range
  * (ENOSYS), or that cannot copy the pair in the kernel (EOPNOTSUPP,

@@ -1,6 +1,6 @@
 /*
  * Operations whose id must go into a loop's id table when the table is
- * full and cannot grow (runtime/process.c, watch.c, wait.c): with the
+ * full and cannot grow (runtime/process/process.c, watch.c, wait.c): with the
  * table at its growth point (hooks fill it), every allocation on the
  * path of a spawn, a watch and a descriptor wait fails once in turn. Each
  * refused call returns -ENOMEM and leaves no operation, no descriptor and

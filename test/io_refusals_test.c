@@ -1,5 +1,5 @@
 /*
- * What tern_io_start refuses (runtime/io.c): the loop's own descriptor
+ * What tern_io_start refuses (runtime/kinds/io.c): the loop's own descriptor
  * (-EEXIST: watching it would swallow the loop's wake-ups; the public
  * call refuses it before the internal start's own check), and a start
  * failing at any allocation, also the id map's growth, returns -ENOMEM

@@ -545,7 +545,7 @@ BACKEND_TEST(io, many_descriptors)
 
 /*
  * More descriptors ready at once than one backend wait can report (the
- * loop's fired array holds 256: TERN__FIRED_MAX in runtime/loop_p.h): the
+ * loop's fired array holds 256: TERN__FIRED_MAX in runtime/core/loop_p.h): the
  * ones a wait leaves out must be reported by the next waits, not starved
  * while the first 256 stay ready. All FAIR_N stay readable throughout (an
  * eventfd with a count nobody reads), so a backend that always reports

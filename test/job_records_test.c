@@ -1,5 +1,5 @@
 /*
- * Job records live in their loop's chunks (runtime/job_slab.c). A job
+ * Job records live in their loop's chunks (runtime/core/job_slab.c). A job
  * cancelled while queued is delivered at once, but the queue holds its
  * record until a worker passes the tombstone: the record comes back to
  * the loop then, for reuse, and a loop freed before that leaves the
@@ -206,7 +206,7 @@ Test(job_records, a_freed_loops_numbers_never_issue_its_ids_again)
 }
 
 /*
- * What a job keeps in its headers' spare room (runtime/job_p.h) belongs
+ * What a job keeps in its headers' spare room (runtime/core/job_p.h) belongs
  * to that job only: a record reused after a job that timed out and held a
  * deadline gives its next job neither mark. The next job here has no
  * timeout and is cancelled while it runs: its done must say -ECANCELED
@@ -271,7 +271,7 @@ Test(job_records, a_reused_record_keeps_no_mark_of_the_job_before)
  * A loop freed while a worker is still inside the hand-back of one of its
  * jobs (held by the seam after the push and the wake, the loop still
  * pinned): the free waits until the worker lets go of the loop. A bounded
- * worker pins in its own slot, not in the loop (runtime/job.c).
+ * worker pins in its own slot, not in the loop (runtime/jobs/job.c).
  */
 static tern_loop *held_loop;
 static atomic_int held_state; /* 0: not yet, 1: a worker is held, 2: let it go */

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # layers_test: tern's directories include downwards only (docs/design.md).
 #
+# Inside runtime/ the subject folders are ranked like the layers below,
+# bottom first: core kinds jobs fs net process loop group. A folder includes only
+# its own headers and those of the folders before it, and (with $1) its
+# objects use no symbol that a later folder's objects define: one more
+# link-level check per folder (docs/design.md, "The source tree"). A copy
+# of the tree with an upward include planted in runtime/core/ is checked
+# first and must be reported.
+#
 #   runtime/   the loop and its operation kinds  may include pool/pool.h, backends/
 #   pool/      runs work, knows nothing of loops  may include backends/
 #   backends/  the system-call edge, shared rings includes only its own
@@ -24,20 +32,31 @@
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 
+# runtime/'s folders, bottom first (runtime/meson.build lists them so).
+folders="core kinds jobs fs net process loop group"
+
 rank() {
     case $1 in
     include) echo 0 ;;
     backends) echo 1 ;;
     pool) echo 2 ;;
-    runtime | runtime/*) echo 3 ;;
-    *) echo 9 ;;
+    runtime) echo 3 ;;
+    runtime/*)
+        local n=3 f
+        for f in $folders; do
+            n=$((n + 1))
+            [ "$1" = "runtime/$f" ] && echo $n && return
+        done
+        echo 99
+        ;;
+    *) echo 99 ;;
     esac
 }
 
 # The directory an include "name" from a file in dir resolves to, or "".
 resolve() {
     local dir=$1 name=$2 d
-    for d in "$dir" include backends pool runtime ""; do
+    for d in "$dir" include backends pool runtime $(printf 'runtime/%s ' $folders) ""; do
         if [ -f "${d:+$d/}$name" ]; then
             dirname "${d:+$d/}$name"
             return
@@ -50,37 +69,59 @@ failed=0
 edges=$(mktemp)
 trap 'rm -f "$edges"' EXIT
 
-dups=$(find include runtime pool backends -name '*.h' -printf '%f\n' | sort | uniq -d)
-if [ -n "$dups" ]; then
-    echo "FAIL: header names held by two directories: $dups"
+# check_includes: the include rules over the tree in the current
+# directory; counts into passed and failed, edges into $edges.
+check_includes() {
+    dups=$(find include runtime pool backends -name '*.h' -printf '%f\n' | sort | uniq -d)
+    if [ -n "$dups" ]; then
+        echo "FAIL: header names held by two directories: $dups"
+        failed=$((failed + 1))
+    fi
+
+    while IFS= read -r f; do
+        dir=$(dirname "$f")
+        from=$(rank "$dir")
+        bad=""
+        while IFS= read -r name; do
+            [ -n "$name" ] || continue
+            to_dir=$(resolve "$dir" "$name")
+            if [ -z "$to_dir" ]; then
+                bad="$bad \"$name\" (not found)"
+                continue
+            fi
+            echo "$dir -> $to_dir" >>"$edges"
+            if [ "$(rank "$to_dir")" -gt "$from" ]; then
+                bad="$bad \"$name\" ($to_dir)"
+            elif [ "$to_dir" = pool ] && [ "$dir" != pool ] && [ "$name" != pool.h ]; then
+                bad="$bad \"$name\" (pool/ beyond its interface, pool.h)"
+            fi
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+        if [ -n "$bad" ]; then
+            echo "FAIL: $f includes a higher layer's or a private header:$bad"
+            failed=$((failed + 1))
+        else
+            passed=$((passed + 1))
+        fi
+    done < <(find runtime pool backends -name '*.[ch]' | sort)
+}
+
+# The check seen failing: core/ includes a header of fs/, a later folder.
+tmp=$(mktemp -d)
+trap 'rm -rf "$edges" "$tmp"' EXIT
+cp -r include runtime pool backends "$tmp/"
+echo "#include \"fs_p.h\"" >>"$tmp/runtime/core/op.c"
+planted=$(cd "$tmp" && passed=0 failed=0 edges=/dev/null check_includes)
+want="FAIL: runtime/core/op.c includes a higher layer's or a private header:"
+want="$want \"fs_p.h\" (runtime/fs)"
+if grep -qF "$want" <<<"$planted"; then
+    passed=$((passed + 1))
+else
+    echo "FAIL: an upward include planted in a copy (core/op.c -> fs/fs_p.h) was not reported:"
+    echo "$planted"
     failed=$((failed + 1))
 fi
 
-while IFS= read -r f; do
-    dir=$(dirname "$f")
-    from=$(rank "$dir")
-    bad=""
-    while IFS= read -r name; do
-        [ -n "$name" ] || continue
-        to_dir=$(resolve "$dir" "$name")
-        if [ -z "$to_dir" ]; then
-            bad="$bad \"$name\" (not found)"
-            continue
-        fi
-        echo "$dir -> $to_dir" >>"$edges"
-        if [ "$(rank "$to_dir")" -gt "$from" ]; then
-            bad="$bad \"$name\" ($to_dir)"
-        elif [ "$to_dir" = pool ] && [ "$dir" != pool ] && [ "$name" != pool.h ]; then
-            bad="$bad \"$name\" (pool/ beyond its interface, pool.h)"
-        fi
-    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
-    if [ -n "$bad" ]; then
-        echo "FAIL: $f includes a higher layer's or a private header:$bad"
-        failed=$((failed + 1))
-    else
-        passed=$((passed + 1))
-    fi
-done < <(find runtime pool backends -name '*.[ch]' | sort)
+check_includes
 
 # The same at link level, when the build directory has the layers' objects:
 # no pool/ object may use a symbol a runtime/ object defines, and no
@@ -93,7 +134,7 @@ if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-bac
     used() { nm -u "$1" 2>/dev/null | awk '{ print $2 }' | sort -u; }
     rt=$(mktemp)
     pl=$(mktemp)
-    trap 'rm -f "$edges" "$rt" "$pl"' EXIT
+    trap 'rm -rf "$edges" "$tmp" "$rt" "$pl"' EXIT
     defined "$build"/libtern.so*.p/runtime_*.o >"$rt"
     defined "$build/libtern-pool.a" >"$pl"
     up=$(comm -12 <(used "$build/libtern-pool.a") "$rt" | tr '\n' ' ')
@@ -110,6 +151,31 @@ if [ -n "$build" ] && [ -f "$build/libtern-pool.a" ] && [ -f "$build/libtern-bac
     else
         passed=$((passed + 1))
     fi
+    # Each runtime folder's objects use no symbol a later folder's define.
+    later=""
+    for f in $folders; do
+        later="$later $f"
+    done
+    for f in $folders; do
+        later=${later# $f}
+        objs=("$build"/libtern.so*.p/runtime_"$f"_*.o)
+        [ -f "${objs[0]}" ] || continue
+        above=()
+        for g in $later; do
+            above+=("$build"/libtern.so*.p/runtime_"$g"_*.o)
+        done
+        up=""
+        if [ ${#above[@]} -gt 0 ]; then
+            up=$(comm -12 <(nm -u "${objs[@]}" 2>/dev/null | awk 'NF == 2 { print $2 }' | sort -u) \
+                <(defined "${above[@]}") | tr '\n' ' ')
+        fi
+        if [ -n "$up" ]; then
+            echo "FAIL: runtime/$f/ objects use symbols of a later folder: $up"
+            failed=$((failed + 1))
+        else
+            passed=$((passed + 1))
+        fi
+    done
 fi
 
 # Files under runtime/ allowed to name TERN_HAVE_*, each with its reason
@@ -129,7 +195,7 @@ os_questions() {
 }
 
 plant=$(mktemp -d)
-trap 'rm -f "$edges" "${rt:-}" "${pl:-}"; rm -rf "$plant"' EXIT
+trap 'rm -f "$edges" "${rt:-}" "${pl:-}"; rm -rf "$plant" "${tmp:-}"' EXIT
 mkdir -p "$plant/runtime/net"
 printf '#ifdef TERN_HAVE_EPOLL\n#endif\n' >"$plant/runtime/planted.c"
 printf '#if defined(TERN_HAVE_MMSG)\n#endif\n' >"$plant/runtime/net/planted_net.c"

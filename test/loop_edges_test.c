@@ -1,6 +1,6 @@
 /*
  * Edges of the loop's turn and of what a loop is made of
- * (runtime/turn.c, runtime/loop.c, runtime/rcu.c, runtime/hooks.c and
+ * (runtime/loop/turn.c, runtime/loop/loop.c, runtime/core/rcu.c, runtime/kinds/hooks.c and
  * the backends' waits): a signal the application handles, landing while
  * the loop sleeps in its backend, ends that turn quietly; a wait longer
  * than the backend's own unit can hold still returns on readiness; a

@@ -1,5 +1,5 @@
 /*
- * tern_loop_memory_bytes (runtime/memory.c): the figure grows with what
+ * tern_loop_memory_bytes (runtime/loop/memory.c): the figure grows with what
  * the loop holds, here its timer table (records and the chunk map) and
  * its descriptor table, and posts waiting for it; a NULL or freed loop
  * aborts naming the call and the rule.

@@ -1,5 +1,5 @@
 /*
- * tern_loop_next_timeout (runtime/run.c), what an embedding host sleeps
+ * tern_loop_next_timeout (runtime/loop/run.c), what an embedding host sleeps
  * for: -1 with nothing armed (a watcher alone never times out), 0 for a
  * deadline already passed but not fired yet, and 0 for a job the pool
  * finished whose completion waits for the next turn.

@@ -1,5 +1,5 @@
 /*
- * Child exits through the SIGCHLD fallback (runtime/process_exit.c), on a
+ * Child exits through the SIGCHLD fallback (runtime/process/process_exit.c), on a
  * kernel that has pidfd_open: each test first makes pidfd_open fail with
  * ENOSYS for its own process (a seccomp filter; criterion runs every test
  * in a process of its own), so tern takes the path it takes on an older

@@ -1,6 +1,6 @@
 /*
  * What the launcher does in the child before execve
- * (runtime/process_launch.c), seen from outside: stdio descriptors that
+ * (runtime/process/process_launch.c), seen from outside: stdio descriptors that
  * are each other's sources (a swap) end up swapped, not both the same;
  * an empty PATH element means the current directory, as execvp's does;
  * an exec error other than "not there" stops the PATH search and is the

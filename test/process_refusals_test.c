@@ -1,6 +1,6 @@
 /*
  * What a spawn does when the kernel refuses one of the calls on its path
- * (runtime/process.c, process_launch.c, process_exit.c). Each test
+ * (runtime/process/process.c, process_launch.c, process_exit.c). Each test
  * installs a seccomp filter in its own process (criterion runs every test
  * in a process of its own) that makes one system call fail with a chosen
  * errno; the launcher's child, which shares the process, inherits it.

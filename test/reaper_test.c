@@ -1,5 +1,5 @@
 /*
- * The reaper (runtime/process_reap.c): children whose process operation
+ * The reaper (runtime/process/process_reap.c): children whose process operation
  * ended first are reaped whenever they end, and never left as zombies,
  * even when the reaper cannot have what it needs. Checked: many orphans at
  * once (the list grows past its first size) are each reaped as they end,

@@ -21,7 +21,7 @@
 #include "fault.h"
 
 /* What a backend that reads signals itself (kqueue) calls for each report
- * (runtime/loop_p.h, not a header the tests include). */
+ * (runtime/core/loop_p.h, not a header the tests include). */
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count);
 
 /* A few turns that wait for nothing: whatever is queued runs. */

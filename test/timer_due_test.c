@@ -1,5 +1,5 @@
 /*
- * The due queue of timers (runtime/timer.c): every timer whose deadline
+ * The due queue of timers (runtime/core/timer.c): every timer whose deadline
  * passed waits behind one entry of the ready queue. When the only due
  * timer is stopped before its callback runs, that entry stays queued but
  * counts as no work; a timer expiring while it is still queued so must

@@ -417,7 +417,7 @@ Test(timer, many_timers_all_fire_once, .timeout = TEST_TIMEOUT)
 }
 
 /* ---------------------------------------------------------------- */
-/* ids without a map (runtime/timer_table.c)                         */
+/* ids without a map (runtime/core/timer_table.c)                         */
 /* ---------------------------------------------------------------- */
 
 /* The process-wide number of the chunk an id's timer lives in. */

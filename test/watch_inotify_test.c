@@ -1,6 +1,6 @@
 /*
  * An inotify watch's own failures, and a callback that stops its watch in
- * the middle of a batch of news (runtime/watch.c). Each test runs on a
+ * the middle of a batch of news (runtime/kinds/watch.c). Each test runs on a
  * loop whose watches use inotify (skipped elsewhere) and, where the
  * kernel must refuse a call, installs a seccomp filter in its own process
  * (criterion runs every test in a process of its own). Checked: a read of

@@ -53,6 +53,7 @@
 
 #include <urcu-qsbr.h>
 
+#include "admit.h"
 #include "net_p.h"
 
 #define SIGNALS_PER_READY 16 /* reads of the source per readiness */

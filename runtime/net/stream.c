@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "heap.h"
 #include "net_p.h"
 
 /* Reads land in a buffer on the loop thread's stack: nothing to allocate
@@ -44,6 +45,7 @@ const struct tern__op_class tern__stream_class = {
     .cancel = stream_cancel,
     .free = stream_free,
     .refable = true,
+    .kind = TERN__KIND_STREAM,
 };
 
 /* For an adopted descriptor; sockets tern creates get the flags at birth. */

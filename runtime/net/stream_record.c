@@ -4,12 +4,15 @@
  * watcher, and what it holds besides (the internal deadline, a lookup in
  * flight, the addresses a connect tries). The files above (stream.c with
  * the dispatch and the public calls, tcp.c, unix.c, tty.c, write.c) call
- * down into it; it calls none of them. Its op class is stream.c's
- * (tern__stream_class), reached as data: the op books call its hooks.
+ * down into it; it calls none of them. Its op class is stream.c's and its
+ * deadline's tcp.c's, reached as data through the loop (the op books call
+ * their hooks); it knows a stream by its class's kind.
  */
 #include <errno.h>
 #include <stdlib.h>
 
+#include "admit.h"
+#include "heap.h"
 #include "job_p.h"
 #include "net_p.h"
 
@@ -33,8 +36,8 @@ int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
     s->done_tail = &s->done;
     s->high_water = TERN__HIGH_WATER_DEFAULT;
     tern__io_init(&s->io, stream_fired);
-    tern__deadline_init(&s->deadline, &tern__stream_deadline_class);
-    if ((rc = tern__op_add(loop, &s->op, &tern__stream_class)) < 0) {
+    tern__deadline_init(&s->deadline, loop->stream_deadline_class);
+    if ((rc = tern__op_add(loop, &s->op, loop->stream_class)) < 0) {
         tern__op_unadmit(loop);
         tern__free(s);
         return rc;
@@ -60,7 +63,7 @@ void tern__stream_discard(struct tern__stream *s)
 struct tern__stream *tern__stream_get(tern_loop *loop, tern_id id)
 {
     struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &tern__stream_class)
+    if (op == NULL || op->cls->kind != TERN__KIND_STREAM)
         return NULL;
     struct tern__stream *s = (struct tern__stream *)op;
     return (s->state & TERN__S_CLOSING) ? NULL : s;

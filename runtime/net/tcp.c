@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "heap.h"
 #include "job_p.h"
 #include "net_p.h"
 

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "udp_p.h"
 
 static void udp_dispatch(tern_loop *loop, struct tern__op *op);
@@ -37,6 +38,7 @@ const struct tern__op_class tern__udp_class = {
     .cancel = udp_cancel,
     .free = udp_free,
     .refable = true,
+    .kind = TERN__KIND_UDP,
 };
 
 /* A send callback that sends again is served in the next turn after this

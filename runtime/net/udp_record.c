@@ -3,7 +3,7 @@
  * id, queueing it for its dispatch, its fd watcher, and the length of an
  * address of its family. udp.c (the dispatch, receiving and the public
  * calls), udp_opt.c and udp_send.c call down into it; it calls none of
- * them. Its op class is udp.c's (tern__udp_class), reached as data.
+ * them. It knows a UDP op by its class's kind, not by udp.c's class.
  */
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,7 +13,7 @@
 struct tern__udp *tern__udp_get(tern_loop *loop, tern_id id)
 {
     struct tern__op *op = tern__op_find(loop, id);
-    if (op == NULL || op->cls != &tern__udp_class)
+    if (op == NULL || op->cls->kind != TERN__KIND_UDP)
         return NULL;
     struct tern__udp *u = (struct tern__udp *)op;
     return (u->state & TERN__U_CLOSING) ? NULL : u;

@@ -3409,7 +3409,7 @@ static int pidfd_count(void)
 /*
  * tern's reaper keeps its wake object (an eventfd, or a pipe's two ends in
  * a portable build) for the life of the process once it first adopts a
- * child (runtime/process_reap.c): adopt one here, so the descriptors
+ * child (runtime/process/process_reap.c): adopt one here, so the descriptors
  * counted around each input are the input's alone.
  */
 static void reaper_warm(void)
