@@ -91,8 +91,8 @@ enum {
 
 struct tern__backend {
     const struct tern__backend_ops *ops;
-    int fd;      /* the descriptor a host loop can watch, or -1 */
-    void *state; /* backend-private */
+    int fd;            /* the descriptor a host loop can watch, or -1 */
+    void *state;       /* backend-private */
     bool wakes_itself; /* set by init: use ops->wake, not a wake descriptor */
 };
 

@@ -12,8 +12,8 @@ void __gcov_dump(void); /* libgcov: write this process's counters now */
  * that lines from several threads do not interleave, then aborts (a test
  * catches that as SIGABRT).
  */
-noreturn void tern__check_failed(const char *file, int line, const char *func,
-                                 const char *kind, const char *what)
+noreturn void tern__check_failed(const char *file, int line, const char *func, const char *kind,
+                                 const char *what)
 {
     fprintf(stderr, "tern: %s:%d: %s: %s failed: %s\n", file, line, func, kind, what);
     fflush(stderr);

@@ -17,8 +17,8 @@
 
 #include <stdnoreturn.h>
 
-noreturn void tern__check_failed(const char *file, int line, const char *func,
-                                 const char *kind, const char *what);
+noreturn void tern__check_failed(const char *file, int line, const char *func, const char *kind,
+                                 const char *what);
 
 /* `text` is the condition as written: stringified by the macro the call
  * site names, before its argument's macros (NULL) are expanded. */
@@ -28,12 +28,11 @@ noreturn void tern__check_failed(const char *file, int line, const char *func,
 #define TERN_REQUIRE(e) TERN__CHECK("REQUIRE", e, #e)
 #define TERN_REQUIRE_SAID(e, rule) \
     ((e) ? (void)0 : tern__check_failed(__FILE__, __LINE__, __func__, "REQUIRE", rule))
-#define TERN_ENSURE(e)  TERN__CHECK("ENSURE", e, #e)
-#define TERN_INSIST(e)  TERN__CHECK("INSIST", e, #e)
+#define TERN_ENSURE(e) TERN__CHECK("ENSURE", e, #e)
+#define TERN_INSIST(e) TERN__CHECK("INSIST", e, #e)
 #define TERN_UNREACHABLE() \
     tern__check_failed(__FILE__, __LINE__, __func__, "UNREACHABLE", "reached")
-#define TERN_FATAL(fn, rule) \
-    tern__check_failed(__FILE__, __LINE__, fn, "CONTRACT", rule)
+#define TERN_FATAL(fn, rule) tern__check_failed(__FILE__, __LINE__, fn, "CONTRACT", rule)
 
 /*
  * Counters that must never go below zero (credits, live operations,
@@ -41,17 +40,17 @@ noreturn void tern__check_failed(const char *file, int line, const char *func,
  * doubled update aborts at once, naming the counter, instead of wrapping
  * to 4294967295 and leaving a loop to spin or hang in teardown.
  */
-#define TERN_DECREMENT(counter) \
-    ((counter) > 0 ? (void)(counter)-- \
+#define TERN_DECREMENT(counter)                                                  \
+    ((counter) > 0 ? (void)(counter)--                                           \
                    : tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", \
                                         #counter " would go below zero"))
-#define TERN_ATOMIC_DECREMENT(counter, order) \
-    (atomic_fetch_sub_explicit(&(counter), 1, order) > 0 \
-         ? (void)0 \
+#define TERN_ATOMIC_DECREMENT(counter, order)                          \
+    (atomic_fetch_sub_explicit(&(counter), 1, order) > 0               \
+         ? (void)0                                                     \
          : tern__check_failed(__FILE__, __LINE__, __func__, "COUNTER", \
                               #counter " went below zero"))
 
-#define TERN_LIKELY(e)   __builtin_expect(!!(e), 1)
+#define TERN_LIKELY(e) __builtin_expect(!!(e), 1)
 #define TERN_UNLIKELY(e) __builtin_expect(!!(e), 0)
 /* For a body two callers share where one is a per-item loop: inlined in both. */
 #define TERN_ALWAYS_INLINE inline __attribute__((always_inline))

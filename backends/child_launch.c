@@ -285,7 +285,6 @@ static pid_t launch(struct tern__spawn *s)
 }
 #endif
 
-
 pid_t tern__launch(struct tern__spawn *s)
 {
     pid_t pid = launch(s);

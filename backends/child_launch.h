@@ -22,13 +22,13 @@ struct tern__spawn {
     char *const *argv;
     char *const *envp;
     const char *cwd;
-    const char *path; /* the parent's PATH, for a file without '/' */
+    const char *path;  /* the parent's PATH, for a file without '/' */
     char **candidates; /* what execve tries, in order, NULL-terminated */
     int fds[TERN__STDIO_MAX];
     unsigned nfds;
     unsigned flags; /* TERN_PROCESS_* */
     unsigned uid, gid;
-    int max_fd;      /* descriptors below it are closed when close_range is missing */
+    int max_fd;       /* descriptors below it are closed when close_range is missing */
     volatile int err; /* set by the child before it gives up */
     int report_fd;    /* where a copied child writes err; -1 when memory is shared */
 };

@@ -113,18 +113,18 @@ static int epoll_modify(struct tern__backend *b, int fd, unsigned old_events, un
         return 0;
     }
     if (epoll_ctl(b->fd, op, fd, &ev) < 0)
-        return op == EPOLL_CTL_ADD && errno == EPERM ? always_ready_add(b, fd, new_events)
-                                                     : -errno;
+        return op == EPOLL_CTL_ADD && errno == EPERM ? always_ready_add(b, fd, new_events) : -errno;
     return 0;
 }
 
-static int epoll_wait_backend(struct tern__backend *b, int64_t timeout_ns,
-                              struct tern__fired *out, int max)
+static int epoll_wait_backend(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
+                              int max)
 {
     struct epoll_event evs[max];
     int ms = -1;
     if (timeout_ns >= 0) {
-        int64_t r = timeout_ns / 1000000 + (timeout_ns % 1000000 != 0); /* up, never past INT64_MAX */
+        int64_t r =
+            timeout_ns / 1000000 + (timeout_ns % 1000000 != 0); /* up, never past INT64_MAX */
         ms = r > INT_MAX ? INT_MAX : (int)r;
     }
     /* Always-ready descriptors first; those the array cannot hold now

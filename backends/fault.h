@@ -95,7 +95,6 @@ void tern__fault_fs_hold(void);
 bool tern__fault_fs_held(void);
 void tern__fault_fs_release(void);
 
-
 /*
  * Called just before each system call of a stream, a listener or a TTY
  * (runtime/net/ outside udp*.c: the reads, writes, descriptor passing,

@@ -404,7 +404,10 @@ enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend)
 int tern__sigsource_open(struct tern__sigsource *s, int signo, bool by_backend)
 {
     *s = (struct tern__sigsource){.kind = tern__sigsource_kind_for(by_backend),
-                                  .signo = signo, .fd = -1, .wfd = -1, .owner = pthread_self()};
+                                  .signo = signo,
+                                  .fd = -1,
+                                  .wfd = -1,
+                                  .owner = pthread_self()};
     if (s->kind == TERN__SIG_PIPE)
         return open_pipe(s);
     /*

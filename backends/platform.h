@@ -92,7 +92,6 @@ int tern__accept(int lfd);
  */
 int tern__socket_nosigpipe(int fd);
 
-
 /* ------------------------------------------------------------------ */
 /* Threads and clocks                                                  */
 /* ------------------------------------------------------------------ */
@@ -187,8 +186,8 @@ enum tern__sigsource_kind { TERN__SIG_SIGNALFD, TERN__SIG_BACKEND, TERN__SIG_PIP
 struct tern__sigsource {
     enum tern__sigsource_kind kind;
     int signo;
-    int fd;  /* watched for readability */
-    int wfd; /* the pipe's write end (TERN__SIG_PIPE only) */
+    int fd;            /* watched for readability */
+    int wfd;           /* the pipe's write end (TERN__SIG_PIPE only) */
     bool mask_changed; /* we blocked (or, for the pipe, unblocked) it in `owner` */
     pthread_t owner;
     struct sigaction old_action; /* TERN__SIG_PIPE: the disposition to restore */

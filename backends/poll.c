@@ -55,7 +55,8 @@ static void poll_close_backend(struct tern__backend *b)
 
 static short to_poll(unsigned events)
 {
-    return (short)(((events & TERN_READABLE) ? POLLIN : 0) | ((events & TERN_WRITABLE) ? POLLOUT : 0));
+    return (short)(((events & TERN_READABLE) ? POLLIN : 0) |
+                   ((events & TERN_WRITABLE) ? POLLOUT : 0));
 }
 
 static int grow(struct poll_state *s, int fd)
@@ -109,13 +110,14 @@ static int poll_modify(struct tern__backend *b, int fd, unsigned old_events, uns
     return 0;
 }
 
-static int poll_wait_backend(struct tern__backend *b, int64_t timeout_ns,
-                             struct tern__fired *out, int max)
+static int poll_wait_backend(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
+                             int max)
 {
     struct poll_state *s = b->state;
     int ms = -1;
     if (timeout_ns >= 0) {
-        int64_t r = timeout_ns / 1000000 + (timeout_ns % 1000000 != 0); /* up, never past INT64_MAX */
+        int64_t r =
+            timeout_ns / 1000000 + (timeout_ns % 1000000 != 0); /* up, never past INT64_MAX */
         ms = r > INT_MAX ? INT_MAX : (int)r;
     }
     int n = poll(s->pfds, s->len, ms);
@@ -141,7 +143,8 @@ static int poll_wait_backend(struct tern__backend *b, int64_t timeout_ns,
         n--;
         out[k].fd = s->pfds[i].fd;
         out[k].events = ((r & POLLIN) ? TERN_READABLE : 0) | ((r & POLLOUT) ? TERN_WRITABLE : 0) |
-                        ((r & POLLHUP) ? TERN_HANGUP : 0) | ((r & (POLLERR | POLLNVAL)) ? TERN_ERROR : 0);
+                        ((r & POLLHUP) ? TERN_HANGUP : 0) |
+                        ((r & (POLLERR | POLLNVAL)) ? TERN_ERROR : 0);
         k++;
     }
     return k;

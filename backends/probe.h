@@ -22,21 +22,21 @@
 #ifndef TERN_PROBE_H
 #define TERN_PROBE_H
 
-#define TERN_PROBE_MAP(X)                                                                         \
-    X(turn_start, "loop", "a turn begins (before step 1)")                                      \
-    X(turn_end, "loop, turns", "a turn ended (after step 5); turns: the loop's count so far")   \
-    X(job_submitted, "loop, id, job, occupancy",                                                \
-      "the pool accepted a job (id 0 for an internal one)")                                     \
-    X(job_refused, "loop, cause, cause_name, jobs",                                             \
-      "a submission was refused: cause is its tern_refusal, cause_name tern_refusal_name's, "   \
-      "jobs how many it asked for (a batch is refused whole)")                                  \
-    X(job_started, "job, occupancy",                                                            \
-      "a pool worker calls the job's work function (each step of a file request)")    \
-    X(job_done, "loop, id, job, status", "the job's done callback is about to run (step 2)")    \
-    X(post, "loop, fn", "tern_post admitted fn (on the posting thread)")                        \
-    X(wake, "loop", "a producer writes the loop's wake descriptor (the syscall is counted)")    \
-    X(stall, "loop, bounded_in_flight, spin_ns",                                                \
-      "with bounded jobs in flight the loop spun its whole budget for a completion, found "     \
+#define TERN_PROBE_MAP(X)                                                                     \
+    X(turn_start, "loop", "a turn begins (before step 1)")                                    \
+    X(turn_end, "loop, turns", "a turn ended (after step 5); turns: the loop's count so far") \
+    X(job_submitted, "loop, id, job, occupancy",                                              \
+      "the pool accepted a job (id 0 for an internal one)")                                   \
+    X(job_refused, "loop, cause, cause_name, jobs",                                           \
+      "a submission was refused: cause is its tern_refusal, cause_name tern_refusal_name's, " \
+      "jobs how many it asked for (a batch is refused whole)")                                \
+    X(job_started, "job, occupancy",                                                          \
+      "a pool worker calls the job's work function (each step of a file request)")            \
+    X(job_done, "loop, id, job, status", "the job's done callback is about to run (step 2)")  \
+    X(post, "loop, fn", "tern_post admitted fn (on the posting thread)")                      \
+    X(wake, "loop", "a producer writes the loop's wake descriptor (the syscall is counted)")  \
+    X(stall, "loop, bounded_in_flight, spin_ns",                                              \
+      "with bounded jobs in flight the loop spun its whole budget for a completion, found "   \
       "none, and goes to sleep: the pool is behind as the loop sees it")
 
 #ifdef TERN_HAVE_SDT

@@ -75,7 +75,7 @@ struct tern__ring_slot {
 
 /* The cell's layout: bit 0 full, bits 1..44 the item's address >> 3, bits 45..63 the lap. */
 #define TERN__RING_LAP_SHIFT 45
-#define TERN__RING_LAP_BITS  (64 - TERN__RING_LAP_SHIFT)
+#define TERN__RING_LAP_BITS (64 - TERN__RING_LAP_SHIFT)
 #define TERN__RING_ITEM_MASK ((UINT64_C(1) << TERN__RING_LAP_SHIFT) - 2)
 
 struct tern__ring {
@@ -213,8 +213,7 @@ static inline bool tern__ring_ready(struct tern__ring *ring)
  * The one consumer of a single-consumer ring: pop up to max items into
  * out, in order, with one store of the head for them all. Returns how many.
  */
-static inline unsigned tern__ring_pop_single_many(struct tern__ring *ring, void **out,
-                                                  unsigned max)
+static inline unsigned tern__ring_pop_single_many(struct tern__ring *ring, void **out, unsigned max)
 {
     /* The ring's shape in locals, as in push_many. */
     uint64_t mask = ring->mask;
@@ -324,8 +323,8 @@ static inline unsigned tern__ring_pop_many(struct tern__ring *ring, void **items
                 return 0; /* not pushed yet: empty */
             continue;     /* another consumer took it: look again from the new head */
         }
-        if (atomic_compare_exchange_weak_explicit(&ring->head, &pos, pos + n,
-                                                  memory_order_relaxed, memory_order_relaxed)) {
+        if (atomic_compare_exchange_weak_explicit(&ring->head, &pos, pos + n, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
             for (unsigned i = 0; i < n; i++)
                 tern__ring_release(ring, pos + i);
             return n;

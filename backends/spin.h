@@ -69,7 +69,7 @@ static inline void tern__spin_result(struct tern__spin *s, bool found)
 {
     if (found) {
         /* A probe that pays buys a miss's worth, so one more miss ends it. */
-        s->credit = s->credit == 0 ? TERN__SPIN_MISS_COST
+        s->credit = s->credit == 0                      ? TERN__SPIN_MISS_COST
                     : s->credit < TERN__SPIN_CREDIT_MAX ? s->credit + 1
                                                         : TERN__SPIN_CREDIT_MAX;
     } else {

@@ -72,13 +72,13 @@
 #define GEN_MASK 0x7fffffffu
 
 struct slot {
-    uint32_t gen;     /* of the live (or queued) poll; completions of others are stale */
-    unsigned events;  /* the interest, TERN_READABLE | TERN_WRITABLE; 0: not watched */
-    bool armed;       /* a poll of this generation is in the kernel or queued */
-    bool noted;       /* in the re-check list (at idx_noted), so there at most once */
+    uint32_t gen;    /* of the live (or queued) poll; completions of others are stale */
+    unsigned events; /* the interest, TERN_READABLE | TERN_WRITABLE; 0: not watched */
+    bool armed;      /* a poll of this generation is in the kernel or queued */
+    bool noted;      /* in the re-check list (at idx_noted), so there at most once */
     size_t idx_noted;
-    uint32_t mark;    /* the wait that last reported this fd... */
-    int idx;          /* ...at this index of its fired array */
+    uint32_t mark; /* the wait that last reported this fd... */
+    int idx;       /* ...at this index of its fired array */
 };
 
 /* A descriptor to look at again on the next wait: re-check its level, or
@@ -317,8 +317,8 @@ static unsigned from_poll(unsigned res)
 }
 
 /* One completion into out; false when out is full and it needs a new entry. */
-static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__fired *out,
-                 int *n, int max)
+static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__fired *out, int *n,
+                 int max)
 {
     uint64_t data = cqe->user_data;
     if (data & CONTROL)
@@ -365,7 +365,8 @@ static int reap(struct uring *u, struct tern__fired *out, int max)
     u->wait_seq++;
     if (u->wait_seq == 0)
         u->wait_seq = 1; /* 0 is a fresh slot's mark */
-    io_uring_for_each_cqe(&u->ring, head, cqe) {
+    io_uring_for_each_cqe(&u->ring, head, cqe)
+    {
         if (!take(u, cqe, out, &n, max))
             break;
         seen++;
@@ -374,8 +375,7 @@ static int reap(struct uring *u, struct tern__fired *out, int max)
     return n;
 }
 
-static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
-                      int max)
+static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out, int max)
 {
     struct uring *u = b->state;
     require_not_forked(u);

@@ -18,8 +18,9 @@
 #include "tern.h"
 #include "watch_ops.h"
 
-#define MASK (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | \
-              IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
+#define MASK                                                                          \
+    (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | \
+     IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
 
 static int inotify_open(struct tern__watch_src *src, const char *path)
 {
@@ -68,8 +69,8 @@ static void inotify_read(struct tern__watch_src *src, tern__watch_emit_fn emit, 
         off += (ssize_t)(sizeof(*ev) + ev->len);
         uint32_t m = ev->mask;
         if (m & (IN_DELETE_SELF | IN_IGNORED)) {
-            (void)emit(ctx, &(struct tern__watch_news){.status = -ENOENT,
-                                                       .events = TERN_WATCH_GONE});
+            (void)emit(ctx,
+                       &(struct tern__watch_news){.status = -ENOENT, .events = TERN_WATCH_GONE});
             return;
         }
         unsigned e = 0;

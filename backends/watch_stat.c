@@ -57,8 +57,7 @@ static unsigned difference(const struct stat *was, const struct stat *st)
         return 0;
     }
     if (!same_time(st->st_mtim, was->st_mtim) || !same_time(st->st_ctim, was->st_ctim) ||
-        st->st_size != was->st_size || st->st_mode != was->st_mode ||
-        st->st_nlink != was->st_nlink)
+        st->st_size != was->st_size || st->st_mode != was->st_mode || st->st_nlink != was->st_nlink)
         return TERN_WATCH_CHANGE;
     return 0;
 }

@@ -71,8 +71,8 @@ static void vnode_read(struct tern__watch_src *src, tern__watch_emit_fn emit, vo
     if (m & TERN__VNODE_DELETE) {
         struct stat st;
         if (fstat(src->fd, &st) < 0 || st.st_nlink == 0) {
-            (void)emit(ctx, &(struct tern__watch_news){.status = -ENOENT,
-                                                       .events = TERN_WATCH_GONE});
+            (void)emit(ctx,
+                       &(struct tern__watch_news){.status = -ENOENT, .events = TERN_WATCH_GONE});
             return;
         }
         e |= TERN_WATCH_CHANGE; /* another link is left: the link count changed */

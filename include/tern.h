@@ -39,9 +39,9 @@ extern "C" {
 struct addrinfo;
 struct sockaddr;
 
-typedef uint64_t tern_id;             /* never 0, never reused in a process */
-typedef struct tern_loop tern_loop;   /* opaque */
-typedef struct tern_job tern_job;     /* opaque, seen by a work function */
+typedef uint64_t tern_id;           /* never 0, never reused in a process */
+typedef struct tern_loop tern_loop; /* opaque */
+typedef struct tern_job tern_job;   /* opaque, seen by a work function */
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -51,14 +51,14 @@ typedef struct tern_job tern_job;     /* opaque, seen by a work function */
  * Name lookup failures have no errno of their own; they are reported as
  * these negative codes, which tern_strerror() and tern_err_name() know.
  */
-#define TERN_EAI_BASE       (-3000)
-#define TERN_EAI_NONAME     (TERN_EAI_BASE - 1)  /* host or service not known */
-#define TERN_EAI_AGAIN      (TERN_EAI_BASE - 2)  /* temporary resolver failure */
-#define TERN_EAI_FAIL       (TERN_EAI_BASE - 3)  /* permanent resolver failure */
-#define TERN_EAI_FAMILY     (TERN_EAI_BASE - 4)  /* address family not supported */
-#define TERN_EAI_SERVICE    (TERN_EAI_BASE - 5)  /* service not available for socket type */
-#define TERN_EAI_NODATA     (TERN_EAI_BASE - 6)  /* host has no address */
-#define TERN_EAI_OTHER      (TERN_EAI_BASE - 7)  /* any other getaddrinfo failure */
+#define TERN_EAI_BASE (-3000)
+#define TERN_EAI_NONAME (TERN_EAI_BASE - 1)  /* host or service not known */
+#define TERN_EAI_AGAIN (TERN_EAI_BASE - 2)   /* temporary resolver failure */
+#define TERN_EAI_FAIL (TERN_EAI_BASE - 3)    /* permanent resolver failure */
+#define TERN_EAI_FAMILY (TERN_EAI_BASE - 4)  /* address family not supported */
+#define TERN_EAI_SERVICE (TERN_EAI_BASE - 5) /* service not available for socket type */
+#define TERN_EAI_NODATA (TERN_EAI_BASE - 6)  /* host has no address */
+#define TERN_EAI_OTHER (TERN_EAI_BASE - 7)   /* any other getaddrinfo failure */
 
 /*
  * tern_strerror: a human sentence for a status value.
@@ -446,8 +446,8 @@ typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, int fd, unsigned events,
  * Ownership: the fd stays the caller's; stop the watcher before closing it.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_io_start(tern_loop *loop, int fd, unsigned events,
-                              tern_io_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void *arg,
+                              tern_id *idp);
 
 /*
  * tern_io_modify: change the events a watcher waits for.
@@ -510,8 +510,8 @@ TERN_EXTERN bool tern_job_cancelled(const tern_job *job);
  */
 TERN_EXTERN tern_id tern_job_id(const tern_job *job);
 
-typedef void (*tern_resolve_cb)(tern_loop *loop, tern_id id, int status,
-                                struct addrinfo *res, void *arg);
+typedef void (*tern_resolve_cb)(tern_loop *loop, tern_id id, int status, struct addrinfo *res,
+                                void *arg);
 
 /*
  * tern_resolve: getaddrinfo(host, service, hints) on the bounded class,
@@ -601,8 +601,8 @@ typedef struct tern_loop_stats {
     uint64_t turns, posts, wake_syscalls, events, idle_ns;
     unsigned live_operations, undelivered, undelivered_peak;
     /* New fields go at the end (docs/api.md, "How the ABI grows"). */
-    uint64_t busy_ns;    /* time in turns not blocked: utilisation = busy / (busy + idle) */
-    uint64_t lag_count;  /* deadlines fired (timers and internal deadlines) */
+    uint64_t busy_ns;   /* time in turns not blocked: utilisation = busy / (busy + idle) */
+    uint64_t lag_count; /* deadlines fired (timers and internal deadlines) */
     uint64_t lag_p50_ns, lag_p99_ns, lag_max_ns; /* how late they fired */
 } tern_loop_stats;
 
@@ -697,11 +697,11 @@ TERN_EXTERN int tern_hook_stop(tern_loop *loop, tern_id id);
  * grows"), so read it through the pointer rather than copying it whole.
  */
 typedef struct tern_op_info {
-    tern_id id;         /* the id its starting call returned */
-    const char *kind;   /* "timer", "job", "io", "stream", ...: a static string */
-    uint64_t age_ns;    /* loop time since it started (tern_loop_now's clock), within
+    tern_id id;       /* the id its starting call returned */
+    const char *kind; /* "timer", "job", "io", "stream", ...: a static string */
+    uint64_t age_ns;  /* loop time since it started (tern_loop_now's clock), within
                            2^20 ns (about 1 ms) */
-    bool referenced;    /* keeps tern_loop_run() going (not tern_unref'd) */
+    bool referenced;  /* keeps tern_loop_run() going (not tern_unref'd) */
 } tern_op_info;
 
 typedef void (*tern_walk_cb)(tern_loop *loop, const tern_op_info *op, void *arg);

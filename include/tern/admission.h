@@ -29,13 +29,13 @@ extern "C" {
  * the enum below, tern_refusal_name()'s names (short, as a string) and
  * tern_pool_stats' counters (refused_<short>).
  */
-#define TERN_REFUSAL_MAP(X)                                                                      \
-    X(TERN_REFUSED_QUEUE_FULL, queue_full, 1)     /* the bounded queue (with reservations) is full */ \
-    X(TERN_REFUSED_LONG_CEILING, long_ceiling, 2) /* long_threads_max long jobs are running */   \
-    X(TERN_REFUSED_UNDELIVERED, undelivered, 3)   /* this loop holds max_undelivered credits */  \
-    X(TERN_REFUSED_OPERATIONS, operations, 4)     /* this loop has max_operations live ops */    \
-    X(TERN_REFUSED_OWNER_CAP, owner_cap, 5)       /* the owner has its cap of jobs in flight */  \
-    X(TERN_REFUSED_SHUTDOWN, shutdown, 6)         /* tern_pool_shutdown is under way; retry */   \
+#define TERN_REFUSAL_MAP(X)                                                                       \
+    X(TERN_REFUSED_QUEUE_FULL, queue_full, 1) /* the bounded queue (with reservations) is full */ \
+    X(TERN_REFUSED_LONG_CEILING, long_ceiling, 2) /* long_threads_max long jobs are running */    \
+    X(TERN_REFUSED_UNDELIVERED, undelivered, 3)   /* this loop holds max_undelivered credits */   \
+    X(TERN_REFUSED_OPERATIONS, operations, 4)     /* this loop has max_operations live ops */     \
+    X(TERN_REFUSED_OWNER_CAP, owner_cap, 5)       /* the owner has its cap of jobs in flight */   \
+    X(TERN_REFUSED_SHUTDOWN, shutdown, 6)         /* tern_pool_shutdown is under way; retry */    \
     X(TERN_REFUSED_THREADS, threads, 7)           /* the system refused the pool a thread */
 
 typedef enum tern_refusal {

@@ -35,8 +35,8 @@ typedef struct tern_pool_worker_stats {
      * tombstones skipped are not counted.
      */
     uint64_t jobs;
-    uint64_t parks;   /* times it parked (slept on the pool's condition) */
-    uint64_t wakes;   /* parks ended by a submitter's wake signal */
+    uint64_t parks; /* times it parked (slept on the pool's condition) */
+    uint64_t wakes; /* parks ended by a submitter's wake signal */
     /* Time spent running what it took off the queue (a job's work
      * function, a lookup, a request's step) and its own steps between
      * them: from finding work to running dry, added run by run. */

@@ -72,10 +72,10 @@
  * undoes what it opened, and cb gets -ETIMEDOUT.
  */
 typedef struct tern_fs_options {
-    uint64_t max_bytes; /* tern_fs_read_file: a larger file is -EFBIG (1 GiB) */
-    size_t step_bytes;  /* whole-file requests: bytes read or written per step (1 MiB) */
-    unsigned mode;      /* tern_fs_write_file: mode of a new file, before umask (0666) */
-    tern_id owner;      /* an owner (tern_owner_open) it counts against, or 0 (none) */
+    uint64_t max_bytes;  /* tern_fs_read_file: a larger file is -EFBIG (1 GiB) */
+    size_t step_bytes;   /* whole-file requests: bytes read or written per step (1 MiB) */
+    unsigned mode;       /* tern_fs_write_file: mode of a new file, before umask (0666) */
+    tern_id owner;       /* an owner (tern_owner_open) it counts against, or 0 (none) */
     uint64_t timeout_ns; /* not started by then: cb gets -ETIMEDOUT; 0: none; 1..2^62 */
 } tern_fs_options;
 
@@ -107,7 +107,7 @@ typedef struct tern_fs_listing {
  * and frees with tern_fs_free().
  */
 typedef struct tern_fs_result {
-    int64_t value; /* bytes moved (read, write, copy, read_file, write_file);
+    int64_t value;            /* bytes moved (read, write, copy, read_file, write_file);
                       the descriptor (open); the entries (list); else 0 */
     struct stat st;           /* stat, lstat, fstat; read_file: the file as opened */
     void *data;               /* read_file: `value` bytes, then a NUL not counted */
@@ -119,8 +119,7 @@ typedef struct tern_fs_result {
  * status: 0 or a negative errno (-ECANCELED: see the top of this file).
  * res is never NULL.
  */
-typedef void (*tern_fs_cb)(tern_loop *loop, tern_id id, int status, tern_fs_result *res,
-                           void *arg);
+typedef void (*tern_fs_cb)(tern_loop *loop, tern_id id, int status, tern_fs_result *res, void *arg);
 
 /*
  * tern_fs_free: free a read_file's data or a listing. NULL is a no-op.
@@ -179,8 +178,8 @@ TERN_EXTERN int tern_fs_read(tern_loop *loop, int fd, void *buf, size_t len, int
  * Ownership: the iovec array is copied; the buffers it names are not.
  */
 TERN_EXTERN int tern_fs_readv(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt,
-                              int64_t offset, const tern_fs_options *opts, tern_fs_cb cb,
-                              void *arg, tern_id *idp);
+                              int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                              tern_id *idp);
 /*
  * tern_fs_write: pwrite(2) of len bytes from buf at offset; cb's
  * res->value is the bytes written (a short write is reported, not continued).
@@ -227,8 +226,7 @@ TERN_EXTERN int tern_fs_ftruncate(tern_loop *loop, int fd, int64_t length,
  * Requires: every path != NULL, shorter than PATH_MAX.
  */
 TERN_EXTERN int tern_fs_rename(tern_loop *loop, const char *from, const char *to,
-                               const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                               tern_id *idp);
+                               const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp);
 TERN_EXTERN int tern_fs_unlink(tern_loop *loop, const char *path, const tern_fs_options *opts,
                                tern_fs_cb cb, void *arg, tern_id *idp);
 TERN_EXTERN int tern_fs_mkdir(tern_loop *loop, const char *path, unsigned mode,
@@ -307,8 +305,8 @@ TERN_EXTERN int tern_fs_read_file(tern_loop *loop, const char *path, const tern_
  *     content already in place (its survival of a crash is not assured).
  * Ownership: data stays the caller's until cb runs; path is copied.
  */
-TERN_EXTERN int tern_fs_write_file(tern_loop *loop, const char *path, const void *data,
-                                   size_t len, const tern_fs_options *opts, tern_fs_cb cb,
-                                   void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_write_file(tern_loop *loop, const char *path, const void *data, size_t len,
+                                   const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                                   tern_id *idp);
 
 #endif

@@ -12,10 +12,10 @@
 typedef struct tern_group tern_group; /* opaque */
 
 typedef struct tern_group_options {
-    unsigned loops;                 /* 1..1024; 0 (default): one per CPU the process may use */
-    const tern_loop_options *loop;  /* every loop's options; NULL: the defaults */
-    const char *name;               /* thread names are "<name>-<i>"; NULL: "tern" */
-    bool pin;                       /* pin loop i's thread to the i-th usable CPU (modulo) */
+    unsigned loops;                /* 1..1024; 0 (default): one per CPU the process may use */
+    const tern_loop_options *loop; /* every loop's options; NULL: the defaults */
+    const char *name;              /* thread names are "<name>-<i>"; NULL: "tern" */
+    bool pin;                      /* pin loop i's thread to the i-th usable CPU (modulo) */
 } tern_group_options;
 
 /*
@@ -211,8 +211,7 @@ TERN_EXTERN int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_f
  * runs on that loop's thread between turns, so it may call loop-only
  * functions on loop (tern_loop_walk, tern_loop_print_live, tern_cancel).
  */
-typedef void (*tern_group_stall_fn)(tern_loop *loop, unsigned index, uint64_t waited_ns,
-                                    void *arg);
+typedef void (*tern_group_stall_fn)(tern_loop *loop, unsigned index, uint64_t waited_ns, void *arg);
 
 #define TERN_GROUP_STALL_DEFAULT_NS 5000000000ull /* 5 s */
 

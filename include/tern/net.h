@@ -45,8 +45,8 @@ typedef void (*tern_close_cb)(tern_loop *loop, tern_id stream, void *arg);
  * status < 0 (-ECONNRESET, -ETIMEDOUT, ...): the connection failed; reading
  * stops, and the stream stays open until closed. data is NULL unless len > 0.
  */
-typedef void (*tern_read_cb)(tern_loop *loop, tern_id stream, int status,
-                             const void *data, size_t len, void *arg);
+typedef void (*tern_read_cb)(tern_loop *loop, tern_id stream, int status, const void *data,
+                             size_t len, void *arg);
 
 /*
  * A listener's news. status 0: a new connection, already a stream with id
@@ -56,8 +56,8 @@ typedef void (*tern_read_cb)(tern_loop *loop, tern_id stream, int status,
  * resource; the listener pauses for TERN_TCP_ACCEPT_BACKOFF_NS and then
  * resumes by itself (it is told once per pause). Nothing to do but note it.
  */
-typedef void (*tern_accept_cb)(tern_loop *loop, tern_id listener, int status,
-                               tern_id stream, void *arg);
+typedef void (*tern_accept_cb)(tern_loop *loop, tern_id listener, int status, tern_id stream,
+                               void *arg);
 
 /* A high-water queue drained back below its low-water mark. */
 typedef void (*tern_drain_cb)(tern_loop *loop, tern_id stream, void *arg);
@@ -121,10 +121,9 @@ TERN_EXTERN int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port
  *          tern_stream_close() (which, during the lookup, cancels it).
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_tcp_listen_name(tern_loop *loop, const char *host, unsigned port,
-                                     int backlog, unsigned flags, uint64_t timeout_ns,
-                                     tern_stream_cb ready_cb, tern_accept_cb accept_cb,
-                                     void *arg, tern_id *idp);
+TERN_EXTERN int tern_tcp_listen_name(tern_loop *loop, const char *host, unsigned port, int backlog,
+                                     unsigned flags, uint64_t timeout_ns, tern_stream_cb ready_cb,
+                                     tern_accept_cb accept_cb, void *arg, tern_id *idp);
 
 /*
  * tern_tcp_connect: resolve host (tern_resolve, on the pool) and connect to
@@ -146,8 +145,7 @@ TERN_EXTERN int tern_tcp_listen_name(tern_loop *loop, const char *host, unsigned
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port,
-                                 uint64_t timeout_ns, tern_stream_cb cb, void *arg,
-                                 tern_id *idp);
+                                 uint64_t timeout_ns, tern_stream_cb cb, void *arg, tern_id *idp);
 
 /*
  * tern_tcp_port: the local port a listener or TCP stream is bound to.
@@ -253,8 +251,8 @@ TERN_EXTERN int tern_stream_read_stop(tern_loop *loop, tern_id id);
  *          earlier write failed; -ENOMEM. On error cb never runs.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs,
-                                  unsigned nbufs, tern_stream_cb cb, void *arg);
+TERN_EXTERN int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
+                                  tern_stream_cb cb, void *arg);
 
 /*
  * tern_stream_try_write: write what the kernel takes now, without
@@ -262,7 +260,8 @@ TERN_EXTERN int tern_stream_write(tern_loop *loop, tern_id id, const tern_buf *b
  * written in order, as far as the socket buffer has room.
  * Requires: loop != NULL; bufs != NULL; 1 <= nbufs <= 1024.
  * Returns: the bytes written (> 0, or 0 when every buffer is empty; at
- *          most INT_MAX, and at most 128 non-empty buffers are tried); -EAGAIN when the kernel took nothing or
+ *          most INT_MAX, and at most 128 non-empty buffers are tried);
+ *          -EAGAIN when the kernel took nothing or
  *          when writes are queued (they go first: tern_stream_write);
  *          -EINVAL for bad bufs or nbufs or a listener; -ENOENT for an
  *          unknown or stale id; -ENOTCONN while connecting; -EPIPE after
@@ -357,8 +356,8 @@ typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg
  * signals, so a signal sent to the process (kill) reaches the loop. Where
  * there is neither (and in -Dportable builds) a handler writes to a pipe
  * the loop watches: the previous action is saved and the signal unblocked
- * in the calling thread instead, both restored by stop. For a TERN_LOOP_RCU loop it also has liburcu's
- * default call_rcu helper created (if it does not exist yet) with every
+ * in the calling thread instead, both restored by stop. For a
+ * TERN_LOOP_RCU loop it also has liburcu's default call_rcu helper created (if it does not exist yet) with every
  * signal blocked. Other threads of the application must block the signal
  * too, or the kernel may deliver it to them instead.
  * Several watchers of one signal, on one loop or several, each get one
@@ -449,8 +448,8 @@ TERN_EXTERN int tern_stream_read_start_alloc(tern_loop *loop, tern_id id, tern_a
  *          left open (a socket file bind created is removed again).
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_unix_listen(tern_loop *loop, const char *path, int backlog,
-                                 tern_accept_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_unix_listen(tern_loop *loop, const char *path, int backlog, tern_accept_cb cb,
+                                 void *arg, tern_id *idp);
 
 /*
  * tern_unix_connect: connect a stream to the socket at path; then cb(loop,
@@ -466,11 +465,11 @@ TERN_EXTERN int tern_unix_listen(tern_loop *loop, const char *path, int backlog,
  *          -ENOMEM; -ESHUTDOWN. On error cb never runs.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb,
-                                  void *arg, tern_id *idp);
+TERN_EXTERN int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb, void *arg,
+                                  tern_id *idp);
 
 typedef struct tern_unix_cred {
-    long pid;          /* -1 where the system does not say (the BSDs) */
+    long pid; /* -1 where the system does not say (the BSDs) */
     unsigned long uid;
     unsigned long gid;
 } tern_unix_cred;

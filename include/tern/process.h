@@ -29,7 +29,7 @@ typedef enum tern_stdio_kind {
 
 typedef struct tern_stdio {
     tern_stdio_kind kind;
-    int fd;        /* TERN_STDIO_FD: the descriptor the child gets */
+    int fd;         /* TERN_STDIO_FD: the descriptor the child gets */
     tern_id stream; /* TERN_STDIO_STREAM: set by tern_process_spawn on success */
 } tern_stdio;
 

@@ -49,10 +49,10 @@ enum {
 };
 
 /* Settings for tern_udp_set. */
-#define TERN_UDP_OPTIONS(X)                                                     \
-    X(TERN_UDP_BROADCAST, "send to broadcast addresses (0 or 1)")              \
-    X(TERN_UDP_TTL, "unicast hop limit (1..255)")                             \
-    X(TERN_UDP_MULTICAST_TTL, "multicast hop limit (0..255)")                 \
+#define TERN_UDP_OPTIONS(X)                                       \
+    X(TERN_UDP_BROADCAST, "send to broadcast addresses (0 or 1)") \
+    X(TERN_UDP_TTL, "unicast hop limit (1..255)")                 \
+    X(TERN_UDP_MULTICAST_TTL, "multicast hop limit (0..255)")     \
     X(TERN_UDP_MULTICAST_LOOP, "multicast sent here is received here (0 or 1)")
 enum tern_udp_option {
 #define TERN_UDP_OPTION_ENUM(name, what) name,
@@ -79,8 +79,7 @@ typedef void (*tern_udp_recv_cb)(tern_loop *loop, tern_id sock, int status, cons
  *          that is not a numeric address or a port over 65535.
  * Threads: any thread.
  */
-TERN_EXTERN int tern_sockaddr_parse(const char *host, unsigned port,
-                                    struct sockaddr_storage *out);
+TERN_EXTERN int tern_sockaddr_parse(const char *host, unsigned port, struct sockaddr_storage *out);
 
 /*
  * tern_udp_bind: a UDP socket bound to host:port.
@@ -157,8 +156,8 @@ TERN_EXTERN int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs,
  * Returns: 0; -EINVAL for bytes 0; -ENOENT for an unknown or stale id.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_udp_set_high_water(tern_loop *loop, tern_id id, size_t bytes,
-                                        tern_drain_cb cb, void *arg);
+TERN_EXTERN int tern_udp_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb,
+                                        void *arg);
 
 /*
  * tern_udp_send_queue_size: bytes queued but not yet sent, and how many
@@ -167,8 +166,7 @@ TERN_EXTERN int tern_udp_set_high_water(tern_loop *loop, tern_id id, size_t byte
  * Returns: 0 and *bytes (and *count); -ENOENT for an unknown or stale id.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_udp_send_queue_size(tern_loop *loop, tern_id id, size_t *bytes,
-                                         size_t *count);
+TERN_EXTERN int tern_udp_send_queue_size(tern_loop *loop, tern_id id, size_t *bytes, size_t *count);
 
 /*
  * tern_udp_connect: fix the peer (connected UDP): sends go to it with to ==
@@ -197,8 +195,7 @@ TERN_EXTERN int tern_udp_connect(tern_loop *loop, tern_id id, const struct socka
  *          -ENOENT for an unknown or stale id; the setsockopt errors.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_udp_set(tern_loop *loop, tern_id id, enum tern_udp_option option,
-                             int value);
+TERN_EXTERN int tern_udp_set(tern_loop *loop, tern_id id, enum tern_udp_option option, int value);
 
 /*
  * tern_udp_membership: join (join true) or leave the multicast group

@@ -38,8 +38,7 @@ struct tern__inbound *tern__cancel_node_get(struct tern__cancel_reserve *r)
     if (r->spare != NULL) {
         in = caa_container_of(r->spare, struct tern__inbound, node);
         r->spare = r->spare->next;
-    }
-    else if (r->carved < TERN__CANCEL_RESERVE)
+    } else if (r->carved < TERN__CANCEL_RESERVE)
         in = &r->nodes[r->carved++];
     pthread_mutex_unlock(&r->lock);
     return in;
@@ -52,4 +51,3 @@ void tern__cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound 
     r->spare = &in->node;
     pthread_mutex_unlock(&r->lock);
 }
-

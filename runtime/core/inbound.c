@@ -60,7 +60,8 @@ static int enqueue(tern_loop *loop, struct tern__inbound *in)
  */
 static int post_admit(tern_loop *loop, unsigned credit)
 {
-    uint64_t ticket = atomic_fetch_add_explicit(&loop->posted, credit, memory_order_seq_cst) + credit;
+    uint64_t ticket =
+        atomic_fetch_add_explicit(&loop->posted, credit, memory_order_seq_cst) + credit;
     uint64_t done = atomic_load_explicit(&loop->posts_done, memory_order_relaxed);
     /*
      * `ticket` counts this credit and all taken before it; `done` may
@@ -76,9 +77,9 @@ static int post_admit(tern_loop *loop, unsigned credit)
         if (atomic_load_explicit(&loop->sealed, memory_order_relaxed))
             tern__loop_sealed_failed();
         rc = -ESHUTDOWN;
-    }
-    else if (TERN_UNLIKELY(pending + atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
-                           loop->max_operations))
+    } else if (TERN_UNLIKELY(pending +
+                                 atomic_load_explicit(&loop->ops_count, memory_order_relaxed) >
+                             loop->max_operations))
         rc = -EAGAIN;
     if (TERN_UNLIKELY(rc < 0))
         /* Pairs with the acquire load in tern__inbound_quiet(). */
@@ -331,7 +332,8 @@ void tern__inbound_drain(tern_loop *loop)
             credit += run_unspent(w);
     }
     if (took) {
-        __cds_wfcq_for_each_blocking(&head, &tail, node) {
+        __cds_wfcq_for_each_blocking(&head, &tail, node)
+        {
             struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
             TSAN_ACQUIRE(in);
             if (tern__inbound_is_cancel(in))
@@ -363,7 +365,8 @@ void tern__inbound_drain(tern_loop *loop)
     struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
     unsigned kept = was_open;
     if (took) {
-        __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
+        __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next)
+        {
             struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
             if (tern__inbound_is_cancel(in)) {
                 /* Reuse the node's link to keep the cancels in order. */

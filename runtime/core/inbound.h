@@ -26,9 +26,9 @@
 #define TERN__CANCEL_RESERVE 65536u
 struct tern__cancel_reserve {
     pthread_mutex_t lock;
-    struct tern__inbound *nodes;   /* TERN__CANCEL_RESERVE records */
-    struct cds_wfcq_node *spare;   /* given back, linked through node.next */
-    unsigned carved;               /* nodes[0..carved) have been handed out */
+    struct tern__inbound *nodes; /* TERN__CANCEL_RESERVE records */
+    struct cds_wfcq_node *spare; /* given back, linked through node.next */
+    unsigned carved;             /* nodes[0..carved) have been handed out */
 };
 /* 0 or -ENOMEM (tern_loop_new's failure). */
 int tern__cancel_reserve_init(struct tern__cancel_reserve *r);
@@ -85,6 +85,5 @@ void tern__inbound_drain(tern_loop *loop);
 void tern__inbound_release(tern_loop *loop);
 /* Nothing queued and no producer on its way in (teardown's last check). */
 bool tern__inbound_quiet(tern_loop *loop);
-
 
 #endif

@@ -49,8 +49,8 @@
 
 struct node_block {
     alignas(TERN_CACHELINE) _Atomic unsigned refs;
-    unsigned slab_out;        /* a slab's first block: its blocks not on the spare list */
-    struct node_block *slab;  /* the first block of this one's slab */
+    unsigned slab_out;       /* a slab's first block: its blocks not on the spare list */
+    struct node_block *slab; /* the first block of this one's slab */
     struct node_block *spare_next, *spare_prev; /* on the spare list only */
     alignas(TERN_CACHELINE) struct tern__post_entry units[BLOCK_UNITS];
 };
@@ -62,8 +62,7 @@ _Static_assert(offsetof(struct node_block, units) == TERN_CACHELINE,
 /* A run's first record is a whole number of units, so the posts after it
  * follow it unit by unit; on a 64-bit machine a block carries 252 posts
  * of one run, four to a line. */
-_Static_assert(sizeof(struct tern__inbound) % UNIT == 0 &&
-                   alignof(struct tern__inbound) <= UNIT,
+_Static_assert(sizeof(struct tern__inbound) % UNIT == 0 && alignof(struct tern__inbound) <= UNIT,
                "a run's first record is whole units");
 
 #define TLS __attribute__((tls_model("initial-exec")))

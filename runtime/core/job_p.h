@@ -78,8 +78,8 @@ struct tern__job_owned {
 struct tern__job_chunk {
     struct tern__job_chunk *next; /* the loop's chunks */
     tern_loop *loop;
-    uint32_t cap; /* records in recs, at most 256 (an offset is a byte) */
-    uint32_t no;  /* its number, in its records' ids (numbers.c) */
+    uint32_t cap;                  /* records in recs, at most 256 (an offset is a byte) */
+    uint32_t no;                   /* its number, in its records' ids (numbers.c) */
     struct tern__job_owned *owned; /* by record; NULL until one is owned */
     _Atomic uint32_t held;
     uint32_t nfree; /* of its records on the loop's free list, as a trim counts them */

@@ -186,8 +186,8 @@ tern_id tern__job_id_issue(tern_job *job)
     uint64_t offset = job->work.client_byte;
     uint32_t gen = tern__job_gen(job);
     job->work.client_word++; /* the generation: below TERN__GEN_LIMIT, so it stays in its bits */
-    return TERN__JOB_ID | (uint64_t)c->no << TERN__JOB_NO_SHIFT |
-           offset << TERN__JOB_OFFSET_SHIFT | gen;
+    return TERN__JOB_ID | (uint64_t)c->no << TERN__JOB_NO_SHIFT | offset << TERN__JOB_OFFSET_SHIFT |
+           gen;
 }
 
 struct tern__op *tern__job_find(const tern_loop *loop, tern_id id)
@@ -195,8 +195,8 @@ struct tern__op *tern__job_find(const tern_loop *loop, tern_id id)
     if (loop->job_map == NULL)
         return NULL;
     uint32_t no = (uint32_t)(id >> TERN__JOB_NO_SHIFT) & ((UINT32_C(1) << TERN__JOB_NO_BITS) - 1);
-    uint32_t offset = (uint32_t)(id >> TERN__JOB_OFFSET_SHIFT) &
-                      ((UINT32_C(1) << TERN__JOB_OFFSET_BITS) - 1);
+    uint32_t offset =
+        (uint32_t)(id >> TERN__JOB_OFFSET_SHIFT) & ((UINT32_C(1) << TERN__JOB_OFFSET_BITS) - 1);
     for (uint32_t i = map_hash(no, loop->job_map_mask); loop->job_map[i] != NULL;
          i = (i + 1) & loop->job_map_mask) {
         struct tern__job_chunk *c = loop->job_map[i];

@@ -43,7 +43,7 @@
 /* The loop.                                                          */
 /* ------------------------------------------------------------------ */
 
-struct tern__ring; /* backends/ring.h: the result ring (runtime/jobs/job.c) */
+struct tern__ring;     /* backends/ring.h: the result ring (runtime/jobs/job.c) */
 struct tern__children; /* the loop's share of the SIGCHLD fallback (process_exit.c) */
 
 /*
@@ -83,8 +83,8 @@ struct tern_loop {
     alignas(TERN_CACHELINE) struct tern__cancel_reserve cancels;
     alignas(TERN_CACHELINE) _Atomic unsigned wake_state;
     _Atomic bool stop_requested;
-    _Atomic bool closing;        /* tern_loop_free has begun */
-    _Atomic bool sealed;         /* a group's destroy phase: scheduling aborts (group.c) */
+    _Atomic bool closing; /* tern_loop_free has begun */
+    _Atomic bool sealed;  /* a group's destroy phase: scheduling aborts (group.c) */
     _Atomic uint64_t wake_syscalls;
     _Atomic int waker_cpu; /* the CPU of the last wake's maker, or -1 (turn.c) */
     /* Bumped by a drain before it closes a run that had stopped growing
@@ -110,16 +110,16 @@ struct tern_loop {
     unsigned max_operations;
     unsigned max_undelivered;
     unsigned flags;
-    unsigned ops_local;  /* the loop's own live ops (all but pending posts) */
-    _Atomic unsigned ops_count;    /* ops_local, published for producers */
-    _Atomic uint64_t posts_done;   /* posts taken off the inbound queue, ever */
-    unsigned refs;       /* referenced ops (keep run() going) */
-    unsigned anon;       /* live ops without an id (defers) */
-    unsigned tabled;     /* live ops whose id names their record, not in the map (jobs) */
-    bool check_books;    /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
-    unsigned io_count;   /* fds (and signals the backend reads) registered besides the wake fd */
+    unsigned ops_local;          /* the loop's own live ops (all but pending posts) */
+    _Atomic unsigned ops_count;  /* ops_local, published for producers */
+    _Atomic uint64_t posts_done; /* posts taken off the inbound queue, ever */
+    unsigned refs;               /* referenced ops (keep run() going) */
+    unsigned anon;               /* live ops without an id (defers) */
+    unsigned tabled;             /* live ops whose id names their record, not in the map (jobs) */
+    bool check_books;            /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
+    unsigned io_count; /* fds (and signals the backend reads) registered besides the wake fd */
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
-    int64_t last_wait;   /* step 3's timeout, for tests */
+    int64_t last_wait;       /* step 3's timeout, for tests */
     struct tern__op *ready_head, *ready_tail;
     unsigned ready_count; /* queued ops that are not dead */
     struct tern__idmap ids;
@@ -128,47 +128,47 @@ struct tern_loop {
     struct tern__slab defers;        /* records of defer.c */
     struct tern__backend backend;
     struct tern__wake wake; /* -1s when the backend wakes itself (backend.ops->wake) */
-    struct tern__io **fds; /* fd -> its watcher (io.c), grown on demand */
+    struct tern__io **fds;  /* fd -> its watcher (io.c), grown on demand */
     unsigned fds_len;
     struct tern__fired fired[TERN__FIRED_MAX];
     struct tern__children *children; /* NULL unless a child is seen through SIGCHLD */
 
     /* jobs (runtime/jobs/job.c) */
     struct tern__ring *ring;
-    unsigned undelivered; /* credits held: accepted jobs not yet popped */
-    unsigned jobs_live;   /* accepted jobs whose done has not started (audit only) */
+    unsigned undelivered;      /* credits held: accepted jobs not yet popped */
+    unsigned jobs_live;        /* accepted jobs whose done has not started (audit only) */
     unsigned long_undelivered; /* of the credits, those held by TERN_LONG jobs */
-    unsigned last_refusal;  /* tern_refusal of the last submission (tern_loop_last_refusal) */
-    struct tern__spin spin; /* step 4's spin budget for pool completions (turn.c) */
-    unsigned posts_ran;     /* posts this turn's step 1 ran (step 4 reads it: turn.c) */
-    unsigned open_n;        /* runs kept open (inbound.c), oldest first */
+    unsigned last_refusal;     /* tern_refusal of the last submission (tern_loop_last_refusal) */
+    struct tern__spin spin;    /* step 4's spin budget for pool completions (turn.c) */
+    unsigned posts_ran;        /* posts this turn's step 1 ran (step 4 reads it: turn.c) */
+    unsigned open_n;           /* runs kept open (inbound.c), oldest first */
     struct tern__open_run open_runs[TERN__OPEN_RUNS];
-    unsigned jobs_taken;    /* finished jobs this turn's step 1 took off the ring (the same) */
+    unsigned jobs_taken; /* finished jobs this turn's step 1 took off the ring (the same) */
     /*
      * Step 2's one entry for the finished jobs step 1 took (job.c): they
      * wait behind it, in the order taken, linked through op.ready_next.
      */
     struct tern__op results;
     struct tern__op *results_head, *results_tail;
-    struct tern__spin post_yield; /* whether yielding after posts has been paying (turn.c) */
-    bool post_yield_owed;         /* a yield after posts awaits the next turn's judgement */
-    struct tern__spin open_yield; /* whether yielding to open runs has been paying (turn.c) */
-    bool open_yield_owed;         /* such a yield awaits the next turn's judgement */
+    struct tern__spin post_yield;       /* whether yielding after posts has been paying (turn.c) */
+    bool post_yield_owed;               /* a yield after posts awaits the next turn's judgement */
+    struct tern__spin open_yield;       /* whether yielding to open runs has been paying (turn.c) */
+    bool open_yield_owed;               /* such a yield awaits the next turn's judgement */
     struct tern__job_chunk *job_chunks; /* the job records (job_slab.c) */
     struct tern_job *job_free;          /* free records, linked through op.ready_next */
     uint64_t job_bytes;                 /* the chunks' bytes */
-    bool jobs_owned; /* a chunk has owner links (job_slab.c): a done must unlink its job */
-    uint32_t job_chunk_next;            /* records in the next chunk (0: the first) */
-    struct tern__job_chunk **job_map;   /* chunk number -> chunk, at most half full */
+    bool jobs_owned;         /* a chunk has owner links (job_slab.c): a done must unlink its job */
+    uint32_t job_chunk_next; /* records in the next chunk (0: the first) */
+    struct tern__job_chunk **job_map; /* chunk number -> chunk, at most half full */
     uint32_t job_map_mask, job_nchunks;
-    unsigned jobs_held; /* records let go by the loop that the pool still holds */
+    unsigned jobs_held;     /* records let go by the loop that the pool still holds */
     unsigned job_nfree;     /* records on job_free */
     unsigned job_trim_at;   /* free records at which a trim walks again (job_slab.c) */
     unsigned job_trim_left; /* free records the last trim left */
-    unsigned submits; /* jobs submitted; every 4th has its queue wait timed */
-    bool kick_owed;   /* a job accepted in this turn without a wake (job.c, tern__jobs_kick) */
+    unsigned submits;       /* jobs submitted; every 4th has its queue wait timed */
+    bool kick_owed; /* a job accepted in this turn without a wake (job.c, tern__jobs_kick) */
     struct tern__lane lane; /* bounded jobs accepted in steps 1-2, pushed at the kick (pool.h) */
-    uint64_t pool_checked; /* the pool start (generation) this loop's config matched */
+    uint64_t pool_checked;  /* the pool start (generation) this loop's config matched */
     bool has_pool_config;
     tern_pool_config pool_config;
     /*
@@ -239,8 +239,8 @@ _Static_assert(TERN__LINE_OF(sealed) == TERN__LINE_OF(wake_state) &&
  * the loop thread's own fields from the next line on: no field another
  * thread writes shares a line with them. */
 _Static_assert(offsetof(struct tern_loop, owner) % TERN_CACHELINE == 0 &&
-                   offsetof(struct tern_loop, now) == offsetof(struct tern_loop, owner) +
-                                                          TERN_CACHELINE,
+                   offsetof(struct tern_loop, now) ==
+                       offsetof(struct tern_loop, owner) + TERN_CACHELINE,
                "the owner token has its line; the loop thread's fields start on the next");
 #undef TERN__LINE_OF
 
@@ -271,9 +271,8 @@ static inline void tern__loop_this_process(const tern_loop *loop, const char *fn
     if (TERN_UNLIKELY(loop->forks != tern__forks))
         tern__loop_forked_failed(fn);
 }
-#define TERN__REQUIRE_LOOP(loop)                                                                 \
-    (TERN_REQUIRE_SAID((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC,                       \
-                       "NULL or freed loop"),                                                    \
+#define TERN__REQUIRE_LOOP(loop)                                                                   \
+    (TERN_REQUIRE_SAID((loop) != NULL && (loop)->magic == TERN__LOOP_MAGIC, "NULL or freed loop"), \
      tern__loop_this_process((loop), __func__))
 
 /*

@@ -19,10 +19,10 @@
 
 #define GEN_BURN (TERN__GEN_LIMIT / 2)
 
-struct tern__numbers tern__timer_numbers = {
-    .lock = PTHREAD_MUTEX_INITIALIZER, .limit = UINT32_C(1) << TERN__TIMER_NO_BITS};
-struct tern__numbers tern__job_numbers = {
-    .lock = PTHREAD_MUTEX_INITIALIZER, .limit = UINT32_C(1) << TERN__JOB_NO_BITS};
+struct tern__numbers tern__timer_numbers = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                            .limit = UINT32_C(1) << TERN__TIMER_NO_BITS};
+struct tern__numbers tern__job_numbers = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                          .limit = UINT32_C(1) << TERN__JOB_NO_BITS};
 
 /* fork(): never let the child inherit a lock held by a vanished thread. */
 static void before_fork(void)

@@ -174,12 +174,11 @@ struct tern__heap {
     struct tern__heap_entry *v;
     uint32_t len, cap;
     uint32_t next_seq;
-    uint32_t claims;    /* timers and ops holding a heap slot (tern__deadline_claim) */
-    uint32_t op_claims; /* of the claims, ops': `ops` has room for them all */
+    uint32_t claims;            /* timers and ops holding a heap slot (tern__deadline_claim) */
+    uint32_t op_claims;         /* of the claims, ops': `ops` has room for them all */
     uint32_t ops_cap, ops_free; /* ops_free: a free index + 1, 0 when none */
-    uintptr_t *ops; /* an armed op's pointer, or (next free index + 1) << 1 | 1 */
+    uintptr_t *ops;             /* an armed op's pointer, or (next free index + 1) << 1 | 1 */
 };
-
 
 /* ------------------------------------------------------------------ */
 /* Timers (timer.c, timer_table.c): compact records, not ops.          */
@@ -211,9 +210,9 @@ struct tern__timer {
         uint32_t heap; /* armed: its heap entry's index; UINT32_MAX when not armed */
         uint32_t next; /* a queued one-shot or a free slot: the next slot */
     };
-    uint32_t born;    /* tern__op_stamp(loop->now) when started (tern_loop_walk's age) */
-    uint32_t gen;     /* generation: the live timer's, or the next one's if free */
-    uint32_t bits;    /* TERN__TIMER_* flags | repeat index << 4 (0: one-shot) */
+    uint32_t born; /* tern__op_stamp(loop->now) when started (tern_loop_walk's age) */
+    uint32_t gen;  /* generation: the live timer's, or the next one's if free */
+    uint32_t bits; /* TERN__TIMER_* flags | repeat index << 4 (0: one-shot) */
 };
 _Static_assert(sizeof(struct tern__timer) == 32, "a timer record is 32 bytes");
 #define TERN__TIMER_REPEAT_SHIFT 4
@@ -225,8 +224,8 @@ struct tern__timer_repeat {
 };
 
 enum {
-    TERN__TIMER_QUEUED = 1u << 0,   /* on the due queue */
-    TERN__TIMER_UNREF = 1u << 1,    /* does not keep tern_loop_run() alive */
+    TERN__TIMER_QUEUED = 1u << 0, /* on the due queue */
+    TERN__TIMER_UNREF = 1u << 1,  /* does not keep tern_loop_run() alive */
     TERN__TIMER_FLAGS = 15u,
 };
 
@@ -239,19 +238,19 @@ struct tern__timer_table {
      * pointer, so they may move.
      */
     struct tern__timer *rec;
-    uint32_t rec_cap;            /* slots allocated, a multiple of TERN__TIMER_CHUNK */
-    uint32_t *chunk_no;          /* each chunk's process-wide number (for ids) */
+    uint32_t rec_cap;   /* slots allocated, a multiple of TERN__TIMER_CHUNK */
+    uint32_t *chunk_no; /* each chunk's process-wide number (for ids) */
     uint32_t nchunks, chunk_no_cap;
-    uint64_t *map;   /* chunk number -> chunk index: (number + 1) << 32 | index */
+    uint64_t *map; /* chunk number -> chunk index: (number + 1) << 32 | index */
     uint32_t map_mask;
-    uint32_t used;   /* slots ever handed out (they fill chunks in order) */
-    uint32_t free;   /* LIFO of free slots, TERN__SLOT_NONE when empty */
-    uint32_t live;   /* started and not finished */
+    uint32_t used;                     /* slots ever handed out (they fill chunks in order) */
+    uint32_t free;                     /* LIFO of free slots, TERN__SLOT_NONE when empty */
+    uint32_t live;                     /* started and not finished */
     struct tern__timer_repeat *repeat; /* repeating timers' entries by repeat index - 1 */
     uint32_t repeat_cap, repeat_used, repeat_free; /* repeat_free: index + 1 of a free one */
     uint32_t due_head, due_tail; /* the due queue: expired timers, in firing order */
-    uint32_t due_live; /* queued timers that are still live */
-    struct tern__op due; /* stands for the due queue on the ready queue */
+    uint32_t due_live;           /* queued timers that are still live */
+    struct tern__op due;         /* stands for the due queue on the ready queue */
 };
 
 static inline struct tern__timer *tern__timer_at(const struct tern__timer_table *t, uint32_t slot)
@@ -333,7 +332,6 @@ static inline bool tern__job_id(tern_id id)
 {
     return (id >> 62) == 1;
 }
-
 
 /* The table (timer_table.c). Ends the slot's generation (its ids go stale) and frees it. */
 static inline void tern__timer_slot_free(struct tern__timer_table *t, uint32_t slot)

@@ -21,9 +21,9 @@
 
 static pthread_key_t rcu_key;
 static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
-static _Thread_local bool ours;          /* tern registered this thread */
-static _Thread_local unsigned depth;     /* RCU loops this thread runs, nested */
-static _Thread_local bool app_online;    /* registered by the application */
+static _Thread_local bool ours;       /* tern registered this thread */
+static _Thread_local unsigned depth;  /* RCU loops this thread runs, nested */
+static _Thread_local bool app_online; /* registered by the application */
 
 static void thread_exit(void *arg)
 {
@@ -47,7 +47,7 @@ void tern__rcu_enter(tern_loop *loop)
     app_online = false;
     if (!ours) {
         pthread_once(&rcu_once, key_init);
-        urcu_qsbr_register_thread(); /* registers online */
+        urcu_qsbr_register_thread();        /* registers online */
         pthread_setspecific(rcu_key, loop); /* any non-NULL value arms the destructor */
         ours = true;
     } else {

@@ -45,9 +45,11 @@ tern_refusal tern_loop_last_refusal(const tern_loop *loop)
 const char *tern_refusal_name(tern_refusal refusal)
 {
     switch (refusal) {
-    case TERN_REFUSED_NONE: return "none";
+    case TERN_REFUSED_NONE:
+        return "none";
 #define NAME(name, short_name, value) \
-    case name: return #short_name;
+    case name:                        \
+        return #short_name;
         TERN_REFUSAL_MAP(NAME)
 #undef NAME
     }

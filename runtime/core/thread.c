@@ -41,4 +41,3 @@ noreturn void tern__loop_sealed_failed(void)
                "teardown work belongs in the shutdown phase (tern_group_on_shutdown), "
                "while the loops still run");
 }
-

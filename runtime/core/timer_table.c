@@ -222,4 +222,3 @@ void tern__timer_table_destroy(struct tern__timer_table *t)
     t->repeat = NULL;
     t->nchunks = t->chunk_no_cap = t->rec_cap = t->used = 0;
 }
-

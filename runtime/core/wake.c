@@ -42,19 +42,18 @@ bool tern__loop_wake(tern_loop *loop)
 
 void tern__loop_awake(tern_loop *loop)
 {
-    unsigned old = atomic_exchange_explicit(&loop->wake_state, TERN__WAKE_RUNNING,
-                                            memory_order_acquire);
+    unsigned old =
+        atomic_exchange_explicit(&loop->wake_state, TERN__WAKE_RUNNING, memory_order_acquire);
     if (old != TERN__WAKE_NOTIFIED)
         return;
     /*
      * The producer that notified is committed to one write; it may not
      * have made it yet (a few instructions away, unless preempted).
      */
-    for (unsigned spins = 0; !(loop->backend.wakes_itself
-                                   ? loop->backend.ops->wake_take(&loop->backend)
-                                   : tern__wake_take(&loop->wake));
+    for (unsigned spins = 0;
+         !(loop->backend.wakes_itself ? loop->backend.ops->wake_take(&loop->backend)
+                                      : tern__wake_take(&loop->wake));
          spins++)
         if (spins > WAKE_TAKE_TRIES)
             sched_yield();
 }
-

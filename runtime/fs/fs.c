@@ -78,10 +78,10 @@ static ssize_t check_path(const char *path)
 
 struct spec {
     uint8_t op;
-    bool has_path;     /* path must be checked (path2 too, for a rename) */
+    bool has_path; /* path must be checked (path2 too, for a rename) */
     const char *path, *path2;
-    unsigned iovcnt;   /* iovec entries to copy into the block */
-    size_t tmp_bytes;  /* room for a temporary's path */
+    unsigned iovcnt;  /* iovec entries to copy into the block */
+    size_t tmp_bytes; /* room for a temporary's path */
 };
 
 /*
@@ -111,14 +111,20 @@ static int req_new(tern_loop *loop, const struct spec *s, const tern_fs_options 
     if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
         return -ESHUTDOWN;
     size_t iov_bytes = s->iovcnt * sizeof(struct iovec);
-    size_t size = sizeof(struct tern__fs_req) + iov_bytes + (size_t)n1 + 1 + (size_t)n2 + 1 +
-                  s->tmp_bytes;
+    size_t size =
+        sizeof(struct tern__fs_req) + iov_bytes + (size_t)n1 + 1 + (size_t)n2 + 1 + s->tmp_bytes;
     struct tern__fs_req *r = tern__malloc(size);
     if (r == NULL)
         return -ENOMEM;
-    *r = (struct tern__fs_req){.op = s->op, .fd = -1, .fd2 = -1, .own_fd = -1,
-                               .max_bytes = opts->max_bytes, .step_bytes = opts->step_bytes,
-                               .mode = opts->mode, .cb = cb, .arg = arg,
+    *r = (struct tern__fs_req){.op = s->op,
+                               .fd = -1,
+                               .fd2 = -1,
+                               .own_fd = -1,
+                               .max_bytes = opts->max_bytes,
+                               .step_bytes = opts->step_bytes,
+                               .mode = opts->mode,
+                               .cb = cb,
+                               .arg = arg,
                                .admit = {.owner = opts->owner, .timeout_ns = opts->timeout_ns}};
     char *p = (char *)(r + 1);
     r->iov = (struct iovec *)p;
@@ -151,13 +157,12 @@ static int submit(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
 }
 
 /* Requests on a path alone. */
-static int path_request(tern_loop *loop, uint8_t op, const char *path, const char *path2,
-                        int flags, unsigned mode, const tern_fs_options *opts, tern_fs_cb cb,
-                        void *arg, tern_id *idp)
+static int path_request(tern_loop *loop, uint8_t op, const char *path, const char *path2, int flags,
+                        unsigned mode, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                        tern_id *idp)
 {
     struct tern__fs_req *r;
-    int rc = req_new(loop, &(struct spec){.op = op, .has_path = true, .path = path,
-                                          .path2 = path2},
+    int rc = req_new(loop, &(struct spec){.op = op, .has_path = true, .path = path, .path2 = path2},
                      opts, cb, arg, &r);
     if (rc < 0)
         return rc;
@@ -168,8 +173,8 @@ static int path_request(tern_loop *loop, uint8_t op, const char *path, const cha
 }
 
 /* Requests on a descriptor alone. */
-static int fd_request(tern_loop *loop, uint8_t op, int fd, int64_t off,
-                      const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp)
+static int fd_request(tern_loop *loop, uint8_t op, int fd, int64_t off, const tern_fs_options *opts,
+                      tern_fs_cb cb, void *arg, tern_id *idp)
 {
     if (fd < 0)
         return -EBADF;
@@ -232,9 +237,8 @@ int tern_fs_read(tern_loop *loop, int fd, void *buf, size_t len, int64_t offset,
     return vector_request(loop, TERN__FS_READ, fd, &v, 1, offset, opts, cb, arg, idp);
 }
 
-int tern_fs_readv(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt,
-                  int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                  tern_id *idp)
+int tern_fs_readv(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt, int64_t offset,
+                  const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp)
 {
     return vector_request(loop, TERN__FS_READ, fd, iov, iovcnt, offset, opts, cb, arg, idp);
 }
@@ -291,8 +295,8 @@ int tern_fs_ftruncate(tern_loop *loop, int fd, int64_t length, const tern_fs_opt
     return fd_request(loop, TERN__FS_FTRUNCATE, fd, length, opts, cb, arg, idp);
 }
 
-int tern_fs_rename(tern_loop *loop, const char *from, const char *to,
-                   const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp)
+int tern_fs_rename(tern_loop *loop, const char *from, const char *to, const tern_fs_options *opts,
+                   tern_fs_cb cb, void *arg, tern_id *idp)
 {
     return path_request(loop, TERN__FS_RENAME, from, to, 0, 0, opts, cb, arg, idp);
 }
@@ -356,8 +360,8 @@ int tern_fs_sendfile(tern_loop *loop, int out_fd, int in_fd, int64_t in_offset, 
                         idp);
 }
 
-int tern_fs_read_file(tern_loop *loop, const char *path, const tern_fs_options *opts,
-                      tern_fs_cb cb, void *arg, tern_id *idp)
+int tern_fs_read_file(tern_loop *loop, const char *path, const tern_fs_options *opts, tern_fs_cb cb,
+                      void *arg, tern_id *idp)
 {
     return path_request(loop, TERN__FS_READ_FILE, path, NULL, 0, 0, opts, cb, arg, idp);
 }
@@ -381,7 +385,9 @@ int tern_fs_write_file(tern_loop *loop, const char *path, const void *data, size
         return -EISDIR;
     struct tern__fs_req *r;
     int rc = req_new(loop,
-                     &(struct spec){.op = TERN__FS_WRITE_FILE, .has_path = true, .path = path,
+                     &(struct spec){.op = TERN__FS_WRITE_FILE,
+                                    .has_path = true,
+                                    .path = path,
                                     .tmp_bytes = (size_t)n + TMP_EXTRA},
                      opts, cb, arg, &r);
     if (rc < 0)

@@ -214,8 +214,7 @@ static int list_dir(struct tern__fs_req *r)
 /* ------------------------------------------------------------------ */
 
 /* Through a buffer, for systems or file pairs the kernel cannot copy. */
-static int64_t copy_buffered(struct tern__fs_req *r, int64_t off_in, int64_t off_out,
-                             size_t left)
+static int64_t copy_buffered(struct tern__fs_req *r, int64_t off_in, int64_t off_out, size_t left)
 {
     char *buf = tern__malloc(COPY_BUF);
     if (buf == NULL)
@@ -259,13 +258,13 @@ static int64_t copy_range(struct tern__fs_req *r)
 #ifdef __linux__
     while (left > 0) {
         int rc = tern__fs_fault();
-        ssize_t n = rc < 0 ? (errno = -rc, -1)
-                           : copy_file_range(r->fd, &off_in, r->fd2, &off_out, left, 0);
+        ssize_t n =
+            rc < 0 ? (errno = -rc, -1) : copy_file_range(r->fd, &off_in, r->fd2, &off_out, left, 0);
         if (n < 0) {
             int err = errno;
             /* The kernel cannot copy this pair (or at all): use a buffer. */
-            if (copied == 0 && (err == ENOSYS || err == EXDEV || err == EINVAL ||
-                                err == EOPNOTSUPP) && rc == 0)
+            if (copied == 0 &&
+                (err == ENOSYS || err == EXDEV || err == EINVAL || err == EOPNOTSUPP) && rc == 0)
                 return copy_buffered(r, off_in, off_out, left);
             return copied > 0 ? copied : -err;
         }
@@ -383,4 +382,3 @@ void *tern__fs_one_work(tern_job *job, void *arg)
     }
     return r;
 }
-

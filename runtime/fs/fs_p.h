@@ -38,18 +38,18 @@ enum tern__fs_op {
 };
 
 struct tern__fs_req {
-    uint8_t op;      /* enum tern__fs_op */
-    uint8_t step;    /* whole-file requests: the step the next pass runs */
-    bool tmp_made;   /* write_file: the temporary exists and is ours to remove */
-    int fd, fd2;     /* the caller's descriptors (single-step requests) */
-    int own_fd;      /* whole-file requests: the descriptor it opened, or -1 */
+    uint8_t op;    /* enum tern__fs_op */
+    uint8_t step;  /* whole-file requests: the step the next pass runs */
+    bool tmp_made; /* write_file: the temporary exists and is ours to remove */
+    int fd, fd2;   /* the caller's descriptors (single-step requests) */
+    int own_fd;    /* whole-file requests: the descriptor it opened, or -1 */
     int flags;
     unsigned mode;
-    int status;      /* the outcome, once the work has finished */
+    int status; /* the outcome, once the work has finished */
     int64_t off, off2;
-    size_t len;      /* bytes to move; read_file: bytes read so far */
-    size_t done;     /* whole-file requests: bytes moved so far */
-    size_t cap;      /* read_file: bytes allocated in res.data (plus one for the NUL) */
+    size_t len;  /* bytes to move; read_file: bytes read so far */
+    size_t done; /* whole-file requests: bytes moved so far */
+    size_t cap;  /* read_file: bytes allocated in res.data (plus one for the NUL) */
     uint64_t max_bytes;
     size_t step_bytes;
     const char *path, *path2; /* inside this block */

@@ -237,8 +237,8 @@ static void *write_open(struct tern__fs_req *r)
 static void *write_data(struct tern__fs_req *r)
 {
     size_t want = r->len - r->done < r->step_bytes ? r->len - r->done : r->step_bytes;
-    ssize_t n = tern__fs_sys_pwrite(r->own_fd, (const char *)r->wdata + r->done, want,
-                                    (int64_t)r->done);
+    ssize_t n =
+        tern__fs_sys_pwrite(r->own_fd, (const char *)r->wdata + r->done, want, (int64_t)r->done);
     if (n < 0)
         return finish(r, (int)n);
     if (n == 0)

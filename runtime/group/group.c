@@ -111,7 +111,7 @@ struct broadcast {
     tern_group_fn fn;
     tern_fn done;
     void *arg;
-    _Atomic unsigned left; /* members that have not run fn yet */
+    _Atomic unsigned left;    /* members that have not run fn yet */
     struct inbox_node node[]; /* one per member */
 };
 
@@ -124,14 +124,14 @@ struct member {
     /* loop-only (the member's thread, or any thread before start) */
     struct teardown *teardown;
     unsigned teardown_len, teardown_cap;
-    bool teardown_done;   /* its teardown post has begun */
-    bool teardown_posted; /* member thread only */
-    bool stall_reported;  /* member thread only: the stall report ran */
+    bool teardown_done;     /* its teardown post has begun */
+    bool teardown_posted;   /* member thread only */
+    bool stall_reported;    /* member thread only: the stall report ran */
     uint64_t shutdown_seen; /* member thread only: clock when it saw the shutdown */
-    bool destroyed;       /* its thread freed the loop (read after join) */
+    bool destroyed;         /* its thread freed the loop (read after join) */
     /* under the group's lock */
     struct inbox_node *inbox_head, *inbox_tail; /* broadcasts to run, in order */
-    _Atomic bool inbox_full; /* inbox_head != NULL: read between turns */
+    _Atomic bool inbox_full;                    /* inbox_head != NULL: read between turns */
     bool idle;
     unsigned parked_gen; /* the pause generation it last parked for */
 };
@@ -149,15 +149,15 @@ struct tern_group {
     unsigned setup_len, setup_cap;
 
     pthread_mutex_t lock;
-    pthread_cond_t cond;  /* broadcast on every change below */
+    pthread_cond_t cond; /* broadcast on every change below */
     /* under lock */
     enum group_state state;
     bool go, start_failed;
-    uintptr_t pauser;     /* thread token of the exclusive owner; 0: none */
+    uintptr_t pauser; /* thread token of the exclusive owner; 0: none */
     unsigned pause_gen;
-    unsigned parked;      /* members parked for pause_gen */
-    unsigned idle;        /* members idle in phase one */
-    unsigned setup_left;  /* members whose setup callbacks have not all returned */
+    unsigned parked;     /* members parked for pause_gen */
+    unsigned idle;       /* members idle in phase one */
+    unsigned setup_left; /* members whose setup callbacks have not all returned */
 
     _Atomic unsigned signal; /* SIG_*: written under lock, read between turns */
     _Atomic bool finished;   /* phase one is over: destroy */
@@ -377,8 +377,8 @@ int tern_group_pause(tern_group *group)
     REQUIRE_GROUP(group);
     tern_group *g = group;
     uintptr_t me = tern__thread_token();
-    struct member *self = current_member != NULL && current_member->group == g ? current_member
-                                                                                : NULL;
+    struct member *self =
+        current_member != NULL && current_member->group == g ? current_member : NULL;
     if (tern__pool_on_bounded_worker())
         TERN_FATAL("tern_group_pause", "called from a bounded pool job: exclusive mode waits "
                                        "for every bounded job to end, this one included");

@@ -124,7 +124,7 @@ static TERN_ALWAYS_INLINE void deliver(tern_loop *loop, tern_job *job)
      * submitted == completed + cancelled + timed_out + jobs whose done is
      * still owed: counted on this thread, added as the step ends (pool.h).
      */
-    tern__outcomes_due[status == 0              ? TERN__OUTCOME_COMPLETED
+    tern__outcomes_due[status == 0            ? TERN__OUTCOME_COMPLETED
                        : status == -ETIMEDOUT ? TERN__OUTCOME_TIMED_OUT
                                               : TERN__OUTCOME_CANCELLED]++;
     TERN_PROBE(job_done, loop, id, job, status);
@@ -165,10 +165,15 @@ static int stop_job(tern_loop *loop, tern_job *job, bool timeout)
         release_credits(loop, 1, job->work.occupancy == TERN_LONG);
         tern__op_ready(loop, &job->op);
         return TERN_CANCEL_STOPPED;
-    case TERN__STOP_STOPPED_BEFORE: return TERN_CANCEL_STOPPED;
-    case TERN__STOP_TOLD_NOW: mark_timed_out(job, timeout); return TERN_CANCEL_RUNNING;
-    case TERN__STOP_TOLD_BEFORE: return TERN_CANCEL_RUNNING; /* the first reason stands */
-    case TERN__STOP_FINISHED: return TERN_CANCEL_FINISHED;  /* done gets 0 and the result */
+    case TERN__STOP_STOPPED_BEFORE:
+        return TERN_CANCEL_STOPPED;
+    case TERN__STOP_TOLD_NOW:
+        mark_timed_out(job, timeout);
+        return TERN_CANCEL_RUNNING;
+    case TERN__STOP_TOLD_BEFORE:
+        return TERN_CANCEL_RUNNING; /* the first reason stands */
+    case TERN__STOP_FINISHED:
+        return TERN_CANCEL_FINISHED; /* done gets 0 and the result */
     }
     TERN_UNREACHABLE();
 }
@@ -332,8 +337,8 @@ void tern__jobs_collect(tern_loop *loop)
      * then each is queued as it comes, after those.
      */
     bool behind = !(loop->results.flags & TERN__OP_QUEUED) || loop->ready_tail == &loop->results;
-    struct tern__op **link = loop->results_tail != NULL ? &loop->results_tail->ready_next
-                                                        : &loop->results_head;
+    struct tern__op **link =
+        loop->results_tail != NULL ? &loop->results_tail->ready_next : &loop->results_head;
     void *run[TERN__COLLECT_RUN];
     unsigned n, longs = 0;
     loop->jobs_taken = 0;
@@ -372,8 +377,8 @@ static int ensure_ring(tern_loop *loop)
 {
     if (loop->ring != NULL)
         return 0;
-    uint64_t n = loop->max_undelivered < loop->max_operations ? loop->max_undelivered
-                                                              : loop->max_operations;
+    uint64_t n =
+        loop->max_undelivered < loop->max_operations ? loop->max_undelivered : loop->max_operations;
     struct tern__ring *ring = tern__calloc_aligned(alignof(struct tern__ring), sizeof(*ring));
     if (ring == NULL)
         return -ENOMEM;
@@ -385,7 +390,6 @@ static int ensure_ring(tern_loop *loop)
     loop->ring = ring;
     return 0;
 }
-
 
 /*
  * Accept or refuse a job. Every refusal happens before the work exists
@@ -427,10 +431,14 @@ int tern__submit_job_with(tern_loop *loop, tern_occupancy occ, enum tern__work_k
         job_release(loop, job);
         goto unadmit;
     }
-    job->work = (struct tern__work){
-        .occupancy = (uint8_t)occ, .kind = (uint8_t)kind, .fn = work, .arg = arg,
-        .client_byte = job->work.client_byte, .client_fn = (void (*)(void))done,
-        .client_word = tern__job_gen(job) | (timeout != 0 ? TERN__JOB_DEADLINE : 0)};
+    job->work = (struct tern__work){.occupancy = (uint8_t)occ,
+                                    .kind = (uint8_t)kind,
+                                    .fn = work,
+                                    .arg = arg,
+                                    .client_byte = job->work.client_byte,
+                                    .client_fn = (void (*)(void))done,
+                                    .client_word = tern__job_gen(job) |
+                                                   (timeout != 0 ? TERN__JOB_DEADLINE : 0)};
     if (jobp != NULL)
         tern__op_add_anon(loop, &job->op, &job_class);
     else
@@ -532,7 +540,6 @@ void tern_job_options_init(tern_job_options *opts)
     *opts = (tern_job_options){0};
 }
 
-
 int tern_submit(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work, tern_done_fn done,
                 void *arg, tern_id *idp)
 {
@@ -554,7 +561,7 @@ int tern__credit_check(tern_loop *loop)
     if (rc < 0)
         return rc;
     return loop->undelivered >= loop->max_undelivered ? tern__refuse(loop, TERN_REFUSED_UNDELIVERED)
-                                                       : 0;
+                                                      : 0;
 }
 
 void tern__credit_take(tern_loop *loop)
@@ -649,9 +656,8 @@ static int batch_admit(tern_loop *loop, unsigned n, const tern_job_options *opts
  * slots in one step and the jobs in one run of its ring, or refuses them
  * all, and everything made is undone.
  */
-static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
-                        void *const *args, unsigned n, const tern_job_options *opts,
-                        tern_id *ids)
+static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done, void *const *args,
+                        unsigned n, const tern_job_options *opts, tern_id *ids)
 {
     struct tern__owner *owner;
     int rc = batch_admit(loop, n, opts, &owner);
@@ -676,10 +682,14 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
             job_release(loop, job);
             goto undo;
         }
-        job->work = (struct tern__work){
-            .occupancy = TERN_BOUNDED, .kind = TERN__WORK_PLAIN, .fn = work, .arg = args[made],
-            .client_byte = job->work.client_byte, .client_fn = (void (*)(void))done,
-            .client_word = tern__job_gen(job) | (timeout != 0 ? TERN__JOB_DEADLINE : 0)};
+        job->work = (struct tern__work){.occupancy = TERN_BOUNDED,
+                                        .kind = TERN__WORK_PLAIN,
+                                        .fn = work,
+                                        .arg = args[made],
+                                        .client_byte = job->work.client_byte,
+                                        .client_fn = (void (*)(void))done,
+                                        .client_word = tern__job_gen(job) |
+                                                       (timeout != 0 ? TERN__JOB_DEADLINE : 0)};
         tern__op_add_tabled(loop, &job->op, &job_class, tern__job_id_issue(job));
         /* The queue-wait stamp of one job in four, as tern__submit_job_with. */
         job->work.t_submit = (loop->submits++ & 3) == 0 ? tern__work_stamp(tern__ticks()) : 0;
@@ -692,8 +702,7 @@ static int submit_batch(tern_loop *loop, tern_work_fn work, tern_done_fn done,
     bool defer = loop->step == TERN__STEP_TAKE || loop->step == TERN__STEP_DISPATCH;
     tern_refusal cause = TERN_REFUSED_NONE;
     rc = tern__pool_accept_batch(loop->has_pool_config ? &loop->pool_config : NULL,
-                                 &loop->pool_checked, works, n, defer ? &loop->lane : NULL,
-                                 &cause);
+                                 &loop->pool_checked, works, n, defer ? &loop->lane : NULL, &cause);
     if (rc < 0) {
         batch_undo(loop, works, n, n, claimed);
         if (works != on_stack)
@@ -728,8 +737,8 @@ undo:
 }
 
 int tern_submit_batch(tern_loop *loop, tern_occupancy occupancy, tern_work_fn work,
-                      tern_done_fn done, void *const *args, size_t n,
-                      const tern_job_options *opts, tern_id *ids)
+                      tern_done_fn done, void *const *args, size_t n, const tern_job_options *opts,
+                      tern_id *ids)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);

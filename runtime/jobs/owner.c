@@ -23,7 +23,7 @@ struct tern__owner {
     unsigned cap, in_flight;
     uint64_t accepted, refused;
     bool closed;
-    tern_job *jobs; /* in flight, doubly linked through their tern__job_owned */
+    tern_job *jobs;             /* in flight, doubly linked through their tern__job_owned */
     struct tern__owned *others; /* other kinds' ops in flight (external waits) */
 };
 
@@ -143,8 +143,8 @@ int tern_owner_stats_read(tern_loop *loop, tern_id owner, tern_owner_stats *out,
     struct tern__owner *o = owner_find(loop, owner);
     if (o == NULL)
         return -ENOENT;
-    tern_owner_stats full = {.cap = o->cap, .in_flight = o->in_flight,
-                             .accepted = o->accepted, .refused = o->refused};
+    tern_owner_stats full = {
+        .cap = o->cap, .in_flight = o->in_flight, .accepted = o->accepted, .refused = o->refused};
     tern__copy_sized(out, size, &full, sizeof full);
     return 0;
 }

@@ -14,7 +14,6 @@
 #include "heap.h"
 #include "job_p.h"
 
-
 /* Not yet settled; every other value is the status done will get. */
 #define WAIT_PENDING 1
 

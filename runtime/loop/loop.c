@@ -30,7 +30,6 @@ void tern_loop_options_init(tern_loop_options *opts)
     };
 }
 
-
 static int check_options(const tern_loop_options *o)
 {
     if (o->dispatch_batch < 1 || o->dispatch_batch > (1u << 20))
@@ -196,8 +195,7 @@ void tern_loop_free(tern_loop *loop)
     tern__rcu_leave(loop);
     /* Every kind's cancel must end its op or arrange its final callback. */
     TERN_INSIST(loop->ids.count == 0 && loop->tabled == 0 && loop->timers.live == 0 &&
-                loop->ready_head == NULL &&
-                loop->undelivered == 0);
+                loop->ready_head == NULL && loop->undelivered == 0);
 
     tern__loop_release(loop, prev);
 

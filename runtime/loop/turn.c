@@ -130,7 +130,8 @@ static bool spin_for_work(tern_loop *loop)
         if (found)
             break;
         caa_cpu_relax();
-        if (i % TERN__SPIN_CLOCK_EVERY == 0 && (tern__clock_now() >= deadline || !tern__pool_active())) {
+        if (i % TERN__SPIN_CLOCK_EVERY == 0 &&
+            (tern__clock_now() >= deadline || !tern__pool_active())) {
             /* The last worker may have handed back just before it went quiet. */
             found = tern__jobs_pending(loop) || tern__inbound_pending(loop);
             break;
@@ -174,8 +175,8 @@ static void fire_deadlines(tern_loop *loop)
 static bool work_came_after_yield(tern_loop *loop)
 {
     unsigned bounded = loop->undelivered - loop->long_undelivered;
-    bool for_jobs = loop->jobs_taken > 0 && loop->jobs_taken < TERN__COLLECT_RUN &&
-                    bounded > SPIN_MAX_INFLIGHT;
+    bool for_jobs =
+        loop->jobs_taken > 0 && loop->jobs_taken < TERN__COLLECT_RUN && bounded > SPIN_MAX_INFLIGHT;
     if (!(for_jobs || loop->posts_ran > 0) ||
         atomic_load_explicit(&loop->waker_cpu, memory_order_relaxed) < 0)
         return false;

@@ -45,23 +45,23 @@ int tern_loop_walk(tern_loop *loop, tern_walk_cb cb, void *arg)
      * map under this pass, and an end could free the record it reads. The
      * counts catch it right after the callback that did it.
      */
-#define WALK_UNCHANGED()                                                        \
-    TERN_REQUIRE_SAID(loop->ids.count + loop->tabled == ids_before &&           \
-                          loop->timers.live == timers_before,                   \
+#define WALK_UNCHANGED()                                                         \
+    TERN_REQUIRE_SAID(loop->ids.count + loop->tabled == ids_before &&            \
+                          loop->timers.live == timers_before,                    \
                       "tern_loop_walk's callback started or ended an operation " \
                       "(collect ids and act after the walk)")
 
-#define WALK_OP(op)                                                             \
-    do {                                                                        \
-        tern_op_info info = {                                                   \
-            .id = (op)->id,                                                     \
-            .kind = (op)->cls->name,                                            \
-            .age_ns = tern__op_age((op)->born, now),                            \
-            .referenced = !((op)->flags & TERN__OP_UNREF),                      \
-        };                                                                      \
-        cb(loop, &info, arg);                                                   \
-        WALK_UNCHANGED();                                                       \
-        n++;                                                                    \
+#define WALK_OP(op)                                        \
+    do {                                                   \
+        tern_op_info info = {                              \
+            .id = (op)->id,                                \
+            .kind = (op)->cls->name,                       \
+            .age_ns = tern__op_age((op)->born, now),       \
+            .referenced = !((op)->flags & TERN__OP_UNREF), \
+        };                                                 \
+        cb(loop, &info, arg);                              \
+        WALK_UNCHANGED();                                  \
+        n++;                                               \
     } while (0)
 
     for (const struct tern__job_chunk *c = loop->job_chunks; c != NULL; c = c->next)

@@ -44,15 +44,15 @@
 enum tern__stream_kind { TERN__STREAM = 1, TERN__LISTENER = 2 };
 
 enum {
-    TERN__S_CONNECTING = 1u << 0,  /* tern_tcp_connect or tern_tcp_listen_name has not finished */
-    TERN__S_READING = 1u << 1,     /* read_start is in force */
-    TERN__S_READ_DONE = 1u << 2,   /* end of stream or a read error seen */
-    TERN__S_SHUT_ASKED = 1u << 3,  /* tern_stream_shutdown called */
-    TERN__S_SHUT_DONE = 1u << 4,   /* shutdown(SHUT_WR) performed */
-    TERN__S_CLOSING = 1u << 5,     /* closed: the id is stale to callers */
-    TERN__S_CLOSE_RAN = 1u << 6,   /* the close callback has run */
-    TERN__S_DRAIN_OWED = 1u << 7,  /* a write returned 1: drain_cb owed on low water */
-    TERN__S_BACKOFF = 1u << 8,     /* listener paused after EMFILE and friends */
+    TERN__S_CONNECTING = 1u << 0, /* tern_tcp_connect or tern_tcp_listen_name has not finished */
+    TERN__S_READING = 1u << 1,    /* read_start is in force */
+    TERN__S_READ_DONE = 1u << 2,  /* end of stream or a read error seen */
+    TERN__S_SHUT_ASKED = 1u << 3, /* tern_stream_shutdown called */
+    TERN__S_SHUT_DONE = 1u << 4,  /* shutdown(SHUT_WR) performed */
+    TERN__S_CLOSING = 1u << 5,    /* closed: the id is stale to callers */
+    TERN__S_CLOSE_RAN = 1u << 6,  /* the close callback has run */
+    TERN__S_DRAIN_OWED = 1u << 7, /* a write returned 1: drain_cb owed on low water */
+    TERN__S_BACKOFF = 1u << 8,    /* listener paused after EMFILE and friends */
 };
 
 /* One tern_stream_write: its own copy of the iovec array. */
@@ -60,12 +60,12 @@ struct tern__wreq {
     struct tern__wreq *next;
     tern_stream_cb cb;
     void *arg;
-    int status;      /* set when it completes */
+    int status; /* set when it completes */
     unsigned nbufs;
-    unsigned nfds;   /* descriptors to pass with the first byte (unix.c) */
-    int *fds;        /* tern's duplicates, closed once sent or failed; NULL when none */
-    unsigned first;  /* first iov entry not fully written */
-    size_t left;     /* bytes not yet written */
+    unsigned nfds;  /* descriptors to pass with the first byte (unix.c) */
+    int *fds;       /* tern's duplicates, closed once sent or failed; NULL when none */
+    unsigned first; /* first iov entry not fully written */
+    size_t left;    /* bytes not yet written */
     struct iovec iov[];
 };
 
@@ -89,7 +89,7 @@ struct tern__stream {
     struct tern__wreq *done, **done_tail; /* completed, callbacks owed */
     size_t queued;                        /* bytes queued, not yet written */
     size_t high_water;
-    int write_error;                      /* first failure, sticky */
+    int write_error; /* first failure, sticky */
     tern_drain_cb drain_cb;
     void *drain_arg;
     bool drain_due;
@@ -105,14 +105,14 @@ struct tern__stream {
     void *connect_arg;
     int connect_status;
     bool connect_due;
-    tern_job *lookup;         /* the lookup in flight, NULL when none */
+    tern_job *lookup; /* the lookup in flight, NULL when none */
     /* The connect timeout or the listener's back-off: an internal deadline
      * (tcp.c), armed while it holds a heap claim. */
     struct tern__op deadline;
-    struct addrinfo *addrs;   /* what the lookup returned */
+    struct addrinfo *addrs; /* what the lookup returned */
     struct addrinfo *next_addr;
-    bool addrs_resolved;      /* from tern_resolve (else the inline numeric one) */
-    struct addrinfo numeric;  /* a numeric host needs no lookup */
+    bool addrs_resolved;     /* from tern_resolve (else the inline numeric one) */
+    struct addrinfo numeric; /* a numeric host needs no lookup */
     struct sockaddr_storage numeric_addr;
 
     /* listening (tcp.c) */
@@ -200,8 +200,8 @@ void tern__write_deliver(struct tern__stream *s, unsigned budget);
 void tern__write_free_all(struct tern__stream *s);
 /* The body of tern_stream_write; with nfds > 0, fill() supplies w->fds. */
 int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
-                      unsigned nfds, int (*fill)(struct tern__stream *, struct tern__wreq *,
-                                                 const void *),
+                      unsigned nfds,
+                      int (*fill)(struct tern__stream *, struct tern__wreq *, const void *),
                       const void *fill_arg, tern_stream_cb cb, void *arg);
 /* The shutdown step once the queue is empty. */
 void tern__write_maybe_shutdown(struct tern__stream *s);

@@ -24,8 +24,8 @@ struct lookup {
      * this op) and the late result is dropped when the worker returns.
      */
     struct tern__op answer;
-    bool answered;  /* the callback has been given, or is queued */
-    unsigned refs;  /* the job, and the queued answer */
+    bool answered; /* the callback has been given, or is queued */
+    unsigned refs; /* the job, and the queued answer */
     tern_id id;
     /* Forward: the names asked for. Reverse: the buffers the answer is
      * written into (NI_MAXHOST and NI_MAXSERV bytes). */
@@ -63,19 +63,29 @@ _Atomic(tern__getnameinfo_fn) tern__resolve_getnameinfo;
 static int map_gai(int rc)
 {
     switch (rc) {
-    case 0: return 0;
-    case EAI_NONAME: return TERN_EAI_NONAME;
-    case EAI_AGAIN: return TERN_EAI_AGAIN;
-    case EAI_FAIL: return TERN_EAI_FAIL;
-    case EAI_FAMILY: return TERN_EAI_FAMILY;
-    case EAI_SERVICE: return TERN_EAI_SERVICE;
+    case 0:
+        return 0;
+    case EAI_NONAME:
+        return TERN_EAI_NONAME;
+    case EAI_AGAIN:
+        return TERN_EAI_AGAIN;
+    case EAI_FAIL:
+        return TERN_EAI_FAIL;
+    case EAI_FAMILY:
+        return TERN_EAI_FAMILY;
+    case EAI_SERVICE:
+        return TERN_EAI_SERVICE;
 #ifdef EAI_NODATA
-    case EAI_NODATA: return TERN_EAI_NODATA;
+    case EAI_NODATA:
+        return TERN_EAI_NODATA;
 #endif
-    case EAI_MEMORY: return -ENOMEM;
+    case EAI_MEMORY:
+        return -ENOMEM;
     /* errno 0 would read as success: a system error that names no cause. */
-    case EAI_SYSTEM: return errno != 0 ? -errno : TERN_EAI_OTHER;
-    default: return TERN_EAI_OTHER;
+    case EAI_SYSTEM:
+        return errno != 0 ? -errno : TERN_EAI_OTHER;
+    default:
+        return TERN_EAI_OTHER;
     }
 }
 
@@ -83,8 +93,8 @@ static void *reverse_work(struct lookup *l)
 {
     tern__getnameinfo_fn fn = atomic_load(&tern__resolve_getnameinfo);
     errno = 0;
-    int rc = fn ? fn((struct sockaddr *)&l->addr, l->addrlen, l->host, NAME_HOST_MAX,
-                     l->service, NAME_SERV_MAX, l->ni_flags)
+    int rc = fn ? fn((struct sockaddr *)&l->addr, l->addrlen, l->host, NAME_HOST_MAX, l->service,
+                     NAME_SERV_MAX, l->ni_flags)
                 : getnameinfo((struct sockaddr *)&l->addr, l->addrlen, l->host, NAME_HOST_MAX,
                               l->service, NAME_SERV_MAX, l->ni_flags);
     l->gai_status = map_gai(rc);
@@ -179,8 +189,8 @@ static void lookup_done(tern_loop *loop, tern_id id, int status, void *result, v
         status = l->gai_status;
     if (l->cb == NULL) {
         /* The answer lives in l: free it only once the callback is done. */
-        l->name_cb(loop, id, status, status == 0 ? l->host : NULL,
-                   status == 0 ? l->service : NULL, l->arg);
+        l->name_cb(loop, id, status, status == 0 ? l->host : NULL, status == 0 ? l->service : NULL,
+                   l->arg);
         lookup_unref(l);
         return;
     }
@@ -234,7 +244,8 @@ static int lookup_submit(tern_loop *loop, const char *host, const char *service,
     }
     if (hints != NULL) {
         /* Only the selecting fields of hints mean anything to getaddrinfo. */
-        l->hints = (struct addrinfo){.ai_flags = hints->ai_flags, .ai_family = hints->ai_family,
+        l->hints = (struct addrinfo){.ai_flags = hints->ai_flags,
+                                     .ai_family = hints->ai_family,
                                      .ai_socktype = hints->ai_socktype,
                                      .ai_protocol = hints->ai_protocol};
         l->has_hints = true;
@@ -267,8 +278,8 @@ int tern_resolve(tern_loop *loop, const char *host, const char *service,
     return tern_resolve_with(loop, host, service, hints, cb, arg, NULL, idp);
 }
 
-int tern_resolve_addr(tern_loop *loop, const struct sockaddr *addr, int flags,
-                      tern_nameinfo_cb cb, void *arg, const tern_job_options *opts, tern_id *idp)
+int tern_resolve_addr(tern_loop *loop, const struct sockaddr *addr, int flags, tern_nameinfo_cb cb,
+                      void *arg, const tern_job_options *opts, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
@@ -313,8 +324,7 @@ int tern_resolve_addr(tern_loop *loop, const struct sockaddr *addr, int flags,
  * back reaches it. It stays a live op until its done has run.
  */
 int tern__lookup_start(tern_loop *loop, const char *host, const char *service,
-                       const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
-                       tern_job **jobp)
+                       const struct addrinfo *hints, tern_resolve_cb cb, void *arg, tern_job **jobp)
 {
     return lookup_submit(loop, host, service, hints, cb, arg, NULL, NULL, jobp);
 }

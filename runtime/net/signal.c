@@ -62,21 +62,21 @@ struct tern__signal {
     struct tern__op op; /* first: the id, the class, the ready link */
     tern_loop *loop;
     int signo;
-    bool reader;        /* under table_lock: this watcher reads the signal for all */
-    bool has_src;       /* under table_lock: the reader's source is open */
-    bool watching;      /* its loop watches the source (loop thread only) */
-    bool fired;         /* TERN__SIG_BACKEND: the backend reported it (loop thread) */
-    bool masked_here;   /* it blocked the signal in its loop's thread (or took that over) */
+    bool reader;      /* under table_lock: this watcher reads the signal for all */
+    bool has_src;     /* under table_lock: the reader's source is open */
+    bool watching;    /* its loop watches the source (loop thread only) */
+    bool fired;       /* TERN__SIG_BACKEND: the backend reported it (loop thread) */
+    bool masked_here; /* it blocked the signal in its loop's thread (or took that over) */
     struct tern__sigsource src;
-    struct tern__io io; /* the source's descriptor (not for TERN__SIG_BACKEND) */
-    atomic_uint pending; /* deliveries not yet called back */
+    struct tern__io io;        /* the source's descriptor (not for TERN__SIG_BACKEND) */
+    atomic_uint pending;       /* deliveries not yet called back */
     struct tern__signal *next; /* under table_lock: the signal's other watchers */
     tern_signal_cb cb;
     void *arg;
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct tern__signal *watchers[_NSIG]; /* under table_lock: each signal's watchers */
+static struct tern__signal *watchers[_NSIG];   /* under table_lock: each signal's watchers */
 static struct tern__signal *by_backend[_NSIG]; /* under table_lock: backend-read readers */
 
 /*

@@ -64,7 +64,8 @@ static ssize_t read_some(struct tern__stream *s, void *buf, size_t len)
         ssize_t n = tern__stream_fault();
         if (n == 0 && s->unix_sock)
             n = tern__unix_recv(s, buf, len);
-        else if (n == 0 && (n = s->not_socket ? read(s->fd, buf, len) : recv(s->fd, buf, len, 0)) < 0)
+        else if (n == 0 &&
+                 (n = s->not_socket ? read(s->fd, buf, len) : recv(s->fd, buf, len, 0)) < 0)
             n = -errno;
         if (n != -EINTR)
             return n;
@@ -91,8 +92,7 @@ static void read_into_caller(struct tern__stream *s)
     size_t len = READ_CHUNK;
     void *buf = s->alloc_cb(s->loop, s->op.id, &len, s->read_arg);
     /* The allocator may have stopped reading or closed the stream. */
-    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) != TERN__S_READING ||
-        s->alloc_cb == NULL)
+    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) != TERN__S_READING || s->alloc_cb == NULL)
         return;
     if (buf == NULL || len == 0) {
         s->read_cb(s->loop, s->op.id, -ENOBUFS, NULL, 0, s->read_arg);
@@ -293,7 +293,8 @@ static int stream_fd_kind(int fd)
     if (S_ISSOCK(st.st_mode)) {
         int type;
         socklen_t len = sizeof(type);
-        if ((rc = tern__stream_fault()) == 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        if ((rc = tern__stream_fault()) == 0 &&
+            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
             rc = -errno;
         if (rc < 0)
             return rc;
@@ -328,8 +329,8 @@ int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
         if (kind == 0) {
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
-            s->unix_sock = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
-                           ss.ss_family == AF_UNIX;
+            s->unix_sock =
+                getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX;
         }
         if (idp != NULL)
             *idp = s->op.id;

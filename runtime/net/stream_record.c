@@ -18,8 +18,7 @@
 
 static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events);
 
-int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
-                     struct tern__stream **sp)
+int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd, struct tern__stream **sp)
 {
     int rc = tern__op_admit(loop);
     if (rc < 0)
@@ -132,4 +131,3 @@ void tern__stream_free_addrs(struct tern__stream *s)
         tern_freeaddrinfo(s->addrs);
     s->addrs = s->next_addr = NULL;
 }
-

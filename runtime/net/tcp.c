@@ -80,8 +80,7 @@ static int deadline_start(struct tern__stream *s, uint64_t delay_ns)
 /* Listening                                                           */
 /* ------------------------------------------------------------------ */
 
-static int parse_host(const char *host, unsigned port, struct sockaddr_storage *ss,
-                      socklen_t *len)
+static int parse_host(const char *host, unsigned port, struct sockaddr_storage *ss, socklen_t *len)
 {
     memset(ss, 0, sizeof(*ss));
     struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
@@ -147,8 +146,8 @@ static int open_listener(const char *host, unsigned port, int backlog, unsigned 
     return bind_listener((struct sockaddr *)&ss, len, backlog, flags);
 }
 
-int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlog,
-                    unsigned flags, tern_accept_cb cb, void *arg, tern_id *idp)
+int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlog, unsigned flags,
+                    tern_accept_cb cb, void *arg, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
@@ -185,8 +184,9 @@ static void backoff(struct tern__stream *s, int status)
 {
     if (!s->backoff_logged) {
         s->backoff_logged = true;
-        fprintf(stderr, "tern: accept on listener %llu failed: %s; pausing %llu ms and "
-                        "retrying (logged once per listener)\n",
+        fprintf(stderr,
+                "tern: accept on listener %llu failed: %s; pausing %llu ms and "
+                "retrying (logged once per listener)\n",
                 (unsigned long long)s->op.id, tern_strerror(status),
                 TERN_TCP_ACCEPT_BACKOFF_NS / 1000000ull);
     }
@@ -441,7 +441,8 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    if (cb == NULL || host == NULL || port == 0 || port > 65535 || timeout_ns > TERN__DURATION_MAX_NS)
+    if (cb == NULL || host == NULL || port == 0 || port > 65535 ||
+        timeout_ns > TERN__DURATION_MAX_NS)
         return -EINVAL;
     char service[8];
     snprintf(service, sizeof(service), "%u", port);
@@ -457,9 +458,8 @@ int tern_tcp_connect(tern_loop *loop, const char *host, unsigned port, uint64_t 
     if (numeric_addr(s, host, port)) {
         connect_next(s, 0); /* any outcome is delivered from dispatch */
     } else {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                                 .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICSERV};
+        struct addrinfo hints = {
+            .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
         rc = tern__lookup_start(loop, host, service, &hints, connect_resolved, s, &s->lookup);
     }
     if (rc < 0)

@@ -50,8 +50,7 @@ int tern_tcp_nodelay(tern_loop *loop, tern_id id, bool on)
     return rc < 0 ? rc : set_int(s->fd, IPPROTO_TCP, TCP_NODELAY, on);
 }
 
-int tern_tcp_keepalive(tern_loop *loop, tern_id id, bool on, unsigned idle_s,
-                       unsigned interval_s)
+int tern_tcp_keepalive(tern_loop *loop, tern_id id, bool on, unsigned idle_s, unsigned interval_s)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);

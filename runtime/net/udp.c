@@ -71,8 +71,7 @@ static void deliver(struct tern__udp *u, const void *data, size_t len,
                     const struct sockaddr_storage *from, int msg_flags)
 {
     unsigned flags = (msg_flags & MSG_TRUNC) ? TERN_UDP_TRUNCATED : 0;
-    u->recv_cb(u->loop, u->op.id, 0, data, len, (const struct sockaddr *)from, flags,
-               u->recv_arg);
+    u->recv_cb(u->loop, u->op.id, 0, data, len, (const struct sockaddr *)from, flags, u->recv_arg);
 }
 
 /* A failed receive: EAGAIN ends the batch quietly, anything else is told. */
@@ -324,8 +323,8 @@ static int open_socket(const struct sockaddr_storage *addr, unsigned flags)
         rc = set_flag(fd, IPPROTO_IPV6, IPV6_V6ONLY);
     if (rc == 0)
         rc = tern__net_fault();
-    socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
-                                            : sizeof(struct sockaddr_in6);
+    socklen_t len =
+        ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     if (rc == 0 && bind(fd, (struct sockaddr *)&ss, len) < 0)
         rc = -errno;
     if (rc < 0) {
@@ -335,8 +334,7 @@ static int open_socket(const struct sockaddr_storage *addr, unsigned flags)
     return fd;
 }
 
-int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned flags,
-                  tern_id *idp)
+int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned flags, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
@@ -392,8 +390,7 @@ int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned fla
 /* The public calls                                                    */
 /* ------------------------------------------------------------------ */
 
-int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_recv_cb cb,
-                        void *arg)
+int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_recv_cb cb, void *arg)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);

@@ -185,8 +185,7 @@ int tern_udp_membership(tern_loop *loop, tern_id id, const char *group, const ch
             return -EINVAL;
         if ((rc = v4_interface(iface, &m.imr_interface)) < 0)
             return rc;
-        return sockopt(u, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m,
-                       sizeof(m));
+        return sockopt(u, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m, sizeof(m));
     }
     struct ipv6_mreq m;
     memset(&m, 0, sizeof(m));

@@ -47,7 +47,7 @@ struct tern__usend {
     struct tern__usend *next;
     tern_stream_cb cb; /* may be NULL */
     void *arg;
-    int status; /* set when it completes */
+    int status;      /* set when it completes */
     socklen_t tolen; /* 0: the connected peer */
     struct sockaddr_storage to;
     size_t len;

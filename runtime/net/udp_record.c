@@ -42,7 +42,5 @@ socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *s
 {
     if (sa->sa_family != u->family)
         return 0;
-    return sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                    : sizeof(struct sockaddr_in6);
+    return sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 }
-

@@ -212,8 +212,7 @@ int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nb
     return 0;
 }
 
-int tern_udp_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb,
-                            void *arg)
+int tern_udp_set_high_water(tern_loop *loop, tern_id id, size_t bytes, tern_drain_cb cb, void *arg)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);

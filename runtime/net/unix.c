@@ -98,8 +98,8 @@ static int open_listener(const char *path, int backlog)
     return fd;
 }
 
-int tern_unix_listen(tern_loop *loop, const char *path, int backlog, tern_accept_cb cb,
-                     void *arg, tern_id *idp)
+int tern_unix_listen(tern_loop *loop, const char *path, int backlog, tern_accept_cb cb, void *arg,
+                     tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
@@ -128,8 +128,7 @@ int tern_unix_listen(tern_loop *loop, const char *path, int backlog, tern_accept
     return 0;
 }
 
-int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb, void *arg,
-                      tern_id *idp)
+int tern_unix_connect(tern_loop *loop, const char *path, tern_stream_cb cb, void *arg, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
@@ -273,7 +272,9 @@ ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len)
 {
     union tern__fds_cmsg cbuf;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = cbuf.buf,
                          .msg_controllen = sizeof(cbuf.buf)};
 #ifdef MSG_CMSG_CLOEXEC
     const int flags = MSG_CMSG_CLOEXEC;

@@ -146,8 +146,8 @@ void tern__write_flush(struct tern__stream *s)
         if (s->wq->fds != NULL)
             tern__wreq_attach_fds(&msg, s->wq, &cbuf);
         ssize_t r = tern__stream_fault();
-        if (r == 0 &&
-            (r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) < 0)
+        if (r == 0 && (r = s->not_socket ? writev(s->fd, iov, (int)n)
+                                         : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) < 0)
             r = -errno;
         if (r > 0 && s->wq->fds != NULL) /* the kernel took them with the first byte */
             tern__wreq_fds_close(s->wq);
@@ -269,8 +269,8 @@ void tern__write_free_all(struct tern__stream *s)
  * refuse it (then nothing is queued).
  */
 int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
-                      unsigned nfds, int (*fill)(struct tern__stream *, struct tern__wreq *,
-                                                 const void *),
+                      unsigned nfds,
+                      int (*fill)(struct tern__stream *, struct tern__wreq *, const void *),
                       const void *fill_arg, tern_stream_cb cb, void *arg)
 {
     if (bufs == NULL || nbufs == 0 || nbufs > TERN__WRITE_BUFS_MAX || cb == NULL)
@@ -355,7 +355,8 @@ int tern_stream_try_write(tern_loop *loop, tern_id id, const tern_buf *bufs, uns
     ssize_t r;
     do
         if ((r = tern__stream_fault()) == 0 &&
-            (r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) < 0)
+            (r = s->not_socket ? writev(s->fd, iov, (int)n) : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) <
+                0)
             r = -errno;
     while (r == -EINTR);
     return r == -EWOULDBLOCK ? -EAGAIN : (int)r;

@@ -101,7 +101,7 @@ void tern_process_options_init(tern_process_options *opts)
 
 /* What the parent opened for the launch, closed again on every path. */
 struct launch_fds {
-    int child_end[TERN__STDIO_MAX]; /* -1, or a descriptor only the child keeps */
+    int child_end[TERN__STDIO_MAX];  /* -1, or a descriptor only the child keeps */
     int parent_end[TERN__STDIO_MAX]; /* -1, or a stream's end before tern_stream_open */
     tern_id stream[TERN__STDIO_MAX];
 };

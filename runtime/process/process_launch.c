@@ -51,7 +51,7 @@ static char **candidates(const char *file, const char *path)
         return list;
     }
     size_t k = 0;
-    for (const char *p = path;; ) {
+    for (const char *p = path;;) {
         const char *end = strchr(p, ':');
         size_t dlen = end != NULL ? (size_t)(end - p) : strlen(p);
         list[k++] = out;

@@ -34,11 +34,11 @@ struct tern__child;
 typedef void (*tern__child_exited_fn)(tern_loop *loop, struct tern__child *c, int wstatus);
 struct tern__child {
     pid_t pid;
-    int pidfd;        /* -1 with the fallback */
-    struct tern__io io; /* the pidfd's watcher */
+    int pidfd;                       /* -1 with the fallback */
+    struct tern__io io;              /* the pidfd's watcher */
     struct tern__child *prev, *next; /* the loop's fallback children */
     tern__child_exited_fn exited;
-    bool fallback;    /* seen through the SIGCHLD fallback: holds a share of it */
+    bool fallback; /* seen through the SIGCHLD fallback: holds a share of it */
 };
 
 /*

@@ -30,7 +30,7 @@ struct orphan {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct orphan *orphans; /* under lock */
 static size_t n_orphans, cap_orphans;
-static bool running;           /* under lock: the thread exists */
+static bool running;                      /* under lock: the thread exists */
 static struct tern__wake wake = {-1, -1}; /* opened once, kept */
 static _Atomic bool wake_open;
 
