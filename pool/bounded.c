@@ -39,7 +39,10 @@
 
 #include <urcu/arch.h>
 
+#include "bounded.h"
+#include "clock.h"
 #include "pool_p.h"
+#include "stops.h"
 
 /*
  * Take a job off the ring. Its slot is settled by whoever claims it
@@ -48,6 +51,10 @@
 uint64_t tern__pool_wake_at;
 
 struct tern__run tern__pool_runs[TERN__WORKER_SLOTS];
+/* The per-worker slots and the shape that says which are in use (bounded.h). */
+struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
+struct tern__pool_shape tern__pool_shape;
+_Atomic bool tern__pool_waking;
 
 struct tern__work *tern__bounded_take(struct tern__pool *p)
 {
@@ -94,8 +101,8 @@ static void repay_slots(uint64_t n)
 static uint64_t settled_now(struct tern__owed *owed)
 {
     uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_relaxed);
-    if (TERN_UNLIKELY(settled & REPAYING) && tern__stop_armed(TERN__STOP_REPAYMENT_WAITED))
-        tern__stop_at(TERN__STOP_REPAYMENT_WAITED); /* a test holds this thread here */
+    if (TERN_UNLIKELY(settled & REPAYING))
+        tern__stop_point(TERN__STOP_REPAYMENT_WAITED); /* a test holds this thread here */
     for (unsigned i = 1;
          (settled = atomic_load_explicit(&owed->settled, memory_order_acquire)) & REPAYING; i++) {
         /* The repayer may be off its CPU: let it run rather than spin for a time slice. */
@@ -131,8 +138,8 @@ static uint64_t settle(struct tern__owed *owed, bool worker)
         if (atomic_compare_exchange_weak_explicit(&owed->settled, &settled, settled | REPAYING,
                                                   memory_order_acq_rel, memory_order_acquire)) {
             /* A test holds the worker here: one relaxed load a run when disarmed. */
-            if (TERN_UNLIKELY(worker && tern__stop_armed(TERN__STOP_WORKER_REPAYING)))
-                tern__stop_at(TERN__STOP_WORKER_REPAYING);
+            if (worker)
+                tern__stop_point(TERN__STOP_WORKER_REPAYING);
             repay_slots(claimed - settled);
             /* Release: whoever sees the mark gone sees the queued word down. */
             atomic_store_explicit(&owed->settled, claimed, memory_order_release);

@@ -19,7 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "clock.h"
+#include "env.h"
 #include "pool_p.h"
+#include "worker.h"
 
 #define NS_PER_MS UINT64_C(1000000)
 
@@ -36,7 +39,6 @@
     X(TERN_POOL_OVERFLOW_MAX, overflow_max, 1)           \
     X(TERN_POOL_OVERFLOW_IDLE_MS, overflow_idle_ns, NS_PER_MS)
 
-struct tern__watch_settings tern__pool_watch_now;
 
 void tern_pool_config_init(tern_pool_config *cfg)
 {

@@ -38,7 +38,10 @@
  */
 #include <time.h>
 
+#include "platform.h"
+#include "pool.h"
 #include "pool_p.h"
+#include "worker.h"
 
 #define RECOUNT_NS 1000000 /* see the top comment: parking is silent */
 

@@ -22,7 +22,12 @@
 
 #include <urcu/list.h>
 
+#include "fault.h"
+#include "long.h"
+#include "platform.h"
 #include "pool_p.h"
+#include "stats.h"
+#include "work.h"
 
 struct long_arg {
     struct tern__pool *pool;

@@ -19,6 +19,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "bounded.h"
+#include "fault.h"
+#include "lookup.h"
 #include "pool_p.h"
 
 int tern__lookup_init(struct tern__pool *p)

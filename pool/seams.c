@@ -3,7 +3,11 @@
  * through runtime/testing.h), built only into the tests' library
  * (meson.build, tern-seams), never into the installed ones.
  */
+#include "bounded.h"
+#include "pool.h"
 #include "pool_p.h"
+#include "stops.h"
+#include "worker.h"
 
 unsigned tern__test_pool_sleepers(void)
 {

@@ -19,7 +19,9 @@
  * while a step runs is seen by the work function at the start of its next
  * pass.
  */
+#include "bounded.h"
 #include "pool_p.h"
+#include "steps.h"
 #include "probe.h"
 
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker)

@@ -16,7 +16,9 @@
  * Lock: stops_lock is a leaf, held by the stopped thread only while it
  * waits on stops_cond (never across a call into the pool).
  */
-#include "pool_p.h"
+#include <pthread.h>
+
+#include "stops.h"
 
 _Atomic unsigned tern__stops_armed;
 

@@ -27,7 +27,13 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "bounded.h"
+#include "env.h"
+#include "fault.h"
+#include "platform.h"
 #include "pool_p.h"
+#include "watchdog.h"
+#include "worker.h"
 
 #define LOOK_MIN_NS UINT64_C(1000000)   /* 1 ms */
 #define LOOK_MAX_NS UINT64_C(250000000) /* 250 ms: how soon a changed setting is seen */

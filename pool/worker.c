@@ -31,9 +31,38 @@
 #include <urcu/arch.h>
 #include <urcu-qsbr.h>
 
+#include "bounded.h"
+#include "clock.h"
+#include "fault.h"
+#include "lookup.h"
+#include "platform.h"
 #include "pool_p.h"
+#include "spin.h"
+#include "steps.h"
+#include "stops.h"
+#include "worker.h"
 
 _Atomic unsigned tern__pool_holds;
+struct tern__watch_settings tern__pool_watch_now;
+
+/*
+ * Add to a figure only its worker writes: a relaxed load and store, no
+ * locked instruction; readers may see it a moment old. Compiled out
+ * (-Dfigures=false) it is nothing.
+ */
+#ifdef TERN_FIGURES
+#define FIGURE_ADD(field, n)                                                                  \
+    atomic_store_explicit(&(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n), \
+                          memory_order_relaxed)
+#else
+#define FIGURE_ADD(field, n) ((void)0)
+#endif
+/* The bucket of a wake latency of ns nanoseconds: floor(log2(ns)), 0 for 0 and 1. */
+static inline unsigned wake_bucket(uint64_t ns)
+{
+    unsigned b = ns < 2 ? 0 : 63u - (unsigned)__builtin_clzll(ns);
+    return b < TERN_POOL_WAKE_BUCKETS ? b : TERN_POOL_WAKE_BUCKETS - 1;
+}
 
 /*
  * Before parking, a worker spins for a job within its adaptive budget
@@ -58,8 +87,6 @@ struct worker_arg {
     unsigned figures; /* its slot of tern__pool_workers */
     int overflow;     /* an overflow worker's slot in the pool, or -1 */
 };
-
-struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
 
 _Thread_local _Atomic(const void *) *tern__pool_hand_slot
     __attribute__((tls_model("initial-exec")));
@@ -140,7 +167,7 @@ static void span_mark(struct worker *w, struct tern__worker_figures *fig, bool g
 #ifdef TERN_FIGURES
     uint64_t now = go_on || w->spanning ? tern__ticks() : 0;
     if (w->spanning)
-        TERN__FIGURE_ADD(fig->busy_ticks, now - w->span_from);
+        FIGURE_ADD(fig->busy_ticks, now - w->span_from);
     w->spanning = go_on;
     w->span_from = now;
 #else
@@ -299,8 +326,8 @@ static void note_wake(struct tern__worker_figures *fig)
     tern__pool_wake_at = 0;
     uint64_t now = tern__ticks();
     uint64_t ns = now > at ? (uint64_t)((double)(now - at) / tern__ticks_per_ns()) : 0;
-    TERN__FIGURE_ADD(fig->wakes, 1);
-    TERN__FIGURE_ADD(fig->wake_hist[tern__wake_bucket(ns)], 1);
+    FIGURE_ADD(fig->wakes, 1);
+    FIGURE_ADD(fig->wake_hist[wake_bucket(ns)], 1);
 #else
     (void)fig;
 #endif
@@ -314,7 +341,7 @@ static bool park(struct tern__pool *p, uint64_t timeout_ns, struct tern__worker_
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
     if (!work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
-        TERN__FIGURE_ADD(fig->parks, 1);
+        FIGURE_ADD(fig->parks, 1);
         if (timeout_ns == 0) {
             pthread_cond_wait(&p->park_cond, &p->park_lock);
         } else {
@@ -519,7 +546,7 @@ static void *worker_main(void *argp)
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
             unsigned ran = run_taken(p, &w, job, a.index);
 #ifdef TERN_FIGURES
-            TERN__FIGURE_ADD(fig->jobs, ran);
+            FIGURE_ADD(fig->jobs, ran);
 #else
             (void)ran;
 #endif
