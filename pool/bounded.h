@@ -108,13 +108,14 @@ struct tern__worker_figures {
     _Atomic uint64_t jobs, parks, wakes, busy_ticks;
     _Atomic uint64_t wake_hist[TERN_POOL_WAKE_BUCKETS];
 };
-extern struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
+extern __attribute__((visibility("hidden")))
+struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
 /*
  * When the last wake signal was sent (tern__ticks), or 0: written under
  * park_lock by the submitter that signals (bounded.c), taken back to 0 by
  * the parked worker that finds it set when it wakes (worker.c).
  */
-extern uint64_t tern__pool_wake_at;
+extern __attribute__((visibility("hidden"))) uint64_t tern__pool_wake_at;
 
 /*
  * The running pool's shape, for readers on any thread that must not
@@ -127,7 +128,7 @@ struct tern__pool_shape {
     _Atomic unsigned threads, overflow_slots;
     _Atomic uint64_t fixed_bytes;
 };
-extern struct tern__pool_shape tern__pool_shape;
+extern __attribute__((visibility("hidden"))) struct tern__pool_shape tern__pool_shape;
 /*
  * The ring's room (bounded.c's top comment, "Tombstones"). The ring has room for queue_capacity slots and as many tombstones again (at
  * most TERN__TOMB_ROOM_MAX), and admission keeps queued + reserved +
@@ -183,7 +184,7 @@ static inline bool tern__queue_claim_owed(struct tern__work *w, struct tern__owe
  * tern__pool_active() counts it, so a loop that just woke a worker spins
  * for its answer instead of parking too.
  */
-extern _Atomic bool tern__pool_waking;
+extern __attribute__((visibility("hidden"))) _Atomic bool tern__pool_waking;
 /* Take the next job off the queue, or NULL; tern__queue_claim settles its slot (bounded.c). */
 struct tern__work *tern__bounded_take(struct tern__pool *p);
 /*
@@ -227,7 +228,7 @@ _Static_assert(TERN__TAKE_MAX < 256, "next and len are a byte each");
 #define TERN__RUN_NEXT(word) ((unsigned)((word) >> 8) & 0xffu)
 #define TERN__RUN_LEN(word) ((unsigned)(word) & 0xffu)
 #define TERN__RUN_GEN_ONE (UINT64_C(1) << 16)
-extern struct tern__run tern__pool_runs[TERN__WORKER_SLOTS];
+extern __attribute__((visibility("hidden"))) struct tern__run tern__pool_runs[TERN__WORKER_SLOTS];
 
 /* Take the run's next entry, or NULL when it has none left (any worker). */
 static inline struct tern__work *tern__run_take(struct tern__run *r)
@@ -322,7 +323,7 @@ void tern__lanes_forget_open(void);
  * seam, pool/seams.c): one per single submission, one per batch, one per
  * kick that found work.
  */
-extern _Atomic uint64_t tern__pool_wake_checks;
+extern __attribute__((visibility("hidden"))) _Atomic uint64_t tern__pool_wake_checks;
 /*
  * Admit n jobs at once: n slots in one step (all or none: -EAGAIN), one
  * run of ring positions, and one wake decision unless there is a lane

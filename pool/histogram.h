@@ -28,7 +28,9 @@ void tern__hist_record(struct tern__hist *h, uint64_t value, unsigned weight, bo
 /* Percentile q (0..1) over the sum of n histograms, in recorded units. */
 uint64_t tern__hist_percentile(struct tern__hist *const *hs, unsigned n, double q);
 /* Per worker histograms; index TERN__MAX_THREADS is shared by long workers. */
-extern struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
-extern struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
+extern __attribute__((visibility("hidden")))
+struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
+extern __attribute__((visibility("hidden")))
+struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
 #endif

@@ -62,7 +62,7 @@ int tern__pool_accept(const tern_pool_config *cfg, uint64_t *checked, struct ter
                       struct tern__lane *lane, tern_refusal *cause);
 
 /* A shutdown has begun (pool.c). Read by the lane's admission below. */
-extern _Atomic bool tern__pool_closing;
+extern __attribute__((visibility("hidden"))) _Atomic bool tern__pool_closing;
 /*
  * tern__pool_accept's common case with a lane, inline in the submitter:
  * a bounded header admitted on credit the lane already holds. That
@@ -171,6 +171,6 @@ bool tern__pool_on_bounded_worker(void);
  * stores it as it sets a loop up): the pool's memory figure counts one
  * per job in flight (tern_pool_stats.memory_bytes). 0: the header's size.
  */
-extern _Atomic size_t tern__pool_record_bytes;
+extern __attribute__((visibility("hidden"))) _Atomic size_t tern__pool_record_bytes;
 
 #endif

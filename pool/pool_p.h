@@ -30,7 +30,9 @@
  *   sizes.h      the fixed sizes the arrays are built from
  *
  * State lives in the lowest file that changes it or reads it on a hot
- * path, so every file above reaches it downwards.
+ * path, so every file above reaches it downwards. Each global a pool
+ * header declares is declared hidden, so a file that does not define it
+ * still reads it with one PC-relative load rather than through the GOT.
  */
 #ifndef TERN_POOL_P_H
 #define TERN_POOL_P_H

@@ -93,7 +93,7 @@ _Static_assert(offsetof(struct tern__pool_counters, stalls) == TERN__OUTCOMES_ +
                "the watchdog's line after the outcomes, and nothing after it");
 #undef TERN__OUTCOMES_
 
-extern struct tern__pool_counters tern__pool_stats;
+extern __attribute__((visibility("hidden"))) struct tern__pool_counters tern__pool_stats;
 /*
  * Outcomes a thread's loops have delivered but not yet added to the
  * counters above, by kind. A loop counts each done here, on its own

@@ -31,7 +31,7 @@ enum tern__stop_point {
         TERN__STOP_COUNT
 };
 
-extern _Atomic unsigned tern__stops_armed;
+extern __attribute__((visibility("hidden"))) _Atomic unsigned tern__stops_armed;
 /* Wait here while the point is armed (any pool thread). */
 void tern__stop_at(enum tern__stop_point point);
 /*

@@ -57,7 +57,7 @@ typedef bool (*tern__handback_fn)(struct tern__work *w);
  * process rather than one in every header: the header's last word is the
  * client's (`client`).
  */
-extern _Atomic(tern__handback_fn) tern__pool_handback;
+extern __attribute__((visibility("hidden"))) _Atomic(tern__handback_fn) tern__pool_handback;
 /*
  * The work header. The client embeds it FIRST in its record: the public
  * `tern_job *` a work function receives is the header's address (so
@@ -224,20 +224,20 @@ struct tern__pool_presence {
 _Static_assert(offsetof(struct tern__pool_presence, left) == TERN_CACHELINE &&
                    sizeof(struct tern__pool_presence) == 2 * TERN_CACHELINE,
                "the two presence counters own a line each");
-extern struct tern__pool_presence tern__pool_inflight;
+extern __attribute__((visibility("hidden"))) struct tern__pool_presence tern__pool_inflight;
 /*
  * A TERN_POOL_CANCEL shutdown is under way: every running job reads as
  * cancelled (tern_job_cancelled) and completes -ECANCELED. A flag the jobs
  * read, rather than a write into each running job, so shutdown never
  * touches a job record a loop may already have delivered and reused.
  */
-extern _Atomic bool tern__pool_cancel_all;
+extern __attribute__((visibility("hidden"))) _Atomic bool tern__pool_cancel_all;
 /*
  * Cancelling shutdowns begun, ever. A job that finds it moved between its
  * start and its end ran while one was under way, even if that shutdown
  * timed out and cleared tern__pool_cancel_all before the job returned.
  */
-extern _Atomic unsigned tern__pool_cancel_windows;
+extern __attribute__((visibility("hidden"))) _Atomic unsigned tern__pool_cancel_windows;
 /*
  * Whether a cancelling pool shutdown has been under way while the job ran:
  * one is now, or one began since the job started. (Shutdown never writes

@@ -28,7 +28,7 @@ struct tern__watch_settings {
     _Atomic uint64_t stall_ns, overflow_idle_ns;
     _Atomic unsigned overflow_max;
 };
-extern struct tern__watch_settings tern__pool_watch_now;
+extern __attribute__((visibility("hidden"))) struct tern__watch_settings tern__pool_watch_now;
 
 /*
  * The pause gate (gate.c): while any hold is taken, bounded workers stop
@@ -38,7 +38,7 @@ extern struct tern__watch_settings tern__pool_watch_now;
  * (stops.c), not a hold: a worker that finds only it stops as if it had
  * read the gate open, before it takes its job.
  */
-extern _Atomic unsigned tern__pool_holds;
+extern __attribute__((visibility("hidden"))) _Atomic unsigned tern__pool_holds;
 #define TERN__HOLDS_STOP (1u << 31)
 #define TERN__HOLDS_COUNT (~TERN__HOLDS_STOP)
 
