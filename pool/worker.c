@@ -302,8 +302,7 @@ static void hold(struct tern__pool *p, bool *busy)
     pthread_mutex_lock(&p->park_lock);
     p->held++;
     pthread_cond_broadcast(&p->quiet_cond);
-    while ((atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) & TERN__HOLDS_COUNT) !=
-               0 &&
+    while (atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0 &&
            !atomic_load_explicit(&p->exiting, memory_order_relaxed))
         pthread_cond_wait(&p->park_cond, &p->park_lock);
     p->held--;
@@ -517,16 +516,13 @@ static void *worker_main(void *argp)
     bool parked = false; /* back from park(), `tern__pool_waking` not yet cleared */
     for (;;) {
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
-        unsigned holds = atomic_load_explicit(&tern__pool_holds, memory_order_relaxed);
-        if (TERN_UNLIKELY(holds != 0)) {
-            if (holds & TERN__HOLDS_COUNT) {
-                put_back_run(&w);
-                span_mark(&w, fig, false); /* a held worker is not busy */
-                hold(p, &busy);
-            }
-            else /* only a test's stop: the gate read open, the job not yet taken */
-                tern__stop_at(TERN__STOP_WORKER_PAST_GATE);
+        if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0)) {
+            put_back_run(&w);
+            span_mark(&w, fig, false); /* a held worker is not busy */
+            hold(p, &busy);
         }
+        /* A test may hold the worker here: the gate read open, the job not yet taken. */
+        tern__stop_point(TERN__STOP_WORKER_PAST_GATE);
         bool fresh;
         struct tern__work *job = next_entry(&w, &fresh);
         if (job != NULL) {

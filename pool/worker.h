@@ -32,15 +32,11 @@ extern __attribute__((visibility("hidden"))) struct tern__watch_settings tern__p
 
 /*
  * The pause gate (gate.c): while any hold is taken, bounded workers stop
- * before their next job. A worker reads the word once per job (relaxed)
- * and, when its count is non-zero, holds until every hold is given back
- * (or the pool exits). The word's top bit is a test's stop point
- * (stops.c), not a hold: a worker that finds only it stops as if it had
- * read the gate open, before it takes its job.
+ * before their next job. A worker reads the count once per job (relaxed)
+ * and, when it is non-zero, holds until every hold is given back (or the
+ * pool exits).
  */
 extern __attribute__((visibility("hidden"))) _Atomic unsigned tern__pool_holds;
-#define TERN__HOLDS_STOP (1u << 31)
-#define TERN__HOLDS_COUNT (~TERN__HOLDS_STOP)
 
 /*
  * Hand-back slots. Every bounded worker (fixed or overflow) has one word
