@@ -13,8 +13,7 @@
  * of a turn one by one, but holds them back in its lane (pool.h) and
  * pushes them as one run at the turn's kick, or as soon as a worker's run
  * of them has gathered: the ring's tail and cells are written once per
- * run, and a worker takes a run instead of racing the loop job by job
- * (decision 133).
+ * run, and a worker takes a run instead of racing the loop job by job.
  *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
  * during the spin is cheaper to catch than to be woken for: a cross-core
@@ -26,7 +25,7 @@
  * one signal, not one per job.
  *
  * Tombstones. A job stopped while queued stays in the ring until a worker
- * skips it, but it gives its slot back at once (pool_p.h): owners that
+ * skips it, but it gives its slot back at once (stats.h): owners that
  * cancel what they queued must not find the queue full of work nobody
  * wants. The ring is sized for the capacity plus as many tombstones
  * (tern__queue_room), and admission also keeps live slots plus tombstones
@@ -64,7 +63,7 @@ struct tern__work *tern__bounded_take(struct tern__pool *p)
 unsigned tern__bounded_take_run(struct tern__pool *p, struct tern__work **jobs)
 {
     /*
-     * The share (pool_p.h): a run that would leave idle workers nothing
+     * The share (bounded.h): a run that would leave idle workers nothing
      * while it waits behind this worker's jobs is cut to this worker's
      * part of what is ready. Relaxed snapshots: the rule only sizes the
      * run, every entry is still taken by the ring's own protocol.
@@ -164,7 +163,7 @@ void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs
 
 /*
  * Sum (take: and repay) the owed counts of every worker slot the
- * running pool uses (its shape, pool_p.h: none once it is shut down).
+ * running pool uses (its shape, bounded.h: none once it is shut down).
  * A repayment met on its way is waited out, unless `marked` is given:
  * then it is left out of the sum and *marked set.
  */

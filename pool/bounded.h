@@ -130,9 +130,10 @@ struct tern__pool_shape {
 };
 extern __attribute__((visibility("hidden"))) struct tern__pool_shape tern__pool_shape;
 /*
- * The ring's room (bounded.c's top comment, "Tombstones"). The ring has room for queue_capacity slots and as many tombstones again (at
- * most TERN__TOMB_ROOM_MAX), and admission keeps queued + reserved +
- * tombstones within that room, so the ring is never full.
+ * The ring's room (bounded.c's top comment, "Tombstones"): queue_capacity
+ * slots and as many tombstones again (at most TERN__TOMB_ROOM_MAX).
+ * Admission keeps queued + reserved + tombstones within that room, so the
+ * ring is never full.
  */
 #define TERN__TOMB_ROOM_MAX (UINT64_C(1) << 30)
 static inline uint64_t tern__queue_room(const tern_pool_config *cfg)

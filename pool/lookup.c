@@ -29,7 +29,7 @@ int tern__lookup_init(struct tern__pool *p)
     p->lookups_cap = (p->cfg.threads + 1) / 2;
     /*
      * Waiting lookups are queued or tombstoned, together within the
-     * queue's room (pool_p.h); workers may hold one each in passing.
+     * queue's room (bounded.h); workers may hold one each in passing.
      */
     p->lookups_cap_alloc = (unsigned)tern__queue_room(&p->cfg) + p->cfg.threads;
     p->lookups_waiting = tern__calloc_lazy(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));

@@ -78,7 +78,7 @@ static void reset_stats(void)
 }
 
 /*
- * Publish a started pool's shape (pool_p.h), or its end (p NULL). The
+ * Publish a started pool's shape (bounded.h), or its end (p NULL). The
  * fixed bytes: the pool record, the bounded queue's cells, the worker
  * table and the lookups' waiting array, all allocated at start.
  */

@@ -83,8 +83,10 @@ _Static_assert(offsetof(struct tern__pool_counters, submitted) == TERN__LINE(5) 
                "acceptances and refusals start line 5");
 #define TERN__OUTCOMES_ (TERN__LINE(5) + TERN__LINES_FOR(8 * (1 + TERN__REFUSAL_SLOTS)))
 _Static_assert(offsetof(struct tern__pool_counters, completed) == TERN__OUTCOMES_ &&
-                   offsetof(struct tern__pool_counters, cancelled) == TERN__OUTCOMES_ + TERN__LINE(1) &&
-                   offsetof(struct tern__pool_counters, timed_out) == TERN__OUTCOMES_ + TERN__LINE(2),
+                   offsetof(struct tern__pool_counters, cancelled) ==
+                       TERN__OUTCOMES_ + TERN__LINE(1) &&
+                   offsetof(struct tern__pool_counters, timed_out) ==
+                       TERN__OUTCOMES_ + TERN__LINE(2),
                "outcomes: a line each, after the refusals");
 _Static_assert(offsetof(struct tern__pool_counters, tombstones) == 16,
                "line 0: the tombstones beside the slot word, which admission reads with them");
@@ -104,7 +106,12 @@ extern __attribute__((visibility("hidden"))) struct tern__pool_counters tern__po
  * handed back. So a reader on another thread sees a
  * step's outcomes when the step ends, one step late at most.
  */
-enum { TERN__OUTCOME_COMPLETED, TERN__OUTCOME_CANCELLED, TERN__OUTCOME_TIMED_OUT, TERN__OUTCOME_KINDS };
+enum {
+    TERN__OUTCOME_COMPLETED,
+    TERN__OUTCOME_CANCELLED,
+    TERN__OUTCOME_TIMED_OUT,
+    TERN__OUTCOME_KINDS
+};
 extern _Thread_local uint64_t tern__outcomes_due[TERN__OUTCOME_KINDS]
     __attribute__((tls_model("initial-exec")));
 void tern__outcomes_add(void);

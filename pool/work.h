@@ -95,12 +95,13 @@ struct tern__work {
  */
 _Static_assert(offsetof(struct tern__work, state) == 0, "the state word comes first");
 _Static_assert(offsetof(struct tern__work, fn) == 8, "the flags fit the first word");
-_Static_assert(offsetof(struct tern__work, client_byte) == 7, "the client's byte ends the first word");
+_Static_assert(offsetof(struct tern__work, client_byte) == 7,
+               "the client's byte ends the first word");
 _Static_assert(sizeof(struct tern__work) == 48, "the work header is six words");
 /*
  * A queue-wait stamp (t_submit): tern__ticks() in units of 2^8 ticks, in
  * 32 bits, never 0 (0 says "not timed"). A wait is the difference of two
- * stamps, so it is exact to 256 ticks (about 0.1 us) and wraps after 2^40
+ * stamps, so it is exact to 256 ticks and wraps after 2^40
  * ticks (minutes): a job that waited longer is recorded as waiting the
  * remainder. A wait across threads is microseconds: the unit is well
  * below what the histograms tell apart there.

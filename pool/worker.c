@@ -71,7 +71,7 @@ static inline unsigned wake_bucket(uint64_t ns)
  * loop that feeds the pool shares the cores, and every extra spinner
  * takes its time; but a worker that parks because another spins is
  * woken for the next run, and the woken thread is what takes the feeding
- * loop's CPU from it (decision 145). It checks the clock every
+ * loop's CPU from it. It checks the clock every
  * TERN__SPIN_CLOCK_EVERY rounds and yields every YIELD_EVERY, so a feeder
  * that shares its core still runs: 256 rounds are few beside a spin's
  * budget (TERN__SPIN_NS) and many beside the cost of one yield.
@@ -117,7 +117,7 @@ struct worker {
      * without spinning.
      */
     bool loop_slept;
-    /* Its run and its figures' count of slots owed (pool_p.h). */
+    /* Its run and its figures' count of slots owed (bounded.h). */
     struct tern__run *run;
     struct tern__owed *owed;
     /*

@@ -1,5 +1,5 @@
 /*
- * Batch take (pool/pool_p.h, "Batch take"): a bounded worker takes a run
+ * Batch take (pool/bounded.h, "Batch take"): a bounded worker takes a run
  * of queue entries in one step and owes the queued slots of the jobs it
  * claims until the run ends. These tests hold the pool to what that must
  * not change:
