@@ -14,10 +14,10 @@
  *     counters the client writes its own outcomes into.
  * It includes the headers of the parts the client touches directly: the
  * work header and its state word's questions (work.h), the counters
- * (stats.h), the lane (bounded.h), the configuration check (env.h) and the
- * hand-back slots (worker.h). Worker threads, the queue's
- * insides, the long class, the lookup cap and the shutdown are private to
- * pool/ (pool_p.h and each file's header). pool/ includes headers from
+ * (stats.h), the lane (bounded.h), the configuration check (env.h) and
+ * the hand-back slots (worker.h). Worker threads, the queue's insides,
+ * the long class, the lookup cap and the shutdown are private to pool/
+ * (pool_p.h and each file's header). pool/ includes headers from
  * backends/ and include/ only, and this is the one header of pool/ a
  * higher layer may include; test/layers_test.sh checks both.
  */
