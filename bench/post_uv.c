@@ -138,7 +138,8 @@ int main(int argc, char **argv)
             prods[i].samples = calloc(prods[i].count, sizeof(uint64_t));
             BENCH_CHECK(prods[i].samples != NULL, "calloc");
         }
-        BENCH_CHECK(pthread_create(&prods[i].thread, NULL, produce, &prods[i]) == 0, "pthread_create");
+        BENCH_CHECK(pthread_create(&prods[i].thread, NULL, produce, &prods[i]) == 0,
+                    "pthread_create");
     }
 
     uint64_t t0 = bench_now_ns();

@@ -13,8 +13,7 @@
  * of a turn one by one, but holds them back in its lane (pool.h) and
  * pushes them as one run at the turn's kick, or as soon as a worker's run
  * of them has gathered: the ring's tail and cells are written once per
- * run, and a worker takes a run instead of racing the loop job by job
- * (decision 133).
+ * run, and a worker takes a run instead of racing the loop job by job.
  *
  * Parking. A worker that finds nothing spins briefly (a job that arrives
  * during the spin is cheaper to catch than to be woken for: a cross-core
@@ -26,7 +25,7 @@
  * one signal, not one per job.
  *
  * Tombstones. A job stopped while queued stays in the ring until a worker
- * skips it, but it gives its slot back at once (pool_p.h): owners that
+ * skips it, but it gives its slot back at once (stats.h): owners that
  * cancel what they queued must not find the queue full of work nobody
  * wants. The ring is sized for the capacity plus as many tombstones
  * (tern__queue_room), and admission also keeps live slots plus tombstones
@@ -39,7 +38,10 @@
 
 #include <urcu/arch.h>
 
+#include "bounded.h"
+#include "clock.h"
 #include "pool_p.h"
+#include "stops.h"
 
 /*
  * Take a job off the ring. Its slot is settled by whoever claims it
@@ -48,6 +50,10 @@
 uint64_t tern__pool_wake_at;
 
 struct tern__run tern__pool_runs[TERN__WORKER_SLOTS];
+/* The per-worker slots and the shape that says which are in use (bounded.h). */
+struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
+struct tern__pool_shape tern__pool_shape;
+_Atomic bool tern__pool_waking;
 
 struct tern__work *tern__bounded_take(struct tern__pool *p)
 {
@@ -57,7 +63,7 @@ struct tern__work *tern__bounded_take(struct tern__pool *p)
 unsigned tern__bounded_take_run(struct tern__pool *p, struct tern__work **jobs)
 {
     /*
-     * The share (pool_p.h): a run that would leave idle workers nothing
+     * The share (bounded.h): a run that would leave idle workers nothing
      * while it waits behind this worker's jobs is cut to this worker's
      * part of what is ready. Relaxed snapshots: the rule only sizes the
      * run, every entry is still taken by the ring's own protocol.
@@ -94,8 +100,8 @@ static void repay_slots(uint64_t n)
 static uint64_t settled_now(struct tern__owed *owed)
 {
     uint64_t settled = atomic_load_explicit(&owed->settled, memory_order_relaxed);
-    if (TERN_UNLIKELY(settled & REPAYING) && tern__stop_armed(TERN__STOP_REPAYMENT_WAITED))
-        tern__stop_at(TERN__STOP_REPAYMENT_WAITED); /* a test holds this thread here */
+    if (TERN_UNLIKELY(settled & REPAYING))
+        tern__stop_point(TERN__STOP_REPAYMENT_WAITED); /* a test holds this thread here */
     for (unsigned i = 1;
          (settled = atomic_load_explicit(&owed->settled, memory_order_acquire)) & REPAYING; i++) {
         /* The repayer may be off its CPU: let it run rather than spin for a time slice. */
@@ -131,8 +137,8 @@ static uint64_t settle(struct tern__owed *owed, bool worker)
         if (atomic_compare_exchange_weak_explicit(&owed->settled, &settled, settled | REPAYING,
                                                   memory_order_acq_rel, memory_order_acquire)) {
             /* A test holds the worker here: one relaxed load a run when disarmed. */
-            if (TERN_UNLIKELY(worker && tern__stop_armed(TERN__STOP_WORKER_REPAYING)))
-                tern__stop_at(TERN__STOP_WORKER_REPAYING);
+            if (worker)
+                tern__stop_point(TERN__STOP_WORKER_REPAYING);
             repay_slots(claimed - settled);
             /* Release: whoever sees the mark gone sees the queued word down. */
             atomic_store_explicit(&owed->settled, claimed, memory_order_release);
@@ -157,7 +163,7 @@ void tern__bounded_put_back(struct tern__pool *p, struct tern__work *const *jobs
 
 /*
  * Sum (take: and repay) the owed counts of every worker slot the
- * running pool uses (its shape, pool_p.h: none once it is shut down).
+ * running pool uses (its shape, bounded.h: none once it is shut down).
  * A repayment met on its way is waited out, unless `marked` is given:
  * then it is left out of the sum and *marked set.
  */
@@ -435,8 +441,8 @@ unsigned tern__lane_credit_wanted(const struct tern__lane *lane)
     return k < room ? k : room;
 }
 
-int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job,
-                              struct tern__lane *lane, unsigned fresh)
+int tern__bounded_submit_lane(struct tern__pool *p, struct tern__work *job, struct tern__lane *lane,
+                              unsigned fresh)
 {
     if (fresh > 0) {
         uint64_t after;
@@ -483,9 +489,8 @@ void tern__bounded_kick(struct tern__pool *p)
 void tern__bounded_submit_reserved(struct tern__pool *p, struct tern__work *job)
 {
     /* The reservation becomes the queued slot in one add: never refused. */
-    uint64_t before = atomic_fetch_add_explicit(&tern__pool_stats.queued,
-                                                TERN__SLOT_QUEUED - TERN__SLOT_RESERVED,
-                                                memory_order_relaxed);
+    uint64_t before = atomic_fetch_add_explicit(
+        &tern__pool_stats.queued, TERN__SLOT_QUEUED - TERN__SLOT_RESERVED, memory_order_relaxed);
     TERN_INSIST(tern__slots_reserved(before) > 0);
     note_peak(before + TERN__SLOT_QUEUED - TERN__SLOT_RESERVED);
     /*
@@ -514,4 +519,3 @@ void tern__bounded_drain(struct tern__pool *p, void (*fn)(struct tern__work *job
         while ((job = tern__run_take(tern__run_at(i, fixed))) != NULL)
             fn(job);
 }
-

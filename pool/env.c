@@ -19,24 +19,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "clock.h"
+#include "env.h"
 #include "pool_p.h"
+#include "worker.h"
 
 #define NS_PER_MS UINT64_C(1000000)
 
 /* X(variable, field of tern_pool_config, unit in the field per unit of the variable) */
-#define TERN__POOL_ENV(X)                                \
-    X(TERN_POOL_THREADS, threads, 1)                     \
-    X(TERN_POOL_QUEUE_CAPACITY, queue_capacity, 1)       \
-    X(TERN_POOL_LONG_THREADS_MAX, long_threads_max, 1)   \
+#define TERN__POOL_ENV(X)                              \
+    X(TERN_POOL_THREADS, threads, 1)                   \
+    X(TERN_POOL_QUEUE_CAPACITY, queue_capacity, 1)     \
+    X(TERN_POOL_LONG_THREADS_MAX, long_threads_max, 1) \
     X(TERN_POOL_LONG_IDLE_TIMEOUT_MS, long_idle_timeout_ns, NS_PER_MS)
 
 /* The same for tern_pool_watch. */
-#define TERN__POOL_WATCH_ENV(X)                          \
-    X(TERN_POOL_STALL_MS, stall_ns, NS_PER_MS)           \
-    X(TERN_POOL_OVERFLOW_MAX, overflow_max, 1)           \
+#define TERN__POOL_WATCH_ENV(X)                \
+    X(TERN_POOL_STALL_MS, stall_ns, NS_PER_MS) \
+    X(TERN_POOL_OVERFLOW_MAX, overflow_max, 1) \
     X(TERN_POOL_OVERFLOW_IDLE_MS, overflow_idle_ns, NS_PER_MS)
-
-struct tern__watch_settings tern__pool_watch_now;
 
 void tern_pool_config_init(tern_pool_config *cfg)
 {
@@ -68,9 +69,9 @@ int tern__pool_config_check(const tern_pool_config *c)
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static tern_pool_config from_env;   /* the defaults with every good variable applied */
-static tern_pool_watch watch_env;   /* the same for the watchdog */
-static char bad[160];               /* "" or the first bad variable, described */
+static tern_pool_config from_env; /* the defaults with every good variable applied */
+static tern_pool_watch watch_env; /* the same for the watchdog */
+static char bad[160];             /* "" or the first bad variable, described */
 static _Atomic bool bad_reported;
 
 /* A decimal number with nothing around it, times unit, without overflow. */
@@ -122,22 +123,22 @@ static void read_env(void)
     watch_defaults(&watch_env);
     const char *s;
     uint64_t v;
-#define READ(var, field, unit, type, dest, defaults, check)                                  \
-    if ((s = getenv(#var)) != NULL && bad[0] == '\0') {                                      \
-        type one;                                                                            \
-        defaults(&one);                                                                      \
-        if (parse(s, unit, &v)) {                                                            \
-            one.field = (__typeof__(one.field))v;                                            \
-            if (one.field == v && check(&one) == 0)                                          \
-                dest.field = one.field;                                                      \
-            else                                                                             \
-                snprintf(bad, sizeof bad, "%s=\"%.40s\" is out of range for " #type "."       \
-                         #field, #var, s);                                                   \
-        } else {                                                                             \
-            snprintf(bad, sizeof bad, "%s=\"%.40s\" is not a decimal number", #var, s);      \
-        }                                                                                    \
+#define READ(var, field, unit, type, dest, defaults, check)                                     \
+    if ((s = getenv(#var)) != NULL && bad[0] == '\0') {                                         \
+        type one;                                                                               \
+        defaults(&one);                                                                         \
+        if (parse(s, unit, &v)) {                                                               \
+            one.field = (__typeof__(one.field))v;                                               \
+            if (one.field == v && check(&one) == 0)                                             \
+                dest.field = one.field;                                                         \
+            else                                                                                \
+                snprintf(bad, sizeof bad, "%s=\"%.40s\" is out of range for " #type "." #field, \
+                         #var, s);                                                              \
+        } else {                                                                                \
+            snprintf(bad, sizeof bad, "%s=\"%.40s\" is not a decimal number", #var, s);         \
+        }                                                                                       \
     }
-#define READ_CONFIG(var, field, unit) \
+#define READ_CONFIG(var, field, unit)                                              \
     READ(var, field, unit, tern_pool_config, from_env, tern__pool_config_defaults, \
          tern__pool_config_check)
 #define READ_WATCH(var, field, unit) \

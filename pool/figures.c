@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "pool_p.h"
+#include "bounded.h"
 #include "sized.h"
 
 unsigned tern_pool_worker_count(void)

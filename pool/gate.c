@@ -38,7 +38,10 @@
  */
 #include <time.h>
 
+#include "platform.h"
+#include "pool.h"
 #include "pool_p.h"
+#include "worker.h"
 
 #define RECOUNT_NS 1000000 /* see the top comment: parking is silent */
 
@@ -75,8 +78,8 @@ void tern__pool_hold(void)
 void tern__pool_unhold(void)
 {
     unsigned before = atomic_fetch_sub_explicit(&tern__pool_holds, 1, memory_order_seq_cst);
-    TERN_INSIST((before & TERN__HOLDS_COUNT) > 0);
-    if ((before & TERN__HOLDS_COUNT) != 1)
+    TERN_INSIST(before > 0);
+    if (before != 1)
         return; /* another holder still holds */
     struct tern__pool *p = tern__pool_current();
     if (p == NULL)

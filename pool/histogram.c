@@ -6,7 +6,10 @@
  * cache line. "Recent" means decayed: every TERN__HIST_DECAY samples the
  * writer halves its counters, so old jobs fade geometrically.
  */
-#include "pool_p.h"
+#include "histogram.h"
+
+struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
+struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
 
 #define SUB_BITS 3
 #define SUB (1u << SUB_BITS)

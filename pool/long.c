@@ -22,7 +22,12 @@
 
 #include <urcu/list.h>
 
+#include "fault.h"
+#include "long.h"
+#include "platform.h"
 #include "pool_p.h"
+#include "stats.h"
+#include "work.h"
 
 struct long_arg {
     struct tern__pool *pool;
@@ -158,12 +163,14 @@ void tern__long_stop(struct tern__pool *p)
     CDS_INIT_LIST_HEAD(&p->long_all);
     CDS_INIT_LIST_HEAD(&p->long_parked);
     struct tern__long_worker *w, *next;
-    cds_list_for_each_entry(w, &all, all_node) {
+    cds_list_for_each_entry(w, &all, all_node)
+    {
         w->exit = true;
         pthread_cond_signal(&w->cond);
     }
     pthread_mutex_unlock(&p->long_lock);
-    cds_list_for_each_entry_safe(w, next, &all, all_node) {
+    cds_list_for_each_entry_safe(w, next, &all, all_node)
+    {
         pthread_join(w->thread, NULL);
         pthread_cond_destroy(&w->cond);
         free(w);

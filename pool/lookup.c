@@ -4,9 +4,9 @@
  * every worker from CPU work. A lookup that a worker dequeues beyond the
  * cap is set aside in `lookups_waiting` (still QUEUED, so still
  * cancellable by tombstone, and still holding its queue slot in the
- * admission count until it is claimed or stopped); the worker goes back to CPU work. The worker that
- * finishes a lookup takes the next waiting one, so the cap holds exactly
- * and nothing waits forever. What a lookup does is the runtime's
+ * admission count until it is claimed or stopped); the worker goes back
+ * to CPU work. The worker that finishes a lookup takes the next waiting
+ * one, so the cap holds exactly and nothing waits forever. What a lookup does is the runtime's
  * (runtime/net/resolve.c); here it is any header of kind TERN__WORK_LOOKUP.
  *
  * The waiting lookups are an array used as a FIFO under lookup_lock, not a
@@ -19,6 +19,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "bounded.h"
+#include "fault.h"
+#include "lookup.h"
 #include "pool_p.h"
 
 int tern__lookup_init(struct tern__pool *p)
@@ -26,7 +29,7 @@ int tern__lookup_init(struct tern__pool *p)
     p->lookups_cap = (p->cfg.threads + 1) / 2;
     /*
      * Waiting lookups are queued or tombstoned, together within the
-     * queue's room (pool_p.h); workers may hold one each in passing.
+     * queue's room (bounded.h); workers may hold one each in passing.
      */
     p->lookups_cap_alloc = (unsigned)tern__queue_room(&p->cfg) + p->cfg.threads;
     p->lookups_waiting = tern__calloc_lazy(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));

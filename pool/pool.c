@@ -24,35 +24,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "env.h"
+#include "fault.h"
+#include "long.h"
+#include "lookup.h"
+#include "platform.h"
+#include "pool.h"
 #include "pool_p.h"
+#include "stops.h"
+#include "watchdog.h"
+#include "worker.h"
 #include "sized.h"
 
-struct tern__pool_counters tern__pool_stats;
-_Thread_local uint64_t tern__outcomes_due[TERN__OUTCOME_KINDS]
-    __attribute__((tls_model("initial-exec")));
-
-void tern__outcomes_add(void)
-{
-    _Atomic uint64_t *to[TERN__OUTCOME_KINDS] = {
-        [TERN__OUTCOME_COMPLETED] = &tern__pool_stats.completed,
-        [TERN__OUTCOME_CANCELLED] = &tern__pool_stats.cancelled,
-        [TERN__OUTCOME_TIMED_OUT] = &tern__pool_stats.timed_out,
-    };
-    for (unsigned k = 0; k < TERN__OUTCOME_KINDS; k++) {
-        if (tern__outcomes_due[k] != 0)
-            atomic_fetch_add_explicit(to[k], tern__outcomes_due[k], memory_order_relaxed);
-        tern__outcomes_due[k] = 0;
-    }
-}
-struct tern__hist tern__pool_wait_hist[TERN__MAX_THREADS + 1];
-struct tern__hist tern__pool_run_hist[TERN__MAX_THREADS + 1];
-
-struct tern__pool_presence tern__pool_inflight;
-struct tern__pool_shape tern__pool_shape;
 _Atomic size_t tern__pool_record_bytes;
-_Atomic bool tern__pool_waking;
-_Atomic bool tern__pool_cancel_all;
-_Atomic unsigned tern__pool_cancel_windows;
 
 /* Shutdown waits by polling, every 200 µs: it is not a hot path. */
 #define SHUTDOWN_POLL_NS 200000
@@ -94,7 +78,7 @@ static void reset_stats(void)
 }
 
 /*
- * Publish a started pool's shape (pool_p.h), or its end (p NULL). The
+ * Publish a started pool's shape (bounded.h), or its end (p NULL). The
  * fixed bytes: the pool record, the bounded queue's cells, the worker
  * table and the lookups' waiting array, all allocated at start.
  */
@@ -143,8 +127,7 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
         return rc;
     }
     shape_set(p);
-    if (TERN_UNLIKELY(tern__stop_armed(TERN__STOP_START_UNPUBLISHED)))
-        tern__stop_at(TERN__STOP_START_UNPUBLISHED); /* a test holds the start here */
+    tern__stop_point(TERN__STOP_START_UNPUBLISHED); /* a test holds the start here */
     /* Pairs with the acquire load in pool_get(). */
     atomic_store_explicit(&current, p, memory_order_release);
     *poolp = p;

@@ -3,7 +3,11 @@
  * through runtime/core/testing.h), built only into the tests' library
  * (meson.build, tern-seams), never into the installed ones.
  */
+#include "bounded.h"
+#include "pool.h"
 #include "pool_p.h"
+#include "stops.h"
+#include "worker.h"
 
 unsigned tern__test_pool_sleepers(void)
 {
@@ -18,15 +22,11 @@ uint64_t tern__test_pool_wake_checks(void)
 
 void tern__test_hold_past_gate(void)
 {
-    /* Armed first: a worker that sees the bit in the gate's word finds the point armed. */
     tern__stop_arm(TERN__STOP_WORKER_PAST_GATE);
-    atomic_fetch_or_explicit(&tern__pool_holds, TERN__HOLDS_STOP, memory_order_seq_cst);
 }
 
 void tern__test_release_past_gate(void)
 {
-    /* Out of the gate's word first, so a released worker does not stop again. */
-    atomic_fetch_and_explicit(&tern__pool_holds, TERN__HOLDS_COUNT, memory_order_seq_cst);
     tern__stop_release(TERN__STOP_WORKER_PAST_GATE);
 }
 
@@ -52,7 +52,7 @@ unsigned tern__test_waiting_pool_start(void)
 
 unsigned tern__test_pool_holds(void)
 {
-    return atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) & TERN__HOLDS_COUNT;
+    return atomic_load_explicit(&tern__pool_holds, memory_order_relaxed);
 }
 
 unsigned tern__test_pool_run_left(void)

@@ -15,11 +15,13 @@
  * tombstones it exactly as it does an ordinary queued job: the loop
  * delivers done at once with a NULL result (the request's done function
  * then closes what the finished steps opened), and the stop gives the
- * queued slot back at once (pool_p.h, tombstones). A cancel that lands
+ * queued slot back at once (stats.h, tombstones). A cancel that lands
  * while a step runs is seen by the work function at the start of its next
  * pass.
  */
+#include "bounded.h"
 #include "pool_p.h"
+#include "steps.h"
 #include "probe.h"
 
 bool tern__steps_run(struct tern__pool *p, struct tern__work *job, unsigned worker)

@@ -6,17 +6,20 @@
  * counted, until the test releases the point. Nothing arms a point
  * outside the tests (pool/seams.c, runtime/core/testing.h).
  *
- * Cost while disarmed: the pool start's point is one relaxed load per
- * start; the worker's point past the gate costs no job anything, as it is
- * folded into the word the worker reads once per job anyway
- * (tern__pool_holds, see pool_p.h and worker.c); the repayment's point is
- * one relaxed load per run a worker repays, and its waiter's is on a path
- * taken only when a repayment is met on its way.
+ * Cost while disarmed: each point is tern__stop_point (stops.h), inline,
+ * one relaxed load of a word nothing writes outside the tests and a
+ * branch laid out as not taken; the wait is out of line. The worker's
+ * point past the gate pays that once per job, the pool start's once per
+ * start, the repayment's once per run a worker repays, and its waiter's
+ * only when a repayment is met on its way. The pause gate's own word
+ * carries holds only.
  *
  * Lock: stops_lock is a leaf, held by the stopped thread only while it
  * waits on stops_cond (never across a call into the pool).
  */
-#include "pool_p.h"
+#include <pthread.h>
+
+#include "stops.h"
 
 _Atomic unsigned tern__stops_armed;
 

@@ -5,7 +5,7 @@
  * away; enough of them freeze the class. The watchdog is one thread per
  * pool that sleeps on a condition variable with a timeout, a quarter of
  * the stall bound (1 ms to 250 ms), and each time looks at every bounded
- * worker's `seq` (pool_p.h): odd and unchanged since a look at least the
+ * worker's `seq` (bounded.h): odd and unchanged since a look at least the
  * stall bound ago means the same job is still running, so it is stalled,
  * counted once per job. While any worker is stalled and jobs wait in the
  * queue, it starts one overflow worker per look (worker.c), until as
@@ -27,7 +27,13 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "bounded.h"
+#include "env.h"
+#include "fault.h"
+#include "platform.h"
 #include "pool_p.h"
+#include "watchdog.h"
+#include "worker.h"
 
 #define LOOK_MIN_NS UINT64_C(1000000)   /* 1 ms */
 #define LOOK_MAX_NS UINT64_C(250000000) /* 250 ms: how soon a changed setting is seen */

@@ -3,12 +3,17 @@
  * it, hand it back; and the client's questions about a header (stop it,
  * is it finished, may the client free it). The state word is changed here
  * and in the shutdown and steps paths only. The hand-back is the client's
- * function (pool.h, tern__pool_handback); the pool calls nothing else of
+ * function (work.h, tern__pool_handback); the pool calls nothing else of
  * its client's.
  */
-#include "pool_p.h"
+#include "stats.h"
+#include "work.h"
 
 _Atomic(tern__handback_fn) tern__pool_handback;
+struct tern__pool_presence tern__pool_inflight;
+/* Written by a cancelling shutdown (pool.c), read by every job as it runs. */
+_Atomic bool tern__pool_cancel_all;
+_Atomic unsigned tern__pool_cancel_windows;
 
 bool tern__work_claim(struct tern__work *w)
 {
@@ -53,7 +58,7 @@ enum tern__stop tern__work_stop(struct tern__work *w)
     atomic_store_explicit(&w->cancel, true, memory_order_relaxed);
     /*
      * A bounded tombstone gives its queue slot back now and is counted as
-     * a tombstone until the queue lets go of it (pool_p.h). Counted before
+     * a tombstone until the queue lets go of it (stats.h). Counted before
      * the swap, so the worker that meets it never counts it out first, and
      * an admission that sees the slot given back sees the tombstone too.
      */
@@ -109,7 +114,7 @@ bool tern__work_run(struct tern__work *w, unsigned worker)
 bool tern_job_cancelled(const tern_job *job)
 {
     TERN_REQUIRE(job != NULL);
-    struct tern__work *w = (struct tern__work *)job; /* the header comes first (pool.h) */
+    struct tern__work *w = (struct tern__work *)job; /* the header comes first (work.h) */
     if (atomic_load_explicit(&w->cancel, memory_order_relaxed))
         return true;
     if (TERN_UNLIKELY(tern__work_shutdown_cancelled(w))) {

@@ -31,9 +31,38 @@
 #include <urcu/arch.h>
 #include <urcu-qsbr.h>
 
+#include "bounded.h"
+#include "clock.h"
+#include "fault.h"
+#include "lookup.h"
+#include "platform.h"
 #include "pool_p.h"
+#include "spin.h"
+#include "steps.h"
+#include "stops.h"
+#include "worker.h"
 
 _Atomic unsigned tern__pool_holds;
+struct tern__watch_settings tern__pool_watch_now;
+
+/*
+ * Add to a figure only its worker writes: a relaxed load and store, no
+ * locked instruction; readers may see it a moment old. Compiled out
+ * (-Dfigures=false) it is nothing.
+ */
+#ifdef TERN_FIGURES
+#define FIGURE_ADD(field, n)                                                                    \
+    atomic_store_explicit(&(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n), \
+                          memory_order_relaxed)
+#else
+#define FIGURE_ADD(field, n) ((void)0)
+#endif
+/* The bucket of a wake latency of ns nanoseconds: floor(log2(ns)), 0 for 0 and 1. */
+static inline unsigned wake_bucket(uint64_t ns)
+{
+    unsigned b = ns < 2 ? 0 : 63u - (unsigned)__builtin_clzll(ns);
+    return b < TERN_POOL_WAKE_BUCKETS ? b : TERN_POOL_WAKE_BUCKETS - 1;
+}
 
 /*
  * Before parking, a worker spins for a job within its adaptive budget
@@ -42,7 +71,7 @@ _Atomic unsigned tern__pool_holds;
  * loop that feeds the pool shares the cores, and every extra spinner
  * takes its time; but a worker that parks because another spins is
  * woken for the next run, and the woken thread is what takes the feeding
- * loop's CPU from it (decision 145). It checks the clock every
+ * loop's CPU from it. It checks the clock every
  * TERN__SPIN_CLOCK_EVERY rounds and yields every YIELD_EVERY, so a feeder
  * that shares its core still runs: 256 rounds are few beside a spin's
  * budget (TERN__SPIN_NS) and many beside the cost of one yield.
@@ -59,8 +88,6 @@ struct worker_arg {
     int overflow;     /* an overflow worker's slot in the pool, or -1 */
 };
 
-struct tern__worker_figures tern__pool_workers[TERN__WORKER_SLOTS];
-
 _Thread_local _Atomic(const void *) *tern__pool_hand_slot
     __attribute__((tls_model("initial-exec")));
 
@@ -74,8 +101,7 @@ bool tern__pool_handing(const void *target)
     unsigned fixed, n = tern__runs_in_use(&fixed);
     for (unsigned i = 0; i < n; i++) {
         unsigned slot = tern__worker_slot(i, fixed);
-        if (atomic_load_explicit(&tern__pool_workers[slot].handing, memory_order_acquire) ==
-            target)
+        if (atomic_load_explicit(&tern__pool_workers[slot].handing, memory_order_acquire) == target)
             return true;
     }
     return false;
@@ -90,7 +116,7 @@ struct worker {
      * without spinning.
      */
     bool loop_slept;
-    /* Its run and its figures' count of slots owed (pool_p.h). */
+    /* Its run and its figures' count of slots owed (bounded.h). */
     struct tern__run *run;
     struct tern__owed *owed;
     /*
@@ -140,7 +166,7 @@ static void span_mark(struct worker *w, struct tern__worker_figures *fig, bool g
 #ifdef TERN_FIGURES
     uint64_t now = go_on || w->spanning ? tern__ticks() : 0;
     if (w->spanning)
-        TERN__FIGURE_ADD(fig->busy_ticks, now - w->span_from);
+        FIGURE_ADD(fig->busy_ticks, now - w->span_from);
     w->spanning = go_on;
     w->span_from = now;
 #else
@@ -220,7 +246,8 @@ static struct tern__work *next_entry(struct worker *w, bool *fresh)
      * CAS on it can succeed.
      */
     uint64_t word = atomic_load_explicit(&w->run->word, memory_order_relaxed);
-    atomic_store_explicit(&w->run->word, (word & ~(TERN__RUN_GEN_ONE - 1)) + TERN__RUN_GEN_ONE + (1u << 8) + n,
+    atomic_store_explicit(&w->run->word,
+                          (word & ~(TERN__RUN_GEN_ONE - 1)) + TERN__RUN_GEN_ONE + (1u << 8) + n,
                           memory_order_release);
     *fresh = true;
     return taken[0];
@@ -275,8 +302,7 @@ static void hold(struct tern__pool *p, bool *busy)
     pthread_mutex_lock(&p->park_lock);
     p->held++;
     pthread_cond_broadcast(&p->quiet_cond);
-    while ((atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) & TERN__HOLDS_COUNT) !=
-               0 &&
+    while (atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0 &&
            !atomic_load_explicit(&p->exiting, memory_order_relaxed))
         pthread_cond_wait(&p->park_cond, &p->park_lock);
     p->held--;
@@ -299,8 +325,8 @@ static void note_wake(struct tern__worker_figures *fig)
     tern__pool_wake_at = 0;
     uint64_t now = tern__ticks();
     uint64_t ns = now > at ? (uint64_t)((double)(now - at) / tern__ticks_per_ns()) : 0;
-    TERN__FIGURE_ADD(fig->wakes, 1);
-    TERN__FIGURE_ADD(fig->wake_hist[tern__wake_bucket(ns)], 1);
+    FIGURE_ADD(fig->wakes, 1);
+    FIGURE_ADD(fig->wake_hist[wake_bucket(ns)], 1);
 #else
     (void)fig;
 #endif
@@ -314,7 +340,7 @@ static bool park(struct tern__pool *p, uint64_t timeout_ns, struct tern__worker_
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
     if (!work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
-        TERN__FIGURE_ADD(fig->parks, 1);
+        FIGURE_ADD(fig->parks, 1);
         if (timeout_ns == 0) {
             pthread_cond_wait(&p->park_cond, &p->park_lock);
         } else {
@@ -449,8 +475,7 @@ static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__w
 static bool overflow_retire(struct tern__pool *p, int slot)
 {
     pthread_mutex_lock(&p->park_lock);
-    bool go =
-        !work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed);
+    bool go = !work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed);
     if (go) {
         p->overflow[slot].alive = false;
         TERN_DECREMENT(p->overflow_alive);
@@ -473,7 +498,7 @@ static void *worker_main(void *argp)
                        .run = &tern__pool_runs[a.figures],
                        .owed = &fig->owed,
                        .rng = 0x9e3779b9u * (a.figures + 1), /* never 0: xorshift's fixed point */
-                       .time_all = true, /* until a job shows it is short */
+                       .time_all = true,                     /* until a job shows it is short */
                        .long_ticks = long_ticks()};
     uint64_t seq = atomic_load_explicit(&fig->seq, memory_order_relaxed);
     tern__pool_hand_slot = &fig->handing;
@@ -490,16 +515,13 @@ static void *worker_main(void *argp)
     bool parked = false; /* back from park(), `tern__pool_waking` not yet cleared */
     for (;;) {
         /* Exclusive mode (gate.c): one relaxed load per job when open. */
-        unsigned holds = atomic_load_explicit(&tern__pool_holds, memory_order_relaxed);
-        if (TERN_UNLIKELY(holds != 0)) {
-            if (holds & TERN__HOLDS_COUNT) {
-                put_back_run(&w);
-                span_mark(&w, fig, false); /* a held worker is not busy */
-                hold(p, &busy);
-            }
-            else /* only a test's stop: the gate read open, the job not yet taken */
-                tern__stop_at(TERN__STOP_WORKER_PAST_GATE);
+        if (TERN_UNLIKELY(atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0)) {
+            put_back_run(&w);
+            span_mark(&w, fig, false); /* a held worker is not busy */
+            hold(p, &busy);
         }
+        /* A test may hold the worker here: the gate read open, the job not yet taken. */
+        tern__stop_point(TERN__STOP_WORKER_PAST_GATE);
         bool fresh;
         struct tern__work *job = next_entry(&w, &fresh);
         if (job != NULL) {
@@ -519,7 +541,7 @@ static void *worker_main(void *argp)
             atomic_store_explicit(&fig->seq, ++seq, memory_order_relaxed);
             unsigned ran = run_taken(p, &w, job, a.index);
 #ifdef TERN_FIGURES
-            TERN__FIGURE_ADD(fig->jobs, ran);
+            FIGURE_ADD(fig->jobs, ran);
 #else
             (void)ran;
 #endif
@@ -533,10 +555,10 @@ static void *worker_main(void *argp)
             break;
         }
         if (!spin(&w, &busy)) {
-            uint64_t idle_ns = a.overflow < 0 ? 0
-                                              : atomic_load_explicit(
-                                                    &tern__pool_watch_now.overflow_idle_ns,
-                                                    memory_order_relaxed);
+            uint64_t idle_ns = a.overflow < 0
+                                   ? 0
+                                   : atomic_load_explicit(&tern__pool_watch_now.overflow_idle_ns,
+                                                          memory_order_relaxed);
             bool idled = park(p, idle_ns, fig);
             parked = true;
             w.long_ticks = long_ticks(); /* a park costs more: the rate, read again */
@@ -649,8 +671,7 @@ int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
                 atomic_store_explicit(&tern__pool_shape.overflow_slots, (unsigned)slot + 1,
                                       memory_order_relaxed);
             atomic_fetch_add_explicit(&tern__pool_stats.overflow_now, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&tern__pool_stats.overflow_started, 1,
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&tern__pool_stats.overflow_started, 1, memory_order_relaxed);
         } else {
             free(a);
         }

@@ -43,27 +43,28 @@ static int pipe_fd[2];
 
 /* X(name, call with loop L): each adds one operation (or more) when it is
  * accepted. */
-#define ADDING_CALLS(X)                                                                          \
-    X(post, tern_post(L, post_fn, NULL))                                                         \
-    X(defer, tern_defer(L, post_fn, NULL))                                                       \
-    X(timer_start, tern_timer_start(L, 1000, 0, any_cb, NULL, &id))                              \
-    X(submit, tern_submit(L, TERN_BOUNDED, work, any_cb, NULL, &id))                             \
-    X(submit_long, tern_submit(L, TERN_LONG, work, any_cb, NULL, &id))                           \
-    X(submit_with, tern_submit_with(L, TERN_BOUNDED, work, any_cb, NULL, NULL, &id))             \
-    X(submit_batch, tern_submit_batch(L, TERN_BOUNDED, work, any_cb, args, 2, NULL, ids))        \
-    X(wait_call, tern_wait_call(L, work, any_cb, NULL, NULL, &id))                               \
-    X(wait_fd, tern_wait_fd(L, pipe_fd[0], any_cb, NULL, NULL, &id))                             \
-    X(resolve_with, tern_resolve_with(L, "localhost", NULL, NULL, any_cb, NULL, NULL, &id))      \
-    X(resolve_addr, tern_resolve_addr(L, (struct sockaddr *)&sin, 0, any_cb, NULL, NULL, &id))   \
-    X(io_start, tern_io_start(L, pipe_fd[0], TERN_READABLE, any_cb, NULL, &id))                  \
-    X(signal_start, tern_signal_start(L, SIGUSR2, any_cb, NULL, &id))                            \
-    X(hook_start, tern_hook_start(L, TERN_HOOK_CHECK, any_cb, NULL, &id))                        \
-    X(watch_start, tern_watch_start(L, "/", 1000000000, any_cb, NULL, &id))                      \
-    X(udp_bind, tern_udp_bind(L, "127.0.0.1", 0, 0, &id))                                        \
-    X(tcp_listen, tern_tcp_listen(L, "127.0.0.1", 0, 8, 0, any_cb, NULL, &id))                   \
-    X(tcp_listen_name, tern_tcp_listen_name(L, "localhost", 0, 8, 0, 0, any_cb, any_cb, NULL, &id)) \
-    X(tcp_connect, tern_tcp_connect(L, "127.0.0.1", 9, 0, any_cb, NULL, &id))                    \
-    X(unix_connect, tern_unix_connect(L, "/nonexistent/tern", any_cb, NULL, &id))                \
+#define ADDING_CALLS(X)                                                                        \
+    X(post, tern_post(L, post_fn, NULL))                                                       \
+    X(defer, tern_defer(L, post_fn, NULL))                                                     \
+    X(timer_start, tern_timer_start(L, 1000, 0, any_cb, NULL, &id))                            \
+    X(submit, tern_submit(L, TERN_BOUNDED, work, any_cb, NULL, &id))                           \
+    X(submit_long, tern_submit(L, TERN_LONG, work, any_cb, NULL, &id))                         \
+    X(submit_with, tern_submit_with(L, TERN_BOUNDED, work, any_cb, NULL, NULL, &id))           \
+    X(submit_batch, tern_submit_batch(L, TERN_BOUNDED, work, any_cb, args, 2, NULL, ids))      \
+    X(wait_call, tern_wait_call(L, work, any_cb, NULL, NULL, &id))                             \
+    X(wait_fd, tern_wait_fd(L, pipe_fd[0], any_cb, NULL, NULL, &id))                           \
+    X(resolve_with, tern_resolve_with(L, "localhost", NULL, NULL, any_cb, NULL, NULL, &id))    \
+    X(resolve_addr, tern_resolve_addr(L, (struct sockaddr *)&sin, 0, any_cb, NULL, NULL, &id)) \
+    X(io_start, tern_io_start(L, pipe_fd[0], TERN_READABLE, any_cb, NULL, &id))                \
+    X(signal_start, tern_signal_start(L, SIGUSR2, any_cb, NULL, &id))                          \
+    X(hook_start, tern_hook_start(L, TERN_HOOK_CHECK, any_cb, NULL, &id))                      \
+    X(watch_start, tern_watch_start(L, "/", 1000000000, any_cb, NULL, &id))                    \
+    X(udp_bind, tern_udp_bind(L, "127.0.0.1", 0, 0, &id))                                      \
+    X(tcp_listen, tern_tcp_listen(L, "127.0.0.1", 0, 8, 0, any_cb, NULL, &id))                 \
+    X(tcp_listen_name,                                                                         \
+      tern_tcp_listen_name(L, "localhost", 0, 8, 0, 0, any_cb, any_cb, NULL, &id))             \
+    X(tcp_connect, tern_tcp_connect(L, "127.0.0.1", 9, 0, any_cb, NULL, &id))                  \
+    X(unix_connect, tern_unix_connect(L, "/nonexistent/tern", any_cb, NULL, &id))              \
     X(fs_open, tern_fs_open(L, "/", O_RDONLY, 0, NULL, any_cb, NULL, &id))
 
 struct call {

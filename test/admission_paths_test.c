@@ -689,8 +689,9 @@ static int deadline_inside_open(tern_loop *loop, bool whole, probe *pr)
         int fd = -1;
         PH_PUMP_UNTIL(ok, loop,
                       atomic_load(&pr->calls) == 1 ||
-                          (whole ? tern__fault_fs_held()
-                                 : (fd = open(at("fifo"), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0));
+                          (whole
+                               ? tern__fault_fs_held()
+                               : (fd = open(at("fifo"), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0));
         cr_assert(ok, "FAIL: neither answered nor inside open(2) (%s)", strerror(errno));
         if (whole && tern__fault_fs_held())
             return -1;

@@ -521,7 +521,8 @@ struct race_loop {
     atomic_bool over;
     unsigned wrong;
     char first_wrong[160];
-    atomic_uint broken; /* a check inside a thread failed (criterion asserts on the test thread only) */
+    atomic_uint
+        broken; /* a check inside a thread failed (criterion asserts on the test thread only) */
     char first_broken[120];
     tern_id guard;
     bool timed_out;
@@ -697,8 +698,9 @@ static void race_round(uint32_t seed, unsigned round)
         cr_assert_eq(atomic_load(&rl->broken), 0, "loop %d: %s", l, rl->first_broken);
         cr_assert(!rl->timed_out, "loop %d hit the liveness bound", l);
         cr_assert_eq(rl->delivered, RACE_JOBS);
-        cr_assert_eq(rl->wrong, 0, "round %u, loop %d: %u wrong cancel answers (seed %u); first: %s",
-                     round, l, rl->wrong, seed, rl->first_wrong);
+        cr_assert_eq(rl->wrong, 0,
+                     "round %u, loop %d: %u wrong cancel answers (seed %u); first: %s", round, l,
+                     rl->wrong, seed, rl->first_wrong);
         tern_loop_free(rl->loop);
     }
 }

@@ -123,7 +123,8 @@ static bool armed_outcome(const char *what, bool fired_before, int rc)
 {
     if (!fired_before && tern__fault_fired()) {
         cr_assert(injected_errno(rc),
-                  "%s: the injected failure must return -ENOMEM, -EMFILE, -EAGAIN or -ENOBUFS, got %d (%s)",
+                  "%s: the injected failure must return -ENOMEM, -EMFILE, -EAGAIN or -ENOBUFS, got "
+                  "%d (%s)",
                   what, rc, tern_err_name(rc));
         refusals++;
         return false;
@@ -132,7 +133,8 @@ static bool armed_outcome(const char *what, bool fired_before, int rc)
                  tern_err_name(rc));
     return true;
 }
-#define ARMED(what, expr) (fired_mark = tern__fault_fired(), armed_outcome((what), fired_mark, (expr)))
+#define ARMED(what, expr) \
+    (fired_mark = tern__fault_fired(), armed_outcome((what), fired_mark, (expr)))
 
 /*
  * Make the nth checked call from now on fail, over every site but the
@@ -1400,7 +1402,8 @@ static bool step_stream(uint64_t n, void *ctx)
     bool b_ok = ARMED("tern_stream_open", tern_stream_open(loop, sp[1], &b));
     bool reading = false;
     if (a_ok && b_ok) {
-        p.write_ok = ARMED("tern_stream_write", tern_stream_write(loop, a, &buf, 1, pair_written, &p));
+        p.write_ok =
+            ARMED("tern_stream_write", tern_stream_write(loop, a, &buf, 1, pair_written, &p));
         reading = ARMED("tern_stream_read_start", tern_stream_read_start(loop, b, pair_read, &p));
         if (p.write_ok && reading)
             cr_assert(run_until(loop, pair_done, &p));
@@ -1567,7 +1570,8 @@ static bool step_udp(uint64_t n, void *ctx)
         atomic_store(&u.sent, 0);
         cr_assert_eq(tern_udp_send(loop, a, &buf, 1, (struct sockaddr *)&to, udp_sent, &u), 0);
     }
-    cr_assert(run_until(loop, udp_got, &u), "the socket no longer carries datagrams after the fault");
+    cr_assert(run_until(loop, udp_got, &u),
+              "the socket no longer carries datagrams after the fault");
     cr_assert_eq(atomic_load(&u.got), 1, "a datagram was delivered twice");
     cr_assert_eq(tern_udp_on_close(loop, a, udp_closed, &u), 0);
     cr_assert_eq(tern_udp_on_close(loop, b, udp_closed, &u), 0);
@@ -1663,7 +1667,8 @@ static bool fs_outcome(const char *what, bool fired_before, int rc)
         return true;
     return armed_outcome(what, fired_before, rc);
 }
-#define FS_ARMED(what, expr) (fired_mark = tern__fault_fired(), fs_outcome((what), fired_mark, (expr)))
+#define FS_ARMED(what, expr) \
+    (fired_mark = tern__fault_fired(), fs_outcome((what), fired_mark, (expr)))
 
 static bool step_fs(uint64_t n, void *ctx)
 {
@@ -1908,9 +1913,11 @@ static bool step_watch_wait(uint64_t n, void *ctx)
     tern_id watch = 0;
 
     arm(n);
-    bool w_ok = ARMED("tern_watch_start", tern_watch_start(loop, dir, 10 * MS, ww_news, &r, &watch));
+    bool w_ok =
+        ARMED("tern_watch_start", tern_watch_start(loop, dir, 10 * MS, ww_news, &r, &watch));
     bool f_ok = ARMED("tern_wait_fd", tern_wait_fd(loop, p[0], ww_fd_done, &r, NULL, NULL));
-    bool c_ok = ARMED("tern_wait_call", tern_wait_call(loop, ww_call, ww_call_done, &r, NULL, NULL));
+    bool c_ok =
+        ARMED("tern_wait_call", tern_wait_call(loop, ww_call, ww_call_done, &r, NULL, NULL));
     bool fired = end_armed(0);
 
     /* A refusal left nothing: no operation, no credit. */
@@ -2063,7 +2070,8 @@ static bool step_unix(uint64_t n, void *ctx)
     static const tern_buf one = {"!", 1};
 
     arm(n);
-    bool l_ok = ARMED("tern_unix_listen", tern_unix_listen(loop, path, 16, u_accept, &u, &listener));
+    bool l_ok =
+        ARMED("tern_unix_listen", tern_unix_listen(loop, path, 16, u_accept, &u, &listener));
     bool h_ok = ARMED("tern_hook_start", tern_hook_start(loop, TERN_HOOK_CHECK, u_hook, &u, &hook));
     bool c_ok = l_ok && ARMED("tern_unix_connect",
                               tern_unix_connect(loop, path, u_connected, &u, &client));
@@ -2399,7 +2407,8 @@ static bool step_pipe(uint64_t n, void *ctx)
     bool reading = false;
     if (r_ok && w_ok) {
         p.write_ok = ARMED("tern_stream_write(pipe)", write_queued(loop, w, &buf, p_written, &p));
-        reading = ARMED("tern_stream_read_start(pipe)", tern_stream_read_start(loop, r, p_read, &p));
+        reading =
+            ARMED("tern_stream_read_start(pipe)", tern_stream_read_start(loop, r, p_read, &p));
         if (p.write_ok && reading)
             cr_assert(run_until(loop, p_data_done, &p));
     }
@@ -2547,7 +2556,8 @@ static bool step_tty(uint64_t n, void *ctx)
     }
     if (!reading)
         cr_assert_eq(tern_stream_read_start(loop, ms, p_read, &p), 0);
-    cr_assert(run_until(loop, p_data_done, &p), "the terminal no longer carries data after the fault");
+    cr_assert(run_until(loop, p_data_done, &p),
+              "the terminal no longer carries data after the fault");
     cr_assert_eq(memcmp(p.got, hello, sizeof(hello)), 0, "raw output was changed on its way");
     cr_assert_eq(atomic_load(&p.written), 1);
     cr_assert_eq(p.write_status, 0, "write: %s", tern_err_name(p.write_status));
@@ -2730,7 +2740,8 @@ static bool conn_set_up(void *arg)
 static bool conn_writer_settled(void *arg)
 {
     struct connrec *c = arg;
-    return c->done[0] == 1 && c->done[1] == !c->world_refused && (c->ctx->kind == CONN_PIPE || c->shut == 1);
+    return c->done[0] == 1 && c->done[1] == !c->world_refused &&
+           (c->ctx->kind == CONN_PIPE || c->shut == 1);
 }
 
 static bool conn_reader_settled(void *arg)
@@ -2773,8 +2784,9 @@ static bool conn_open(tern_loop *loop, struct connrec *c, unsigned *notices)
     conn_path(path, sizeof(path));
     bool listening;
     if (x->kind == CONN_TCP)
-        listening = ARMED("tern_tcp_listen", tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT,
-                                                             0, conn_accepted, c, &c->listener));
+        listening =
+            ARMED("tern_tcp_listen", tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT,
+                                                     0, conn_accepted, c, &c->listener));
     else
         listening = ARMED("tern_unix_listen", tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT,
                                                                conn_accepted, c, &c->listener));
@@ -2788,7 +2800,8 @@ static bool conn_open(tern_loop *loop, struct connrec *c, unsigned *notices)
     if (x->kind == CONN_TCP) {
         unsigned port = 0;
         if (!ARMED("tern_tcp_port", tern_tcp_port(loop, c->listener, &port)))
-            cr_assert_eq(tern_tcp_port(loop, c->listener, &port), 0, "the port is there all the same");
+            cr_assert_eq(tern_tcp_port(loop, c->listener, &port), 0,
+                         "the port is there all the same");
         cr_assert_eq(tern_tcp_connect(loop, "127.0.0.1", port, 0, conn_connected, c, &c->w), 0);
     } else {
         cr_assert_eq(tern_unix_connect(loop, path, conn_connected, c, &c->w), 0);
@@ -2813,7 +2826,8 @@ static void conn_options(tern_loop *loop, struct connrec *c)
         if (ARMED("tern_unix_peer_cred", tern_unix_peer_cred(loop, c->r, &cred)))
             cr_assert_eq(cred.uid, (unsigned long)getuid());
         else
-            cr_assert(cred.pid == 0 && cred.uid == 12345, "a refused credential call wrote its answer");
+            cr_assert(cred.pid == 0 && cred.uid == 12345,
+                      "a refused credential call wrote its answer");
     }
 }
 
@@ -2850,8 +2864,10 @@ static bool step_conn(uint64_t n, void *ctx)
     tern__fault_arm(TERN__FAULT_STREAM, n);
     if (conn_open(loop, &c, &notices)) {
         conn_options(loop, &c);
-        bool reading = ARMED("tern_stream_read_start", tern_stream_read_start(loop, c.r, conn_read, &c));
-        if (ARMED("tern_stream_try_write", try_written(loop, c.w, &try_buf, &wrote_try)) && wrote_try) {
+        bool reading =
+            ARMED("tern_stream_read_start", tern_stream_read_start(loop, c.r, conn_read, &c));
+        if (ARMED("tern_stream_try_write", try_written(loop, c.w, &try_buf, &wrote_try)) &&
+            wrote_try) {
             memcpy(want, conn_try, 3);
             want_len = 3;
         }
@@ -2881,7 +2897,8 @@ static bool step_conn(uint64_t n, void *ctx)
         c.w = 0;
         if (!reading) /* the one failure was spent on the first try */
             cr_assert_eq(tern_stream_read_start(loop, c.r, conn_read, &c), 0);
-        cr_assert(run_until(loop, conn_reader_settled, &c), "the reader was told neither the end nor an error");
+        cr_assert(run_until(loop, conn_reader_settled, &c),
+                  "the reader was told neither the end nor an error");
         /* The writer is gone, so a reader still reading would be told again now. */
         for (int i = 0; i < 3; i++)
             tern_loop_run_once(loop, 5 * (int64_t)MS);
@@ -2903,7 +2920,8 @@ static bool step_conn(uint64_t n, void *ctx)
         cr_assert_eq(c.done[1], !c.world_refused);
         if (c.status[0] < 0)
             cr_assert(c.status[1] == c.status[0] || c.world_refused,
-                      "a write queued after a failed one ended with %s", tern_err_name(c.status[1]));
+                      "a write queued after a failed one ended with %s",
+                      tern_err_name(c.status[1]));
         cr_assert_leq(c.read_errors, 1, "a read error was told twice");
         cr_assert_eq(c.after_end, 0, "the reader was called after its end or its error");
         if (c.status[0] == 0) {
@@ -2953,7 +2971,8 @@ static void conn_walk(enum conn_kind kind, int err, const char *what)
         warm_up(tern__backend_names[i]);
         struct conn_ctx x = {.backend = tern__backend_names[i], .kind = kind, .err = err};
         char name[96];
-        snprintf(name, sizeof(name), "%s %s (%s)", what, tern__backend_names[i], tern_err_name(-err));
+        snprintf(name, sizeof(name), "%s %s (%s)", what, tern__backend_names[i],
+                 tern_err_name(-err));
         walk(name, step_conn, &x);
     }
 }
@@ -3018,8 +3037,9 @@ static bool step_tty_calls(uint64_t n, void *ctx)
     static const int modes[3] = {TERN_TTY_RAW, TERN_TTY_NORMAL, TERN_TTY_RAW};
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(tcgetattr(keep, &before), 0);
-        bool ok = ARMED(modes[i] == TERN_TTY_RAW ? "tern_tty_set_mode(raw)" : "tern_tty_set_mode(normal)",
-                        tern_tty_set_mode(loop, ts, modes[i]));
+        bool ok =
+            ARMED(modes[i] == TERN_TTY_RAW ? "tern_tty_set_mode(raw)" : "tern_tty_set_mode(normal)",
+                  tern_tty_set_mode(loop, ts, modes[i]));
         cr_assert_eq(tcgetattr(keep, &now), 0);
         if (!ok)
             cr_assert(tty_same(&before, &now), "a refused mode change changed the terminal");

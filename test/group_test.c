@@ -259,7 +259,8 @@ static void busy_done(tern_loop *loop, tern_id id, int status, void *result, voi
     busy_count(loop);
     struct busy *bz = arg;
     bz->jobs--;
-    if (!atomic_load(&busy_stop) && tern_submit(loop, TERN_BOUNDED, busy_work, busy_done, bz, NULL) == 0)
+    if (!atomic_load(&busy_stop) &&
+        tern_submit(loop, TERN_BOUNDED, busy_work, busy_done, bz, NULL) == 0)
         bz->jobs++;
 }
 

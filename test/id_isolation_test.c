@@ -134,8 +134,10 @@ Test(ids, connect_internals_out_of_reach, .timeout = 60)
                  0);
     assert_strangers(loop, stream + 1, stream + 8, 0);
     for (tern_id id = stream + 1; id <= stream + 8; id++)
-        cr_expect_eq(tern__test_cancel_now(loop, id), -ENOENT, "tern__test_cancel_now(%llu) reached the connect's "
-                     "own lookup or timer", (unsigned long long)id);
+        cr_expect_eq(tern__test_cancel_now(loop, id), -ENOENT,
+                     "tern__test_cancel_now(%llu) reached the connect's "
+                     "own lookup or timer",
+                     (unsigned long long)id);
 
     for (int i = 0; i < 2000 && connect_status == 1; i++)
         tern_loop_run_once(loop, MS);

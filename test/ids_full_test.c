@@ -40,7 +40,8 @@ static void loop_done(tern_loop *loop, tern_id hooks[ROOM])
  * Walk n = 1, 2, ... arming the nth allocation of start(loop) until it
  * makes none; each refusal leaves nothing. Returns how many were refused.
  */
-static unsigned walk(int (*start)(tern_loop *loop, tern_id *idp), void (*finish)(tern_loop *loop, tern_id id))
+static unsigned walk(int (*start)(tern_loop *loop, tern_id *idp),
+                     void (*finish)(tern_loop *loop, tern_id id))
 {
     unsigned refused = 0;
     for (uint64_t n = 1; n < 50; n++) {

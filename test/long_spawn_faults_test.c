@@ -47,7 +47,8 @@ Test(long_spawn_faults, a_long_job_without_a_thread_is_refused_for_threads,
     cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_THREADS);
     tern_pool_stats after;
     tern_pool_stats_get(&after);
-    cr_assert_eq(ph_refused(&after, TERN_REFUSED_THREADS) - ph_refused(&before, TERN_REFUSED_THREADS),
+    cr_assert_eq(ph_refused(&after, TERN_REFUSED_THREADS) -
+                     ph_refused(&before, TERN_REFUSED_THREADS),
                  1u, "refused once, for threads");
     cr_assert_eq(after.long_threads, 0u, "no long worker is counted");
     cr_assert_eq(after.long_busy, 0u);

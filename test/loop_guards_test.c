@@ -109,7 +109,8 @@ Test(loop_guards, a_call_on_a_freed_group_aborts, .timeout = TEST_TIMEOUT)
 {
     if (!KEEPS_FREED_BLOCKS)
         cr_skip_test("free() cannot keep freed blocks in this build");
-    expect_abort(size_of_freed_group, NULL, "tern_group_size", "REQUIRE failed: NULL or freed group");
+    expect_abort(size_of_freed_group, NULL, "tern_group_size",
+                 "REQUIRE failed: NULL or freed group");
 }
 
 Test(loop_guards, a_call_on_a_freed_loop_aborts, .timeout = TEST_TIMEOUT)

@@ -133,7 +133,8 @@ Test(loop, stop_from_another_thread_wakes_the_loop, .timeout = TEST_TIMEOUT)
     pthread_join(t, NULL);
     cr_assert(s.step_seen, "the loop never reached step 4");
     cr_assert_eq(atomic_load(&fired), 0);
-    cr_assert_geq(loop_stats(loop).wake_syscalls, 1, "a sleeping loop was woken without a syscall?");
+    cr_assert_geq(loop_stats(loop).wake_syscalls, 1,
+                  "a sleeping loop was woken without a syscall?");
     cr_assert_eq(tern_timer_stop(loop, id), 0);
     loop_free_clean(loop);
 }
@@ -160,7 +161,8 @@ Test(loop, unref_timer_does_not_keep_the_loop_alive, .timeout = TEST_TIMEOUT)
 
     cr_assert_eq(tern_ref(loop, id), 0);
     cr_assert_eq(tern_loop_run(loop), 0);
-    cr_assert_eq(atomic_load(&fired), 1, "a re-referenced timer keeps the loop alive until it fires");
+    cr_assert_eq(atomic_load(&fired), 1,
+                 "a re-referenced timer keeps the loop alive until it fires");
     loop_free_clean(loop);
 }
 

@@ -137,5 +137,6 @@ static void body_pause_on_overflow(void *ctx)
 
 Test(pause_overflow, a_pause_from_a_job_on_an_overflow_worker_aborts, .timeout = TEST_TIMEOUT)
 {
-    expect_abort(body_pause_on_overflow, NULL, "tern_group_pause", "called from a bounded pool job");
+    expect_abort(body_pause_on_overflow, NULL, "tern_group_pause",
+                 "called from a bounded pool job");
 }

@@ -43,8 +43,7 @@ static struct env_case cases[] = {
     {"TERN_POOL_THREADS", "0", THREADS, 0, "is out of range for tern_pool_config.threads"},
     {"TERN_POOL_THREADS", "1025", THREADS, 0, "is out of range for tern_pool_config.threads"},
     /* 2^32 + 3: a number the field cannot hold is refused, never cut to 3. */
-    {"TERN_POOL_THREADS", "4294967299", THREADS, 0,
-     "is out of range for tern_pool_config.threads"},
+    {"TERN_POOL_THREADS", "4294967299", THREADS, 0, "is out of range for tern_pool_config.threads"},
     {"TERN_POOL_QUEUE_CAPACITY", "cup", QUEUE, 0, "is not a decimal number"},
     {"TERN_POOL_QUEUE_CAPACITY", "0", QUEUE, 0,
      "is out of range for tern_pool_config.queue_capacity"},
@@ -61,7 +60,8 @@ static struct env_case cases[] = {
     /* More milliseconds than 2^64 nanoseconds hold. */
     {"TERN_POOL_LONG_IDLE_TIMEOUT_MS", "18446744073710", LONG_IDLE, 0, "is not a decimal number"},
     {"TERN_POOL_STALL_MS", "never", STALL, 0, "is not a decimal number"},
-    {"TERN_POOL_STALL_MS", "4611686018428", STALL, 0, "is out of range for tern_pool_watch.stall_ns"},
+    {"TERN_POOL_STALL_MS", "4611686018428", STALL, 0,
+     "is out of range for tern_pool_watch.stall_ns"},
     {"TERN_POOL_OVERFLOW_MAX", "many", OVERFLOW_MAX, 0, "is not a decimal number"},
     {"TERN_POOL_OVERFLOW_MAX", "65", OVERFLOW_MAX, 0,
      "is out of range for tern_pool_watch.overflow_max"},

@@ -207,7 +207,8 @@ Test(pool_start_edges, a_second_shutdown_waits_for_the_first, .timeout = TEST_TI
     cr_assert_eq(ids[0], 0u, "ids are written only on success");
     tern_pool_stats after;
     tern_pool_stats_get(&after);
-    cr_assert_eq(ph_refused(&after, TERN_REFUSED_SHUTDOWN) - ph_refused(&before, TERN_REFUSED_SHUTDOWN),
+    cr_assert_eq(ph_refused(&after, TERN_REFUSED_SHUTDOWN) -
+                     ph_refused(&before, TERN_REFUSED_SHUTDOWN),
                  2u, "one refusal per job of the batch");
     cr_assert_eq(loop_live(loop), 1u, "only the gated job is live");
 

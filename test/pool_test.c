@@ -120,7 +120,8 @@ Test(pool, start_twice_same_config_ok_different_einval)
     c[1].long_threads_max = 9;
     c[2].long_idle_timeout_ns = a.long_idle_timeout_ns + 1;
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(tern_pool_start(&c[i]), -EINVAL, "field %d: a different value was accepted", i);
+        cr_assert_eq(tern_pool_start(&c[i]), -EINVAL, "field %d: a different value was accepted",
+                     i);
     bool ok;
     PH_WAIT_UNTIL(ok, ph_stats().threads == 2u);
     cr_assert(ok, "the conflicting start changed the pool (%u threads)", ph_stats().threads);

@@ -154,7 +154,8 @@ static uint64_t run_producers(unsigned producers, unsigned per_producer, unsigne
                  (unsigned long long)r.out_of_order);
     cr_assert_eq(r.wrong_thread, 0, "G1: %llu posts ran off the loop thread",
                  (unsigned long long)r.wrong_thread);
-    cr_assert_eq(r.wrong_step, 0, "%llu posts ran outside step 1", (unsigned long long)r.wrong_step);
+    cr_assert_eq(r.wrong_step, 0, "%llu posts ran outside step 1",
+                 (unsigned long long)r.wrong_step);
     cr_assert_eq(r.wrong_current, 0);
     for (unsigned i = 0; i < producers; i++)
         cr_assert_eq(r.next_seq[i], per_producer);
@@ -661,8 +662,8 @@ Test(post, a_thread_posting_to_two_loops_keeps_each_ones_order, .timeout = TEST_
         unsigned k = 1 + (unsigned)rand() % 300;
         bool to_a = rand() & 1;
         for (unsigned j = 0; j < k; j++)
-            cr_assert_eq(to_a ? tern_post(a, seq_a, (void *)na++) : tern_post(b, seq_b, (void *)nb++),
-                         0);
+            cr_assert_eq(
+                to_a ? tern_post(a, seq_a, (void *)na++) : tern_post(b, seq_b, (void *)nb++), 0);
         if (rand() % 8 == 0) /* sometimes a loop takes what it has mid-run */
             cr_assert_geq(tern_loop_run_once(to_a ? a : b, 0), 0);
     }

@@ -268,7 +268,8 @@ Test(refusals, the_launch_itself, .timeout = TEST_TIMEOUT)
 Test(refusals, dev_null_for_an_ignored_descriptor, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
-    refuse_when(SYS_openat, 2, O_RDWR | O_CLOEXEC, ENFILE, THIS_THREAD); /* /dev/null as tern opens it */
+    refuse_when(SYS_openat, 2, O_RDWR | O_CLOEXEC, ENFILE,
+                THIS_THREAD); /* /dev/null as tern opens it */
     tern_process_options o;
     options_sh(&o, "exit 0");
     tern_stdio io[2] = {{.kind = TERN_STDIO_INHERIT}, {.kind = TERN_STDIO_IGNORE}};

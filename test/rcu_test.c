@@ -108,7 +108,8 @@ Test(rcu, a_grace_period_waits_for_a_running_callback, .timeout = 30)
               LIVENESS_NS / 1000000000ull);
     cr_assert(!atomic_load(&g.returned_early),
               "synchronize_rcu returned while a callback that began before it still ran");
-    cr_assert(atomic_load(&g.writer_saw_done), "synchronize_rcu returned before the callback ended");
+    cr_assert(atomic_load(&g.writer_saw_done),
+              "synchronize_rcu returned before the callback ended");
     tern_loop_free(loop);
 }
 

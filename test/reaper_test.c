@@ -155,7 +155,8 @@ static int pidfds_open(void)
     while ((e = readdir(d)) != NULL) {
         char link[300], target[64] = {0};
         snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-        if (readlink(link, target, sizeof target - 1) > 0 && strcmp(target, "anon_inode:[pidfd]") == 0)
+        if (readlink(link, target, sizeof target - 1) > 0 &&
+            strcmp(target, "anon_inode:[pidfd]") == 0)
             n++;
     }
     closedir(d);

@@ -161,7 +161,8 @@ Test(ring_cell, an_item_claimed_but_not_freed_is_not_taken_a_lap_on)
     tern__ring_destroy(&ring);
 }
 
-Test(ring_cell, an_item_the_ring_cannot_hold_is_refused, .signal = SIGABRT, .init = cr_redirect_stderr)
+Test(ring_cell, an_item_the_ring_cannot_hold_is_refused, .signal = SIGABRT,
+     .init = cr_redirect_stderr)
 {
     alignas(TERN_CACHELINE) static struct tern__ring ring;
     cr_assert_eq(tern__ring_init(&ring, 2), 0);

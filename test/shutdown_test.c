@@ -289,8 +289,8 @@ Test(shutdown, repeated_start_and_shutdown_cycles)
         PH_PUMP_UNTIL(ok, loop, atomic_load(&j.done_calls) == 1);
         cr_assert(ok, "round %d", round);
         cr_assert_eq(j.status, 0);
-        cr_assert_eq(tern_pool_shutdown(round % 2 ? TERN_POOL_CANCEL : TERN_POOL_DRAIN, 10 * PH_SEC),
-                     0);
+        cr_assert_eq(
+            tern_pool_shutdown(round % 2 ? TERN_POOL_CANCEL : TERN_POOL_DRAIN, 10 * PH_SEC), 0);
     }
     tern_loop_free(loop);
 }

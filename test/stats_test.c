@@ -267,7 +267,8 @@ Test(stats, percentiles_are_non_zero_ordered_and_cover_the_run_time)
     cr_assert(ok);
 
     tern_pool_stats s;
-    PH_WAIT_UNTIL(ok, (s = ph_stats(), s.completed == N && s.run_p50_ns != 0 && s.wait_p50_ns != 0));
+    PH_WAIT_UNTIL(ok,
+                  (s = ph_stats(), s.completed == N && s.run_p50_ns != 0 && s.wait_p50_ns != 0));
     cr_assert(ok, "percentiles stayed zero: wait p50 %llu run p50 %llu",
               (unsigned long long)s.wait_p50_ns, (unsigned long long)s.run_p50_ns);
     cr_log_info("wait p50 %llu p99 %llu, run p50 %llu p99 %llu ns",

@@ -1,5 +1,5 @@
 /*
- * Batch take (pool/pool_p.h, "Batch take"): a bounded worker takes a run
+ * Batch take (pool/bounded.h, "Batch take"): a bounded worker takes a run
  * of queue entries in one step and owes the queued slots of the jobs it
  * claims until the run ends. These tests hold the pool to what that must
  * not change:
@@ -62,9 +62,9 @@ static void quiescent(tern_loop *loop, ph_job *jobs, int n, int total)
     cr_assert_eq(s.tombstones, 0u);
     cr_assert_eq(tern__test_pool_run_left(), 0u);
     cr_assert_eq(s.submitted, (uint64_t)total);
-    cr_assert_eq(s.submitted, s.completed + s.cancelled, "submitted %lu completed %lu cancelled %lu",
-                 (unsigned long)s.submitted, (unsigned long)s.completed,
-                 (unsigned long)s.cancelled);
+    cr_assert_eq(s.submitted, s.completed + s.cancelled,
+                 "submitted %lu completed %lu cancelled %lu", (unsigned long)s.submitted,
+                 (unsigned long)s.completed, (unsigned long)s.cancelled);
     for (int i = 0; i < n; i++)
         cr_assert_eq(atomic_load(&jobs[i].done_calls), 1, "job %d done %d times", i,
                      atomic_load(&jobs[i].done_calls));

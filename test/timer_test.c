@@ -268,7 +268,8 @@ static void killer_cb(tern_loop *loop, tern_id id, void *arg)
     (void)id;
     struct pair *p = arg;
     atomic_fetch_add(&p->killer_calls, 1);
-    p->stop_rc = p->use_cancel ? tern__test_cancel_now(loop, p->victim) : tern_timer_stop(loop, p->victim);
+    p->stop_rc =
+        p->use_cancel ? tern__test_cancel_now(loop, p->victim) : tern_timer_stop(loop, p->victim);
 }
 
 /* Two timers expire in the same step 5 (equal deadline, killer first);

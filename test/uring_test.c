@@ -64,7 +64,8 @@ BACKEND_TEST(uring, readiness_of_a_replaced_file_is_never_reported)
     write_byte(a[1]);
     for (int i = 0; i < 5; i++)
         tern_loop_run_once(loop, 0);
-    cr_assert_eq(atomic_load(&now.calls), 0, "the old file's readiness was reported for the new one");
+    cr_assert_eq(atomic_load(&now.calls), 0,
+                 "the old file's readiness was reported for the new one");
     cr_assert_eq(atomic_load(&old.calls), 0, "a stopped watcher was called");
 
     write_byte(b[1]);

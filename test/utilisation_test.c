@@ -126,7 +126,8 @@ Test(utilisation, many_timely_deadlines_keep_the_median_low)
     cr_assert_eq(tern_loop_new(&loop, NULL), 0);
     int fired = 0;
     for (int i = 0; i < 100; i++)
-        cr_assert_eq(tern_timer_start(loop, (uint64_t)(i + 1) * 100000, 0, on_timer, &fired, NULL), 0);
+        cr_assert_eq(tern_timer_start(loop, (uint64_t)(i + 1) * 100000, 0, on_timer, &fired, NULL),
+                     0);
     cr_assert_eq(tern_loop_run(loop), 0);
     cr_assert_eq(fired, 100);
     tern_loop_stats st = stats(loop);

@@ -301,8 +301,8 @@ static void start_in_walk(tern_loop *loop, const tern_op_info *op, void *arg)
     tern_timer_start(loop, HOUR, 0, noop_timer, NULL, NULL);
 }
 
-Test(walk, a_callback_that_starts_an_operation_aborts, .signal = SIGABRT, .init = cr_redirect_stderr,
-     .timeout = TEST_TIMEOUT)
+Test(walk, a_callback_that_starts_an_operation_aborts, .signal = SIGABRT,
+     .init = cr_redirect_stderr, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
     cr_assert_eq(tern_timer_start(loop, HOUR, 0, noop_timer, NULL, NULL), 0);

@@ -357,9 +357,10 @@ typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg
  * there is neither (and in -Dportable builds) a handler writes to a pipe
  * the loop watches: the previous action is saved and the signal unblocked
  * in the calling thread instead, both restored by stop. For a
- * TERN_LOOP_RCU loop it also has liburcu's default call_rcu helper created (if it does not exist yet) with every
- * signal blocked. Other threads of the application must block the signal
- * too, or the kernel may deliver it to them instead.
+ * TERN_LOOP_RCU loop it also has liburcu's default call_rcu helper
+ * created (if it does not exist yet) with every signal blocked. Other
+ * threads of the application must block the signal too, or the kernel
+ * may deliver it to them instead.
  * Several watchers of one signal, on one loop or several, each get one
  * callback per delivery, each on its own loop (one watcher reads the
  * signal and hands it to the others); starting a watcher on another loop

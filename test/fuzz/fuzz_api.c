@@ -896,7 +896,8 @@ static void step_timer_stop(struct input *in)
         ENSURE(rc == -ENOENT || id == 0, "tern_timer_stop of a non-timer or foreign id: %s",
                tern_err_name(rc));
     if (rc == 0) {
-        ENSURE(r != NULL && r->kind == K_TIMER && r->slot == s, "stopped an id that is no timer here");
+        ENSURE(r != NULL && r->kind == K_TIMER && r->slot == s,
+               "stopped an id that is no timer here");
         ENSURE(!r->stopped, "tern_timer_stop succeeded on a finished timer");
         r->stopped = true;
     }
@@ -1030,7 +1031,8 @@ static int pair_fd(unsigned c)
 {
     if (pairs[0][0] < 0) {
         for (int i = 0; i < PAIRS; i++)
-            ENSURE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pairs[i]) == 0,
+            ENSURE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pairs[i]) ==
+                       0,
                    "socketpair");
     }
     return pairs[c % PAIRS][0];
@@ -1804,8 +1806,8 @@ static void step_submit_with(struct input *in)
     sane_rc(rc, "tern_submit_with");
     if (bad) {
         /* A request allocates before admission checks the options. */
-        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "tern_submit_with with a bad owner or timeout: %s",
-               tern_err_name(rc));
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)),
+               "tern_submit_with with a bad owner or timeout: %s", tern_err_name(rc));
         return;
     }
     ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
@@ -1840,8 +1842,8 @@ static void step_resolve_with(struct input *in)
     sane_rc(rc, "tern_resolve_with");
     if (bad) {
         /* A request allocates before admission checks the options. */
-        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "tern_resolve_with with a bad owner or timeout: %s",
-               tern_err_name(rc));
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)),
+               "tern_resolve_with with a bad owner or timeout: %s", tern_err_name(rc));
         return;
     }
     ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
@@ -1897,8 +1899,8 @@ static void step_fs_with(struct input *in)
     sane_rc(rc, "file request with options");
     if (bad) {
         /* A request allocates before admission checks the options. */
-        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)), "a file request with a bad owner or timeout: %s",
-               tern_err_name(rc));
+        ENSURE(rc == -EINVAL || (fault_armed && injected(rc)),
+               "a file request with a bad owner or timeout: %s", tern_err_name(rc));
         return;
     }
     ENSURE(rc == 0 || rc == -EAGAIN || rc == -EINVAL || (fault_armed && injected(rc)),
@@ -2439,7 +2441,8 @@ static void step_tty(struct input *in)
     int t = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
     ENSURE(t >= 0, "opening a pseudo-terminal's terminal end");
     extra_fd_keep(m);
-    struct winsize ws = {.ws_row = (unsigned short)(1 + (c >> 4)), .ws_col = (unsigned short)(80 + c)};
+    struct winsize ws = {.ws_row = (unsigned short)(1 + (c >> 4)),
+                         .ws_col = (unsigned short)(80 + c)};
     ENSURE(ioctl(m, TIOCSWINSZ, &ws) == 0, "setting a window size");
     struct termios first, now;
     ENSURE(tcgetattr(t, &first) == 0, "tcgetattr");

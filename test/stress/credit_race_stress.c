@@ -429,8 +429,9 @@ int main(int argc, char **argv)
     printf("credit_race_stress: %.2f s: %" PRIu64 " of %" PRIu64 " jobs accepted, %" PRIu64
            " cancelled\n", secs, accepted, expected, cancelled);
     report();
-    STRESS_CHECK(accepted == expected, "every job was submitted and accepted (%" PRIu64 " of %" PRIu64 ")",
-                 accepted, expected);
+    STRESS_CHECK(accepted == expected,
+                 "every job was submitted and accepted (%" PRIu64 " of %" PRIu64 ")", accepted,
+                 expected);
     STRESS_CHECK(missing == 0, "every accepted job got its done (%" PRIu64 " missing)", missing);
     STRESS_CHECK(twice == 0, "no job got two dones, no refused job got one (%" PRIu64 ")", twice);
     STRESS_CHECK(bad_status == 0, "every status is 0 or -ECANCELED (%" PRIu64 " not)", bad_status);

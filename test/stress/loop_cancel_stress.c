@@ -47,7 +47,8 @@ static uint64_t mono_ns(void)
 
 static void sleep_ns(uint64_t ns)
 {
-    struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u) };
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -351,13 +352,15 @@ int main(int argc, char **argv)
     }
     CHECK(bad_arm == 0, "%u timers failed to arm", bad_arm);
     CHECK(long_fired == 0, "%u cancelled one-hour timers fired", long_fired);
-    CHECK(uncancelled == 0, "%u long/repeat timers were never cancelled (bookkeeping)", uncancelled);
+    CHECK(uncancelled == 0, "%u long/repeat timers were never cancelled (bookkeeping)",
+          uncancelled);
     CHECK(twice == 0, "%u one-shot timers fired more than once", twice);
     CHECK(wrong == 0, "%u callbacks saw a wrong id, loop or thread", wrong);
     CHECK(lost == 0, "%u short timers neither fired nor were cancelled", lost);
     CHECK(shorts_fired + shorts_cancelled == shorts, "short timers do not add up");
     CHECK(shorts + longs + repeats == n, "records do not add up");
-    CHECK(atomic_load(&g.arm_posts) == n, "arm posts %" PRIu64, (uint64_t)atomic_load(&g.arm_posts));
+    CHECK(atomic_load(&g.arm_posts) == n, "arm posts %" PRIu64,
+          (uint64_t)atomic_load(&g.arm_posts));
 
     /* Ids are never reused: every armed timer and the sentinel distinct. */
     tern_id *ids = malloc((n + 1) * sizeof *ids);
@@ -381,9 +384,9 @@ int main(int argc, char **argv)
            " fires); %" PRIu64 " cross-thread cancels, %" PRIu64 " doubled, %" PRIu64
            " stale; %" PRIu64 " turns, %" PRIu64 " wake syscalls, %" PRIu64 " post refusals\n",
            n, (double)elapsed / 1e9, shorts, shorts_fired, shorts_cancelled, longs, repeats,
-           repeat_fires, (uint64_t)atomic_load(&g.cancels), (uint64_t)atomic_load(&g.double_cancels),
-           (uint64_t)atomic_load(&g.stale_cancels), s.turns, s.wake_syscalls,
-           (uint64_t)atomic_load(&g.refused));
+           repeat_fires, (uint64_t)atomic_load(&g.cancels),
+           (uint64_t)atomic_load(&g.double_cancels), (uint64_t)atomic_load(&g.stale_cancels),
+           s.turns, s.wake_syscalls, (uint64_t)atomic_load(&g.refused));
     stress_phase("tern_loop_free", 30 * STRESS_SEC);
     stress_loop_free(g.loop);
     free(g.recs);

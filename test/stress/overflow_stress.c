@@ -284,9 +284,10 @@ int main(void)
                        can = atomic_load(&n_cancelled), tmo = atomic_load(&n_timed_out);
     STRESS_CHECK(atomic_load(&n_bad) == 0, "no done had a status its job cannot have (%llu did)",
                  atomic_load(&n_bad));
-    STRESS_CHECK(acc == ok + can + tmo,
-                 "every accepted job was done once: %llu = %llu ok + %llu cancelled + %llu timed out",
-                 acc, ok, can, tmo);
+    STRESS_CHECK(
+        acc == ok + can + tmo,
+        "every accepted job was done once: %llu = %llu ok + %llu cancelled + %llu timed out", acc,
+        ok, can, tmo);
     STRESS_CHECK(p.submitted == p.completed + p.cancelled + p.timed_out,
                  "the pool's books: submitted %" PRIu64 " = completed %" PRIu64
                  " + cancelled %" PRIu64 " + timed out %" PRIu64,

@@ -44,7 +44,8 @@ static uint64_t mono_ns(void)
 
 static void sleep_ns(uint64_t ns)
 {
-    struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u) };
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }

@@ -28,7 +28,8 @@
  * or with -ESHUTDOWN while a shutdown is under way: a submitter is refused
  * or served by the restarted pool, never by a freed one (the faults this
  * hunts: a stale submitter reads the freed pool, which ASan reports, or
- * leaves a job where no worker will take it, which the watchdog reports). Checked: every accepted job gets exactly one done,
+ * leaves a job where no worker will take it, which the watchdog reports). Checked: every
+ * accepted job gets exactly one done,
  * status 0 or -ECANCELED; each loop's tern_loop_run returns 0 with
  * undelivered 0 and live_operations 0; the frees and a last shutdown end.
  *

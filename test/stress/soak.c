@@ -72,7 +72,8 @@ static uint64_t mono_ns(void)
 
 static void sleep_ns(uint64_t ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -659,7 +660,8 @@ static void setup_loop(struct lstate *ls, int index)
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, ls->sp[i]) != 0)
             rc = -errno;
         else
-            rc = tern_io_start(ls->loop, ls->sp[i][0], TERN_READABLE, pair_readable, ls, &ls->io[i]);
+            rc =
+                tern_io_start(ls->loop, ls->sp[i][0], TERN_READABLE, pair_readable, ls, &ls->io[i]);
     }
     if (rc == 0)
         rc = tern_timer_start(ls->loop, MS, MS, tick, ls, &ls->tick);

@@ -187,7 +187,8 @@ static void submit_n(tern_loop *loop, struct member *m, unsigned n, unsigned blo
 /* One submission: a single job or a batch, with or without a deadline. */
 static void submit(tern_loop *loop, struct member *m)
 {
-    unsigned n = stress_below(&m->rng, 3) == 0 ? 1 : 2 + (unsigned)stress_below(&m->rng, MAX_BATCH - 1);
+    unsigned n =
+        stress_below(&m->rng, 3) == 0 ? 1 : 2 + (unsigned)stress_below(&m->rng, MAX_BATCH - 1);
     bool deadline = stress_below(&m->rng, 8) == 0;
     unsigned block_at = n;
     if (m->blockers == 0 && stress_below(&m->rng, 40) == 0)

@@ -115,11 +115,11 @@ int app_final_json(const struct app *app, char *buf, size_t cap)
     return snprintf(
         buf, cap,
         "{\"server\":{\"loops\":%u,\"accepted\":%" PRIu64 ",\"requests\":%" PRIu64
-        ",\"responses\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"shed\":%" PRIu64
-        ",\"hash_done\":%" PRIu64 ",\"hash_cancelled\":%" PRIu64 ",\"slow_completed\":%" PRIu64
-        ",\"slow_cancelled\":%" PRIu64 ",\"slowloris_closed\":%" PRIu64
-        ",\"idle_closed\":%" PRIu64 ",\"slow_reader_closed\":%" PRIu64
-        ",\"too_large\":%" PRIu64 ",\"upgrade_refused\":%" PRIu64 ",\"reconfigurations\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
+        ",\"responses\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"shed\":%" PRIu64 ",\"hash_done\":%" PRIu64
+        ",\"hash_cancelled\":%" PRIu64 ",\"slow_completed\":%" PRIu64 ",\"slow_cancelled\":%" PRIu64
+        ",\"slowloris_closed\":%" PRIu64 ",\"idle_closed\":%" PRIu64
+        ",\"slow_reader_closed\":%" PRIu64 ",\"too_large\":%" PRIu64 ",\"upgrade_refused\":%" PRIu64
+        ",\"reconfigurations\":%u,\"shed_wait_ms\":%" PRIu64 "},\n"
         " \"refusals\":%s,\n"
         " \"loops\":%s,\n"
         " \"pool\":{\"threads\":%u,\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64
@@ -129,7 +129,6 @@ int app_final_json(const struct app *app, char *buf, size_t cap)
         total.shed_refused + total.shed_wait + total.shed_long, total.hash_done,
         total.hash_cancelled, total.slow_completed, total.slow_cancelled, total.slowloris_closed,
         total.idle_closed, total.slow_reader_closed, total.too_large, total.upgrade_refused,
-        app->reconfigurations, app->servers[0].shed_wait_ns / 1000000,
-        refusals, loops, p.threads, p.submitted, p.completed,
-        p.cancelled, p.queued_peak, p.wait_p50_ns, p.wait_p99_ns);
+        app->reconfigurations, app->servers[0].shed_wait_ns / 1000000, refusals, loops, p.threads,
+        p.submitted, p.completed, p.cancelled, p.queued_peak, p.wait_p50_ns, p.wait_p99_ns);
 }

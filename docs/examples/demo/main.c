@@ -124,8 +124,9 @@ static _Noreturn void abandon(struct app *app, const char *why)
     struct gauges g;
     struct counters total;
     app_totals(&app->servers[0], &total, &g);
-    fprintf(stderr, "tern-demo: %s: abandoning %u connection(s), %u job(s) on %u loop(s), exit %d\n",
-            why, g.conns, g.jobs, app->nloops, EXIT_ABANDONED);
+    fprintf(stderr,
+            "tern-demo: %s: abandoning %u connection(s), %u job(s) on %u loop(s), exit %d\n", why,
+            g.conns, g.jobs, app->nloops, EXIT_ABANDONED);
     print_final(app);
     _exit(EXIT_ABANDONED);
 }
