@@ -543,6 +543,8 @@ int tern__pidfd_probe(void)
 /* File watching                                                       */
 /* ------------------------------------------------------------------ */
 
+_Atomic bool tern__watch_stat_forced;
+
 const struct tern__watch_ops *tern__watch_choose(bool backend_vnode)
 {
     /*
@@ -550,9 +552,15 @@ const struct tern__watch_ops *tern__watch_choose(bool backend_vnode)
      * (libkqueue on Linux), so the kqueue conformance suite runs the code
      * the BSDs and macOS run.
      */
+#ifdef TERN_HAVE_KQUEUE
     if (backend_vnode)
         return &tern__watch_vnode;
+#else
+    (void)backend_vnode; /* only kqueue has the filter */
+#endif
 #ifdef TERN_HAVE_INOTIFY
+    if (atomic_load_explicit(&tern__watch_stat_forced, memory_order_relaxed))
+        return &tern__watch_stat;
     return &tern__watch_inotify;
 #else
     return &tern__watch_stat;

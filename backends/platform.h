@@ -256,6 +256,12 @@ int tern__pidfd_probe(void);
  */
 struct tern__watch_ops;
 const struct tern__watch_ops *tern__watch_choose(bool backend_vnode);
+/*
+ * While set (by the tests' seam, tern__set_watch_stat), loops created from
+ * now on without a file-change filter poll with stat, as a build without
+ * inotify does, so the normal build's suite runs the portable mechanism.
+ */
+extern __attribute__((visibility("hidden"))) _Atomic bool tern__watch_stat_forced;
 
 /*
  * Datagrams in batches, one code path for UDP: where the system has

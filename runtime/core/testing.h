@@ -27,6 +27,10 @@ const char *tern__loop_backend_name(const tern_loop *loop);
  * EVFILT_VNODE) or "stat" (polling). Defined in runtime/kinds/watch.c. */
 const char *tern__watch_source(const tern_loop *loop);
 
+/* Loops created from now on poll their file watches with stat where the
+ * build has inotify (platform.h, tern__watch_stat_forced). */
+void tern__set_watch_stat(bool on);
+
 /* Backends built into this library, NULL-terminated ("epoll", "poll"). */
 extern const char *const tern__backend_names[];
 

@@ -83,3 +83,8 @@ bool tern__test_reaper_running(void)
 {
     return tern__reaper_running();
 }
+
+void tern__set_watch_stat(bool on)
+{
+    atomic_store_explicit(&tern__watch_stat_forced, on, memory_order_relaxed);
+}
