@@ -169,6 +169,19 @@ static void round_trip(const char *backend, const char *host)
     loop_free_clean(loop);
 }
 
+/* Whether this host can bind IPv6 loopback; says so when it cannot. */
+static bool have_ipv6_loopback(void)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool v6 = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!v6)
+        cr_log_warn("no IPv6 loopback here; nothing to test");
+    return v6;
+}
+
 BACKEND_TEST(udp, ipv4_datagrams_carry_the_sender_address)
 {
     round_trip(backend, "127.0.0.1");
@@ -176,15 +189,8 @@ BACKEND_TEST(udp, ipv4_datagrams_carry_the_sender_address)
 
 BACKEND_TEST(udp, ipv6_datagrams_carry_the_sender_address)
 {
-    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    bool v6 = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    if (!v6) {
-        cr_log_warn("no IPv6 loopback here; nothing to test");
+    if (!have_ipv6_loopback())
         return;
-    }
     round_trip(backend, "::1");
 }
 
@@ -628,14 +634,7 @@ BACKEND_TEST(udp, dissolving_keeps_the_chosen_ipv4_port)
 
 BACKEND_TEST(udp, dissolving_keeps_the_chosen_ipv6_port)
 {
-    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    bool v6 = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    if (!v6) {
-        cr_log_warn("no IPv6 loopback here; nothing to test");
+    if (!have_ipv6_loopback())
         return;
-    }
     dissolve_keeps_the_port(backend, "::1");
 }
