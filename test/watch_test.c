@@ -177,6 +177,44 @@ BACKEND_TEST(watch, file_written_and_removed)
     loop_free_clean(loop);
 }
 
+/*
+ * What changes a file's or a directory's attributes but not its data is
+ * news too: a mode, a second link, a directory's mode. Each mechanism
+ * reports it as a change (inotify's IN_ATTRIB, EVFILT_VNODE's
+ * NOTE_ATTRIB/NOTE_LINK, stat's ctime, mode and link count).
+ */
+BACKEND_TEST(watch, attributes_and_links_are_news)
+{
+    tern_loop *loop = loop_new_backend(backend);
+    char dir[64], f[96], l[96];
+    tmpdir(dir, sizeof dir);
+    snprintf(f, sizeof f, "%s/f", dir);
+    snprintf(l, sizeof l, "%s/l", dir);
+    write_file(f, "x");
+    struct news w = {0};
+    cr_assert_eq(watch(loop, f, &w), 0);
+    unsigned at = 0;
+    settle();
+    cr_assert_eq(chmod(f, 0600), 0);
+    cr_assert(wait_news(loop, &w, &at, TERN_WATCH_CHANGE, NULL), "a mode change was silent");
+    settle();
+    cr_assert_eq(link(f, l), 0);
+    cr_assert(wait_news(loop, &w, &at, TERN_WATCH_CHANGE, NULL), "a second link was silent");
+    cr_assert_eq(tern_watch_stop(loop, w.id), 0);
+
+    struct news d = {0};
+    cr_assert_eq(watch(loop, dir, &d), 0);
+    at = 0;
+    settle();
+    cr_assert_eq(chmod(dir, 0750), 0);
+    cr_assert(wait_news(loop, &d, &at, TERN_WATCH_CHANGE, NULL), "a directory's mode was silent");
+    cr_assert_eq(tern_watch_stop(loop, d.id), 0);
+    cr_assert_eq(unlink(l), 0);
+    cr_assert_eq(unlink(f), 0);
+    cr_assert_eq(rmdir(dir), 0);
+    loop_free_clean(loop);
+}
+
 BACKEND_TEST(watch, file_renamed)
 {
     tern_loop *loop = loop_new_backend(backend);
