@@ -219,6 +219,55 @@ ParameterizedTest(unsigned *err, uring, refused_by_the_kernel_a_loop_runs_on_epo
 }
 
 /*
+ * More changes in one turn than the submission queue holds (its 256
+ * entries): starting 300 watchers, and later stopping them, fills the
+ * queue part way, so the backend submits what it has and goes on. Every
+ * watcher must still fire once its pipe has data, and none after its
+ * stop.
+ */
+#define MANY 300
+
+Test(uring, a_turn_with_more_changes_than_the_queue_holds)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    static int p[MANY][2];
+    static struct count c[MANY];
+    static tern_id ids[MANY];
+    tern_loop *loop = loop_asking_for("io_uring");
+    cr_assert_str_eq(tern_loop_backend_name(loop), "io_uring");
+    for (int i = 0; i < MANY; i++) {
+        make_pipe(p[i]);
+        write_byte(p[i][1]);
+        memset(&c[i], 0, sizeof c[i]);
+    }
+    for (int i = 0; i < MANY; i++)
+        cr_assert_eq(tern_io_start(loop, p[i][0], TERN_READABLE, count_cb, &c[i], &ids[i]), 0);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    int fired = 0;
+    while (fired < MANY && mono_ns() < end) {
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+        fired = 0;
+        for (int i = 0; i < MANY; i++)
+            fired += atomic_load(&c[i].calls) > 0;
+    }
+    cr_assert_eq(fired, MANY, "%d of %d watchers fired", fired, MANY);
+    for (int i = 0; i < MANY; i++)
+        cr_assert_eq(tern_io_stop(loop, ids[i]), 0);
+    unsigned calls[MANY];
+    for (int i = 0; i < MANY; i++)
+        calls[i] = atomic_load(&c[i].calls);
+    for (int turn = 0; turn < 3; turn++)
+        tern_loop_run_once(loop, 0);
+    for (int i = 0; i < MANY; i++) {
+        cr_assert_eq(atomic_load(&c[i].calls), calls[i], "watcher %d fired after its stop", i);
+        close(p[i][0]);
+        close(p[i][1]);
+    }
+    loop_free_clean(loop);
+}
+
+/*
  * The ring's creation is a descriptor site of the fault seam, so a loop
  * asking for io_uring has exactly as many as one on epoll (each backend
  * makes one descriptor of its own), and each failure is the loop's.
