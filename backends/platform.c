@@ -577,15 +577,19 @@ _Static_assert(sizeof(struct tern__dgram) == sizeof(struct mmsghdr) &&
                    offsetof(struct tern__dgram, len) == offsetof(struct mmsghdr, msg_len),
                "tern__dgram must match struct mmsghdr");
 
-int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n)
+int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n, int *err)
 {
     int rc = tern__net_fault();
-    if (rc < 0)
-        return rc;
-    do
-        rc = recvmmsg(fd, (struct mmsghdr *)d, n, MSG_DONTWAIT, NULL);
-    while (rc < 0 && errno == EINTR);
-    return rc < 0 ? -errno : rc;
+    if (rc == 0) {
+        do
+            rc = recvmmsg(fd, (struct mmsghdr *)d, n, MSG_DONTWAIT, NULL);
+        while (rc < 0 && errno == EINTR);
+        if (rc < 0)
+            rc = -errno;
+    }
+    /* An error after some datagrams the kernel keeps for the next call. */
+    *err = rc < 0 ? rc : 0;
+    return rc < 0 ? 0 : rc;
 }
 
 int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n)
@@ -597,9 +601,10 @@ int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n)
     return rc < 0 ? -errno : rc;
 }
 #else
-int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n)
+int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n, int *err)
 {
     unsigned got = 0;
+    *err = 0;
     for (; got < n; got++) {
         ssize_t r = tern__net_fault();
         if (r == 0) {
@@ -609,8 +614,10 @@ int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n)
             if (r < 0)
                 r = -errno;
         }
-        if (r < 0)
-            return got > 0 ? (int)got : (int)r;
+        if (r < 0) {
+            *err = (int)r; /* consumed here: told after the datagrams before it */
+            break;
+        }
         d[got].len = (unsigned)r;
     }
     return (int)got;

@@ -268,16 +268,18 @@ extern __attribute__((visibility("hidden"))) _Atomic bool tern__watch_stat_force
  * recvmmsg and sendmmsg, one system call moves up to n; elsewhere one
  * recvmsg or sendmsg each. The UDP fault site (tern__net_fault) is asked
  * before each system call. Receive (non-blocking) fills d[i].len and each
- * header's msg_flags and returns how many arrived, or the first call's
- * -errno (-EAGAIN: none). Send returns how many the kernel took, or the
- * head datagram's -errno; a failure after the first is the next call's to
- * report. Loop thread only (the socket's).
+ * header's msg_flags, returns how many arrived, and sets *err to 0 or to
+ * the -errno that ended the batch (-EAGAIN: the socket is empty), so an
+ * error met after some datagrams is told after them, not lost. Send
+ * returns how many the kernel took, or the head datagram's -errno; a
+ * failure after the first is the next call's to report. Loop thread only
+ * (the socket's).
  */
 struct tern__dgram {
     struct msghdr hdr;
     unsigned len;
 };
-int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n);
+int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n, int *err);
 int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n);
 
 /*

@@ -95,13 +95,12 @@ static void receive_batch(struct tern__udp *u, unsigned char *buf, size_t slot)
                                    .msg_iov = &iov[i],
                                    .msg_iovlen = 1};
     }
-    int n = tern__recv_dgrams(u->fd, d, TERN_UDP_BATCH);
-    if (n < 0) {
-        recv_failed(u, n);
-        return;
-    }
+    int err;
+    int n = tern__recv_dgrams(u->fd, d, TERN_UDP_BATCH, &err);
     for (int i = 0; i < n && still_receiving(u); i++)
         deliver(u, iov[i].iov_base, d[i].len, &from[i], d[i].hdr.msg_flags);
+    if (err != 0 && still_receiving(u))
+        recv_failed(u, err);
 }
 
 static void receive(struct tern__udp *u)
