@@ -196,10 +196,14 @@ static void warm_up(const char *backend)
 }
 
 /* Every backend built, or only TERN_TEST_BACKEND's (as loop_helpers.h). */
+/* As loop_helpers.h's backend_selected: TERN_TEST_BACKEND names the one
+ * backend to run, TERN_TEST_SKIP_BACKEND one to leave out. */
 static bool selected(const char *backend)
 {
     const char *only = getenv("TERN_TEST_BACKEND");
-    return only == NULL || strcmp(only, backend) == 0;
+    const char *skip = getenv("TERN_TEST_SKIP_BACKEND");
+    return (only == NULL || strcmp(only, backend) == 0) &&
+           (skip == NULL || strcmp(skip, backend) != 0);
 }
 
 /* Turn until *done(arg) or `ns` pass: for what may rightly never happen. */
