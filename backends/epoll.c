@@ -117,9 +117,42 @@ static int epoll_modify(struct tern__backend *b, int fd, unsigned old_events, un
     return 0;
 }
 
+/* Fill out[] from what epoll reported. */
+static inline __attribute__((always_inline)) void from_epoll(const struct epoll_event *evs, int n,
+                                                             struct tern__fired *out)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t e = evs[i].events;
+        out[i].fd = evs[i].data.fd;
+        out[i].events = ((e & EPOLLIN) ? TERN_READABLE : 0) | ((e & EPOLLOUT) ? TERN_WRITABLE : 0) |
+                        ((e & EPOLLHUP) ? TERN_HANGUP : 0) | ((e & EPOLLERR) ? TERN_ERROR : 0);
+    }
+}
+
+/* Always-ready descriptors first; those the array cannot hold now lead
+ * the next wait, which does not block either. Off the common path. */
+__attribute__((noinline)) static int wait_with_always_ready(struct tern__backend *b,
+                                                            struct tern__fired *out, int max)
+{
+    struct epoll_event evs[max];
+    struct always_ready *a = b->state;
+    int k = 0;
+    for (; k < (int)a->n && k < max; k++)
+        out[k] = a->fd[(a->next + (unsigned)k) % a->n];
+    a->next = (a->next + (unsigned)k) % a->n;
+    int n = k < max ? epoll_wait(b->fd, evs, max - k, 0) : 0;
+    if (n < 0)
+        return errno == EINTR ? k : -errno;
+    from_epoll(evs, n, out + k);
+    return k + n;
+}
+
 static int epoll_wait_backend(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
                               int max)
 {
+    struct always_ready *a = b->state;
+    if (__builtin_expect(a != NULL && a->n != 0, 0))
+        return wait_with_always_ready(b, out, max);
     struct epoll_event evs[max];
     int ms = -1;
     if (timeout_ns >= 0) {
@@ -127,27 +160,11 @@ static int epoll_wait_backend(struct tern__backend *b, int64_t timeout_ns, struc
             timeout_ns / 1000000 + (timeout_ns % 1000000 != 0); /* up, never past INT64_MAX */
         ms = r > INT_MAX ? INT_MAX : (int)r;
     }
-    /* Always-ready descriptors first; those the array cannot hold now
-     * lead the next wait, which does not block either. */
-    struct always_ready *a = b->state;
-    int k = 0;
-    for (; a != NULL && k < (int)a->n && k < max; k++)
-        out[k] = a->fd[(a->next + (unsigned)k) % a->n];
-    if (k > 0) {
-        a->next = (a->next + (unsigned)k) % a->n;
-        ms = 0;
-    }
-    int n = k < max ? epoll_wait(b->fd, evs, max - k, ms) : 0;
+    int n = epoll_wait(b->fd, evs, max, ms);
     if (n < 0)
-        return errno == EINTR ? k : -errno;
-    for (int i = 0; i < n; i++) {
-        uint32_t e = evs[i].events;
-        out[k + i].fd = evs[i].data.fd;
-        out[k + i].events = ((e & EPOLLIN) ? TERN_READABLE : 0) |
-                            ((e & EPOLLOUT) ? TERN_WRITABLE : 0) |
-                            ((e & EPOLLHUP) ? TERN_HANGUP : 0) | ((e & EPOLLERR) ? TERN_ERROR : 0);
-    }
-    return k + n;
+        return errno == EINTR ? 0 : -errno;
+    from_epoll(evs, n, out);
+    return n;
 }
 
 const struct tern__backend_ops tern__backend_epoll = {
