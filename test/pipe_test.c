@@ -461,3 +461,42 @@ BACKEND_TEST(pipe, dev_null_is_always_ready)
     close(w);
     loop_free_clean(loop);
 }
+
+/*
+ * More always-ready devices than one wait reports (the loop's fired array
+ * holds 256): every one is reported in its turn, none starved by those
+ * ahead of it; a change of interest and a stop are kept for each.
+ */
+#define DEVICES 300
+
+BACKEND_TEST(pipe, many_always_ready_devices_each_get_their_turn)
+{
+    /* Not kqueue: libkqueue never reports /dev/null (see above). */
+    if (strcmp(backend, "kqueue") == 0)
+        return;
+    static int fds[DEVICES];
+    static atomic_uint n[DEVICES];
+    static tern_id ids[DEVICES];
+    tern_loop *loop = loop_new_backend(backend);
+    for (int i = 0; i < DEVICES; i++) {
+        fds[i] = open("/dev/null", O_RDONLY);
+        cr_assert_geq(fds[i], 0);
+        atomic_store(&n[i], 0);
+        cr_assert_eq(tern_io_start(loop, fds[i], TERN_READABLE, count_io, &n[i], &ids[i]), 0);
+    }
+    cr_assert_eq(tern_io_modify(loop, ids[0], TERN_READABLE | TERN_WRITABLE), 0);
+    uint64_t end = mono_ns() + LIVENESS_NS;
+    int seen = 0;
+    while (seen < DEVICES && mono_ns() < end) {
+        tern_loop_run_once(loop, 0);
+        seen = 0;
+        for (int i = 0; i < DEVICES; i++)
+            seen += atomic_load(&n[i]) > 0;
+    }
+    cr_assert_eq(seen, DEVICES, "%d of %d devices were reported", seen, DEVICES);
+    for (int i = 0; i < DEVICES; i++) {
+        cr_assert_eq(tern_io_stop(loop, ids[i]), 0);
+        close(fds[i]);
+    }
+    loop_free_clean(loop);
+}
