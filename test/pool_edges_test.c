@@ -107,9 +107,11 @@ static void *release_when_waited(void *arg)
     bool ok;
     PH_WAIT_UNTIL(ok, tern__test_waiting_repayment_waited() == 1 || atomic_load(&h->main_done));
     (void)ok;
+    /* Noted before the release: the admission returns as soon as it is let
+     * go, and must find what the helper saw already written. */
+    atomic_store(&h->released, tern__test_waiting_repayment_waited() == 1);
     tern__test_release_repaying();
     tern__test_release_repayment_waited();
-    atomic_store(&h->released, true);
     return NULL;
 }
 
@@ -141,9 +143,9 @@ Test(pool_edges, an_admission_waits_out_a_repayment_on_its_way)
     cr_assert_eq(pthread_create(&helper, NULL, release_when_waited, &h), 0);
     ph_job_init(&jobs[CAP], NULL);
     int rc = ph_submit(loop, TERN_BOUNDED, &jobs[CAP]);
-    bool waited = atomic_load(&h.released);
     atomic_store(&h.main_done, true);
     pthread_join(helper, NULL);
+    bool waited = atomic_load(&h.released);
     cr_assert_eq(rc, 0, "refused with %d of %d slots queued and one on its way back", CAP - 1,
                  CAP);
     cr_assert(waited, "admitted before the repayment was let go");
