@@ -20,6 +20,27 @@ struct tern__fired {
 };
 
 /*
+ * What a completion backend performs itself, beside reporting readiness
+ * (struct tern__backend's `completes`, set once the backend can).
+ */
+enum {
+    TERN__DO_RECV = 1u << 0, /* ops->recv: a stream socket's multishot receive */
+};
+
+/*
+ * One completion, as a wait reports it (struct tern__backend's `done`).
+ * `token` is what the submitter handed over (the core passes an op's id);
+ * the backend never reads it.
+ */
+struct tern__done {
+    uint64_t token;
+    int32_t res;      /* bytes received (> 0), 0 at the end of the stream, or -errno */
+    uint32_t buf;     /* res > 0: the provided buffer holding the bytes... */
+    const void *data; /* ...at this address, until ops->recycle(buf) */
+    bool final;       /* the operation ended: nothing more comes for this submission */
+};
+
+/*
  * A backend with a signal operation reports a delivery of signo as a
  * fired entry with this fd (never -1, which is "no descriptor"), its
  * events holding how many deliveries the kernel merged into it (>= 1).
@@ -70,6 +91,21 @@ struct tern__backend_ops {
      */
     int (*proc)(struct tern__backend *b, int pid, int fd, bool on);
     bool vnode; /* modify() takes TERN__VNODE (below) */
+    /*
+     * Optional (b->completes & TERN__DO_RECV): start (on) or cancel the
+     * multishot receive on stream socket fd, queued like modify's changes.
+     * Each batch of bytes comes back in order as a completion {token, res,
+     * buf, data}, not final; the end of the stream or an error comes as a
+     * final one and ends the receive. A receive the kernel pauses (its
+     * buffers all out) the backend resumes by itself. After a cancel the
+     * bytes the kernel had already taken still come (not final), then
+     * nothing more. At most one receive per fd. Returns 0 or -errno
+     * (-EOPNOTSUPP: the backend cannot, after all; the caller reads by
+     * readiness instead).
+     */
+    int (*recv)(struct tern__backend *b, int fd, uint64_t token, bool on);
+    /* Give back a completion's buffer once its bytes are consumed. */
+    void (*recycle)(struct tern__backend *b, uint32_t buf);
 };
 
 /*
@@ -94,6 +130,10 @@ struct tern__backend {
     int fd;            /* the descriptor a host loop can watch, or -1 */
     void *state;       /* backend-private */
     bool wakes_itself; /* set by init: use ops->wake, not a wake descriptor */
+    unsigned completes;      /* TERN__DO_* the backend performs (0: readiness only) */
+    unsigned nbufs;          /* provided buffers: a buffer id is below this */
+    struct tern__done *done; /* set by each wait: the completions it reaped... */
+    int ndone;               /* ...this many, consumed before the next wait */
 };
 
 extern const struct tern__backend_ops tern__backend_poll;

@@ -45,6 +45,27 @@
  * - io_uring_setup refused (ENOSYS; EPERM under seccomp or with
  *   io_uring_disabled; ENOMEM when locked memory is short; a kernel without
  *   the features above): init hands the loop to epoll instead, silently.
+ *
+ * Beside readiness it performs one operation itself (TERN__DO_RECV): a
+ * stream socket's multishot receive into a ring of provided buffers, so a
+ * read costs no system call of its own. What to know of it:
+ * - Each receive is an entry of a table that outlives its descriptor: the
+ *   entry ends only with the kernel's last completion for it (one without
+ *   IORING_CQE_F_MORE), so a late completion always finds whose it was.
+ *   Bytes taken before a cancel are still reported; a cancelled entry's
+ *   final completion is not (the core asked for the end).
+ * - The kernel ends a multishot receive by itself when it finds no buffer
+ *   (-ENOBUFS) or for reasons of its own (a completion with bytes but no
+ *   "more"). Neither is the stream's end: the entry is submitted again, at
+ *   once after a plain end, and after the core gives a buffer back when
+ *   all were out, so a starved receive never spins.
+ * - The buffers (NBUFS of BUF_SIZE) and their ring are mapped at the first
+ *   receive, so a loop that never reads a socket pays nothing for them.
+ *   Where the kernel refuses the buffer ring, recv says -EOPNOTSUPP and the
+ *   core reads by readiness from then on.
+ * - The kernel writes into tern's memory until an entry's last completion,
+ *   so close cancels every entry left and reaps until none is, before the
+ *   buffers are unmapped and the ring closed.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -52,6 +73,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -67,9 +89,31 @@
 #define CQ_ENTRIES 4096u
 
 /* user_data: generation << 32 | fd for a poll; CONTROL for an update or a
- * remove, whose completions come only on failure and are dropped. */
+ * remove, whose completions come only on failure and are dropped; RECV |
+ * generation << 32 | entry for a receive. */
 #define CONTROL (1ull << 63)
-#define GEN_MASK 0x7fffffffu
+#define RECV (1ull << 62)
+#define GEN_MASK 0x3fffffffu
+
+/* The provided buffers of the receives: their count (a power of two, as
+ * the buffer ring needs) and size, and the ring's group id. */
+#define NBUFS 512u
+#define BUF_SIZE 16384u
+#define BGID 0
+/* Completions one wait reports, beside the readiness entries. */
+#define DONE_MAX 1024
+#define NONE UINT32_MAX
+
+/* A multishot receive, from its submission to its last completion. */
+struct rentry {
+    uint64_t token;
+    int fd;
+    uint32_t gen;       /* in its user_data, bumped at each submission */
+    uint32_t next;      /* the free list, or the list waiting to be submitted again */
+    bool live;          /* submitted, its last completion not yet reaped */
+    bool cancelled;     /* the core stopped it: its end is not reported */
+    bool waiting;       /* in the resubmit list */
+};
 
 struct slot {
     uint32_t gen;    /* of the live (or queued) poll; completions of others are stale */
@@ -96,6 +140,20 @@ struct uring {
     size_t nrechecks;
     uint32_t wait_seq;
     unsigned forks; /* the process's fork count when the ring was made */
+
+    /* receives (TERN__DO_RECV) */
+    struct rentry *rentries;
+    uint32_t nrentries, rfree; /* table size, free list head */
+    uint32_t rlive;            /* entries whose last completion is still to come */
+    uint32_t rwait;            /* submit again on the next wait (list head) */
+    uint32_t rstarved;         /* submit again once a buffer is back (list head) */
+    uint32_t *recv_of;         /* per fd (nslots): its current receive entry, or NONE */
+    struct io_uring_buf_ring *br;
+    unsigned char *bufs;
+    size_t br_bytes;
+    unsigned held; /* buffers reported to the core and not yet given back */
+    bool bufs_refused;
+    struct tern__done done[DONE_MAX];
 };
 
 static void require_not_forked(const struct uring *u)
@@ -209,22 +267,13 @@ static int uring_init(struct tern__backend *b)
         return b->ops->init(b);
     }
     u->forks = tern__forks;
+    u->rfree = u->rwait = u->rstarved = NONE;
     b->fd = -1;
     b->state = u;
+    b->completes = TERN__DO_RECV;
+    b->nbufs = NBUFS;
+    b->done = u->done;
     return 0;
-}
-
-static void uring_close(struct tern__backend *b)
-{
-    struct uring *u = b->state;
-    if (u->forks == tern__forks)
-        io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
-    else
-        close(u->ring.ring_fd); /* the child's copy; its ring memory was never inherited */
-    tern__free(u->slots);
-    tern__free(u->rechecks);
-    tern__free(u);
-    b->state = NULL;
 }
 
 static int grow_slots(struct uring *u, int fd)
@@ -239,6 +288,12 @@ static int grow_slots(struct uring *u, int fd)
     if (r == NULL)
         return -ENOMEM;
     u->rechecks = r;
+    uint32_t *r_of = tern__realloc(u->recv_of, n * sizeof(*r_of));
+    if (r_of == NULL)
+        return -ENOMEM;
+    u->recv_of = r_of;
+    for (size_t i = u->nslots; i < n; i++)
+        r_of[i] = NONE;
     struct slot *s = tern__realloc(u->slots, n * sizeof(*s));
     if (s == NULL)
         return -ENOMEM;
@@ -246,6 +301,238 @@ static int grow_slots(struct uring *u, int fd)
     u->slots = s;
     u->nslots = n;
     return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Receives into provided buffers                                      */
+/* ------------------------------------------------------------------ */
+
+static void *buf_at(const struct uring *u, uint32_t bid)
+{
+    return u->bufs + (size_t)bid * BUF_SIZE;
+}
+
+static void buf_give(struct uring *u, uint32_t bid)
+{
+    io_uring_buf_ring_add(u->br, buf_at(u, bid), BUF_SIZE, (unsigned short)bid,
+                          io_uring_buf_ring_mask(NBUFS), 0);
+    io_uring_buf_ring_advance(u->br, 1);
+}
+
+/* The buffers and their ring, at the first receive. */
+static int bufs_setup(struct uring *u)
+{
+    if (u->br != NULL)
+        return 0;
+    if (u->bufs_refused)
+        return -EOPNOTSUPP;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    u->br_bytes = (NBUFS * sizeof(struct io_uring_buf) + page - 1) / page * page;
+    void *br = mmap(NULL, u->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *bufs = mmap(NULL, (size_t)NBUFS * BUF_SIZE, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int rc = br == MAP_FAILED || bufs == MAP_FAILED ? -ENOMEM : 0;
+    if (rc == 0) {
+        /* Like the ring itself, memory the kernel writes is not a child's. */
+        (void)madvise(br, u->br_bytes, MADV_DONTFORK);
+        (void)madvise(bufs, (size_t)NBUFS * BUF_SIZE, MADV_DONTFORK);
+        io_uring_buf_ring_init(br);
+        struct io_uring_buf_reg reg = {.ring_addr = (uintptr_t)br, .ring_entries = NBUFS,
+                                       .bgid = BGID};
+        if ((rc = io_uring_register_buf_ring(&u->ring, &reg, 0)) < 0) {
+            u->bufs_refused = rc != -ENOMEM;
+            rc = rc == -ENOMEM ? rc : -EOPNOTSUPP;
+        }
+    }
+    if (rc < 0) {
+        if (br != MAP_FAILED)
+            munmap(br, u->br_bytes);
+        if (bufs != MAP_FAILED)
+            munmap(bufs, (size_t)NBUFS * BUF_SIZE);
+        return rc;
+    }
+    u->br = br;
+    u->bufs = bufs;
+    for (uint32_t bid = 0; bid < NBUFS; bid++)
+        buf_give(u, bid);
+    return 0;
+}
+
+static int rentry_new(struct uring *u, uint32_t *idx)
+{
+    if (u->rfree == NONE) {
+        uint32_t n = u->nrentries ? u->nrentries * 2 : 64;
+        struct rentry *r = tern__realloc(u->rentries, n * sizeof(*r));
+        if (r == NULL)
+            return -ENOMEM;
+        for (uint32_t i = u->nrentries; i < n; i++)
+            r[i] = (struct rentry){.next = i + 1 < n ? i + 1 : NONE};
+        u->rentries = r;
+        u->rfree = u->nrentries;
+        u->nrentries = n;
+    }
+    *idx = u->rfree;
+    u->rfree = u->rentries[*idx].next;
+    return 0;
+}
+
+static void rentry_free(struct uring *u, uint32_t idx)
+{
+    struct rentry *e = &u->rentries[idx];
+    TERN_INSIST(e->live && !e->waiting);
+    e->live = false;
+    e->next = u->rfree;
+    u->rfree = idx;
+    u->rlive--;
+}
+
+static uint64_t recv_data(uint32_t idx, uint32_t gen)
+{
+    return RECV | (uint64_t)(gen & GEN_MASK) << 32 | idx;
+}
+
+static int queue_recv(struct uring *u, uint32_t idx)
+{
+    int rc = 0;
+    struct rentry *e = &u->rentries[idx];
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL)
+        return rc;
+    e->gen = (e->gen + 1) & GEN_MASK;
+    io_uring_prep_recv_multishot(sqe, e->fd, NULL, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = BGID;
+    io_uring_sqe_set_data64(sqe, recv_data(idx, e->gen));
+    return 0;
+}
+
+static void rentry_wait(struct uring *u, uint32_t idx, uint32_t *list)
+{
+    struct rentry *e = &u->rentries[idx];
+    e->waiting = true;
+    e->next = *list;
+    *list = idx;
+}
+
+/* Submit again what the kernel ended without an end of stream: at once
+ * after a plain end, and after a buffer came back for a starved one. */
+static int queue_resubmits(struct uring *u)
+{
+    if (u->held < NBUFS)
+        while (u->rstarved != NONE) {
+            uint32_t idx = u->rstarved;
+            u->rstarved = u->rentries[idx].next;
+            rentry_wait(u, idx, &u->rwait);
+        }
+    while (u->rwait != NONE) {
+        uint32_t idx = u->rwait;
+        struct rentry *e = &u->rentries[idx];
+        if (!e->cancelled) {
+            int rc = queue_recv(u, idx);
+            if (rc < 0)
+                return rc;
+        }
+        u->rwait = e->next;
+        e->waiting = false;
+        if (e->cancelled)
+            rentry_free(u, idx); /* stopped while it waited: nothing of it is in the kernel */
+    }
+    return 0;
+}
+
+static int queue_cancel(struct uring *u, uint32_t idx)
+{
+    int rc = 0;
+    struct rentry *e = &u->rentries[idx];
+    e->cancelled = true;
+    if (e->waiting)
+        return 0; /* not in the kernel: freed where the wait list is walked */
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL)
+        return rc;
+    io_uring_prep_cancel64(sqe, recv_data(idx, e->gen), 0);
+    io_uring_sqe_set_data64(sqe, CONTROL);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    return 0;
+}
+
+static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc;
+    if (!on) {
+        if ((size_t)fd >= u->nslots || u->recv_of[fd] == NONE)
+            return 0;
+        uint32_t idx = u->recv_of[fd];
+        if ((rc = queue_cancel(u, idx)) < 0)
+            return rc;
+        u->recv_of[fd] = NONE;
+        return 0;
+    }
+    if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
+        if (rc == -EOPNOTSUPP)
+            b->completes &= ~TERN__DO_RECV;
+        return rc;
+    }
+    TERN_INSIST(u->recv_of[fd] == NONE);
+    uint32_t idx;
+    if ((rc = rentry_new(u, &idx)) < 0)
+        return rc;
+    u->rentries[idx] = (struct rentry){.token = token, .fd = fd, .gen = u->rentries[idx].gen,
+                                       .next = NONE, .live = true};
+    if ((rc = queue_recv(u, idx)) < 0) {
+        u->rentries[idx].next = u->rfree;
+        u->rfree = idx;
+        u->rentries[idx].live = false;
+        return rc;
+    }
+    u->rlive++;
+    u->recv_of[fd] = idx;
+    return 0;
+}
+
+static void uring_recycle(struct tern__backend *b, uint32_t bid)
+{
+    struct uring *u = b->state;
+    TERN_INSIST(bid < NBUFS && u->held > 0);
+    buf_give(u, bid);
+    u->held--;
+}
+
+/* A receive's completion: into the done array; false when that is full. */
+static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct tern__backend *b)
+{
+    uint32_t idx = (uint32_t)cqe->user_data;
+    uint32_t gen = (uint32_t)(cqe->user_data >> 32) & GEN_MASK;
+    struct rentry *e = &u->rentries[idx];
+    TERN_INSIST(idx < u->nrentries && e->live && e->gen == gen);
+    bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    bool data = cqe->res > 0 && (cqe->flags & IORING_CQE_F_BUFFER);
+    bool report = data || (!more && !e->cancelled && cqe->res != -ENOBUFS);
+    if (report && b->ndone == DONE_MAX)
+        return false;
+    if (data) {
+        uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+        u->held++;
+        u->done[b->ndone++] = (struct tern__done){.token = e->token, .res = cqe->res, .buf = bid,
+                                                  .data = buf_at(u, bid)};
+    }
+    if (more)
+        return true;
+    /* The kernel's last word on this submission. */
+    if (e->cancelled) {
+        rentry_free(u, idx);
+    } else if (data || cqe->res == -ENOBUFS) {
+        /* Not the stream's end: submit it again (once a buffer is back, if starved). */
+        rentry_wait(u, idx, cqe->res == -ENOBUFS && u->held >= NBUFS ? &u->rstarved : &u->rwait);
+    } else {
+        u->done[b->ndone++] =
+            (struct tern__done){.token = e->token, .res = cqe->res, .final = true};
+        u->recv_of[e->fd] = NONE;
+        rentry_free(u, idx);
+    }
+    return true;
 }
 
 static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, unsigned new_events)
@@ -310,6 +597,66 @@ static int queue_rechecks(struct uring *u)
     return rc;
 }
 
+/*
+ * Before the buffers go: cancel every receive still in the kernel and
+ * reap until each has made its last completion. Nothing is reported (the
+ * loop is gone); the kernel answers a cancel at once, so this ends.
+ */
+static void drain_receives(struct uring *u, struct tern__backend *b)
+{
+    while (u->rwait != NONE || u->rstarved != NONE) {
+        uint32_t *list = u->rwait != NONE ? &u->rwait : &u->rstarved;
+        uint32_t idx = *list;
+        *list = u->rentries[idx].next;
+        u->rentries[idx].waiting = false;
+        rentry_free(u, idx);
+    }
+    for (uint32_t idx = 0; idx < u->nrentries; idx++)
+        if (u->rentries[idx].live && !u->rentries[idx].cancelled) {
+            int rc = queue_cancel(u, idx);
+            TERN_ENSURE(rc == 0); /* next_sqe submits a full queue */
+        }
+    while (u->rlive > 0) {
+        int rc = io_uring_submit_and_wait(&u->ring, 1);
+        TERN_ENSURE(rc >= 0 || rc == -EINTR);
+        unsigned head, seen = 0;
+        struct io_uring_cqe *cqe;
+        io_uring_for_each_cqe(&u->ring, head, cqe)
+        {
+            seen++;
+            if (!(cqe->user_data & RECV) || (cqe->user_data & CONTROL) ||
+                (cqe->flags & IORING_CQE_F_MORE))
+                continue;
+            struct rentry *e = &u->rentries[(uint32_t)cqe->user_data];
+            e->cancelled = true;
+            rentry_free(u, (uint32_t)cqe->user_data);
+        }
+        io_uring_cq_advance(&u->ring, seen);
+    }
+    b->ndone = 0;
+}
+
+static void uring_close(struct tern__backend *b)
+{
+    struct uring *u = b->state;
+    if (u->forks == tern__forks) {
+        drain_receives(u, b);
+        io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
+    } else {
+        close(u->ring.ring_fd); /* the child's copy; its ring memory was never inherited */
+    }
+    if (u->br != NULL) {
+        munmap(u->br, u->br_bytes);
+        munmap(u->bufs, (size_t)NBUFS * BUF_SIZE);
+    }
+    tern__free(u->slots);
+    tern__free(u->rechecks);
+    tern__free(u->recv_of);
+    tern__free(u->rentries);
+    tern__free(u);
+    b->state = NULL;
+}
+
 static unsigned from_poll(unsigned res)
 {
     return ((res & POLLIN) ? TERN_READABLE : 0) | ((res & POLLOUT) ? TERN_WRITABLE : 0) |
@@ -318,11 +665,13 @@ static unsigned from_poll(unsigned res)
 
 /* One completion into out; false when out is full and it needs a new entry. */
 static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__fired *out, int *n,
-                 int max)
+                 int max, struct tern__backend *b)
 {
     uint64_t data = cqe->user_data;
     if (data & CONTROL)
-        return true; /* a failed update or remove: its poll had already ended */
+        return true; /* a failed update, remove or cancel: its operation had already ended */
+    if (data & RECV)
+        return take_recv(u, cqe, b);
     int fd = (int)(uint32_t)data;
     uint32_t gen = (uint32_t)(data >> 32);
     if ((size_t)fd >= u->nslots || u->slots[fd].gen != gen)
@@ -357,7 +706,7 @@ static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__f
     return true;
 }
 
-static int reap(struct uring *u, struct tern__fired *out, int max)
+static int reap(struct uring *u, struct tern__fired *out, int max, struct tern__backend *b)
 {
     unsigned head, seen = 0;
     struct io_uring_cqe *cqe;
@@ -367,7 +716,7 @@ static int reap(struct uring *u, struct tern__fired *out, int max)
         u->wait_seq = 1; /* 0 is a fresh slot's mark */
     io_uring_for_each_cqe(&u->ring, head, cqe)
     {
-        if (!take(u, cqe, out, &n, max))
+        if (!take(u, cqe, out, &n, max, b))
             break;
         seen++;
     }
@@ -380,9 +729,10 @@ static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__
     struct uring *u = b->state;
     require_not_forked(u);
     int rc;
+    b->ndone = 0;
     /* The queue was full and would not submit: queue the rest on the next
      * wait, and do not sleep before then, since those re-checks may be due. */
-    if (queue_rechecks(u) < 0)
+    if (queue_rechecks(u) < 0 || queue_resubmits(u) < 0)
         timeout_ns = 0;
     if (timeout_ns == 0 || io_uring_cq_ready(&u->ring) > 0) {
         /* Never blocks. With completions already there and nothing to
@@ -404,7 +754,7 @@ static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__
      * wait reaps it: reap what is there. */
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
         return rc;
-    return reap(u, out, max);
+    return reap(u, out, max, b);
 }
 
 const struct tern__backend_ops tern__backend_uring = {
@@ -413,4 +763,6 @@ const struct tern__backend_ops tern__backend_uring = {
     .close = uring_close,
     .modify = uring_modify,
     .wait = uring_wait,
+    .recv = uring_recv,
+    .recycle = uring_recycle,
 };

@@ -4,7 +4,11 @@
  * since replaced is never reported (a backend test, so every backend is
  * held to it); a loop asking for io_uring where the kernel refuses it runs
  * on epoll and says so; a forked child never touches its parent's ring;
- * the ring's creation is a descriptor site of the fault seam.
+ * the ring's creation is a descriptor site of the fault seam. And its
+ * receive: a TCP stream is read with no receive system call of tern's; more
+ * receives at once than the backend has buffers all complete; bytes taken
+ * by the kernel before a stop come first after the restart; a loop freed
+ * with receives in the kernel and bytes waiting frees everything.
  */
 #include "loop_helpers.h"
 
@@ -15,7 +19,9 @@
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -168,10 +174,8 @@ Test(uring, asked_for_by_name_it_runs_on_io_uring_and_never_by_default)
     loop_free_clean(loop);
 }
 
-/* Deny io_uring_setup with err, as a container's seccomp profile does
- * (EPERM), or an old kernel (ENOSYS), or a process out of locked memory
- * (ENOMEM). */
-static void deny_io_uring_setup(unsigned err)
+/* Make system call nr fail with err in this process from now on. */
+static void deny_syscall(long nr, unsigned err)
 {
 #if defined(__x86_64__)
     const uint32_t arch = AUDIT_ARCH_X86_64;
@@ -186,7 +190,7 @@ static void deny_io_uring_setup(unsigned err)
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
@@ -194,6 +198,14 @@ static void deny_io_uring_setup(unsigned err)
     cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
     cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
                  strerror(errno));
+}
+
+/* Deny io_uring_setup with err, as a container's seccomp profile does
+ * (EPERM), or an old kernel (ENOSYS), or a process out of locked memory
+ * (ENOMEM). */
+static void deny_io_uring_setup(unsigned err)
+{
+    deny_syscall(__NR_io_uring_setup, err);
     cr_assert_not(kernel_allows_io_uring(), "the filter did not deny io_uring_setup");
 }
 
@@ -344,6 +356,243 @@ Test(uring, a_forked_child_never_touches_the_parents_ring)
     loop_free_clean(loop);
     close(p[0]);
     close(p[1]);
+}
+
+/* ------------------------------------------------------------------ */
+/* The receive: TCP streams read by the kernel into provided buffers    */
+/* ------------------------------------------------------------------ */
+
+/* A connected pair of TCP sockets on the loopback: *ours for tern, *peer
+ * for the test (blocking). */
+static void tcp_pair(int *ours, int *peer)
+{
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(l, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(l, 1), 0);
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    *peer = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(*peer, 0);
+    cr_assert_eq(connect(*peer, (struct sockaddr *)&a, sizeof a), 0);
+    *ours = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(*ours, 0);
+    close(l);
+}
+
+static unsigned char pattern(size_t i)
+{
+    return (unsigned char)(i * 7 + i / 251);
+}
+
+struct reader {
+    size_t got;          /* bytes so far, each checked against pattern() */
+    int end;             /* the status that ended reading, once ended */
+    atomic_uint ended;   /* 1 once the end (0 or an error) came */
+    unsigned calls;      /* read callbacks with bytes */
+    unsigned stop_after; /* stop reading after this many callbacks (0: never) */
+    bool stopped;
+};
+
+static void reader_cb(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                      void *arg)
+{
+    struct reader *r = arg;
+    if (len == 0) {
+        r->end = status;
+        atomic_store(&r->ended, 1);
+        return;
+    }
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++)
+        cr_assert_eq(p[i], pattern(r->got + i), "byte %zu out of order or wrong", r->got + i);
+    r->got += len;
+    if (++r->calls == r->stop_after) {
+        cr_assert_eq(tern_stream_read_stop(loop, id), 0);
+        r->stopped = true;
+    }
+}
+
+static void send_pattern(int fd, size_t from, size_t n)
+{
+    unsigned char buf[8192];
+    while (n > 0) {
+        size_t k = n < sizeof buf ? n : sizeof buf;
+        for (size_t i = 0; i < k; i++)
+            buf[i] = pattern(from + i);
+        cr_assert_eq(write(fd, buf, k), (ssize_t)k);
+        from += k;
+        n -= k;
+    }
+}
+
+/*
+ * With recvfrom denied to the process, a stream on io_uring still reads
+ * every byte and the end: the kernel receives for it. On a backend that
+ * reads by readiness the read fails with EPERM.
+ */
+Test(uring, a_tcp_stream_is_read_without_a_receive_call_of_its_own)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    deny_syscall(__NR_recvfrom, EPERM);
+    struct reader r = {0};
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    const size_t total = 300 * 1024;
+    send_pattern(peer, 0, total);
+    shutdown(peer, SHUT_WR);
+    cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(r.end, 0, "reading ended with %s", strerror(-r.end));
+    cr_assert_eq(r.got, total);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+/*
+ * More sockets with bytes waiting than the backend has buffers (512):
+ * the receives the kernel ends for want of a buffer are submitted again
+ * once buffers come back, and every stream gets its bytes.
+ */
+#define CROWD 700
+
+Test(uring, more_receives_at_once_than_buffers_all_complete)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2 * CROWD + 64) {
+        rl.rlim_cur = rl.rlim_max;
+        if (rl.rlim_cur < 2 * CROWD + 64 || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            cr_skip_test("too few descriptors for %d connections", CROWD);
+    }
+    tern_loop *loop = loop_asking_for("io_uring");
+    static int peers[CROWD];
+    static struct reader readers[CROWD];
+    static tern_id ids[CROWD];
+    for (int i = 0; i < CROWD; i++) {
+        int ours;
+        tcp_pair(&ours, &peers[i]);
+        cr_assert_eq(tern_stream_open(loop, ours, &ids[i]), 0);
+        readers[i] = (struct reader){0};
+        send_pattern(peers[i], 0, 100);
+        shutdown(peers[i], SHUT_WR);
+    }
+    static atomic_uint done;
+    atomic_store(&done, 0);
+    for (int i = 0; i < CROWD; i++)
+        cr_assert_eq(tern_stream_read_start(loop, ids[i], reader_cb, &readers[i]), 0);
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    for (;;) {
+        unsigned n = 0;
+        for (int i = 0; i < CROWD; i++)
+            n += atomic_load(&readers[i].ended);
+        if (n == CROWD)
+            break;
+        cr_assert_lt(mono_ns(), give_up, "%u of %d streams ended", n, CROWD);
+        tern_loop_run_once(loop, 100 * (int64_t)MS);
+    }
+    for (int i = 0; i < CROWD; i++) {
+        cr_assert_eq(readers[i].got, 100, "stream %d got %zu bytes", i, readers[i].got);
+        cr_assert_eq(readers[i].end, 0);
+        cr_assert_eq(tern_stream_close(loop, ids[i]), 0);
+        close(peers[i]);
+    }
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+}
+
+/*
+ * Stopping cancels the receive, but what the kernel took before the
+ * cancel was reaped comes first after reading starts again, in order,
+ * with nothing lost: the peer writes in bursts while the stream stops
+ * after each of its first callbacks.
+ */
+Test(uring, bytes_taken_before_a_stop_come_first_after_the_restart)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {.stop_after = 1};
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    size_t sent = 0;
+    for (int round = 0; round < 20; round++) {
+        /* Several sends, so several completions may land in one wait. */
+        for (int k = 0; k < 4; k++) {
+            send_pattern(peer, sent, 1000 + 37 * (size_t)round);
+            sent += 1000 + 37 * (size_t)round;
+        }
+        uint64_t give_up = mono_ns() + LIVENESS_NS;
+        while (!r.stopped) {
+            cr_assert_lt(mono_ns(), give_up);
+            tern_loop_run_once(loop, 10 * (int64_t)MS);
+        }
+        /* Stopped: a few turns in which nothing may be delivered. */
+        size_t held = r.got;
+        for (int t = 0; t < 3; t++)
+            tern_loop_run_once(loop, 0);
+        cr_assert_eq(r.got, held, "bytes delivered while reading was stopped");
+        r.calls = 0;
+        r.stop_after = 1;
+        r.stopped = false;
+        cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    }
+    r.stop_after = 0;
+    shutdown(peer, SHUT_WR);
+    cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(r.got, sent);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+/*
+ * A loop freed while its streams' receives are in the kernel and bytes
+ * wait in buffers: the free closes the streams, the receives are
+ * cancelled and reaped before the buffers go (ASan and valgrind watch
+ * this), and every descriptor is closed.
+ */
+Test(uring, a_loop_freed_with_receives_in_the_kernel_frees_everything)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    int before = count_open_fds();
+    tern_loop *loop = loop_asking_for("io_uring");
+    int peers[8];
+    struct reader r[8];
+    for (int i = 0; i < 8; i++) {
+        int ours;
+        tern_id id;
+        tcp_pair(&ours, &peers[i]);
+        cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+        r[i] = (struct reader){0};
+        cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r[i]), 0);
+        if (i % 2 == 0)
+            send_pattern(peers[i], 0, 5000);
+    }
+    /* One turn submits the receives; the next reaps the bytes (step 4)
+     * without delivering them (step 2 comes first). */
+    tern_loop_run_once(loop, 0);
+    tern_loop_run_once(loop, 50 * (int64_t)MS);
+    tern_loop_free(loop);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(read(peers[i], (char[1]){0}, 1), 0, "stream %d not closed by the free", i);
+        close(peers[i]);
+    }
+    cr_assert_eq(count_open_fds_settled(), before);
 }
 
 #endif

@@ -131,6 +131,10 @@ struct tern_loop {
     struct tern__io **fds;  /* fd -> its watcher (io.c), grown on demand */
     unsigned fds_len;
     struct tern__fired fired[TERN__FIRED_MAX];
+    /* Per provided buffer (backend.nbufs of them), where a completion's
+     * bytes wait for their op's dispatch (net/stream_recv.c); NULL until
+     * the first receive. */
+    struct tern__landed *landed;
     struct tern__children *children; /* NULL unless a child is seen through SIGCHLD */
 
     /* jobs (runtime/jobs/job.c) */
@@ -317,6 +321,17 @@ void tern__op_finish(tern_loop *loop, struct tern__op *op);
 void tern__op_set_ref(tern_loop *loop, struct tern__op *op, bool ref);
 /* The op behind a public id, or NULL. */
 struct tern__op *tern__op_find(tern_loop *loop, tern_id id);
+/* Step 4: hand a backend's completion to the op whose id is its token;
+ * one whose op is gone takes its bytes with it (the buffer goes back). */
+void tern__op_completed(tern_loop *loop, const struct tern__done *d);
+
+/* Bytes a completion left in a provided buffer: a link in its op's list. */
+struct tern__landed {
+    const unsigned char *data;
+    uint32_t len;
+    uint32_t next; /* the next buffer id in the list, or TERN__LANDED_NONE */
+};
+#define TERN__LANDED_NONE UINT32_MAX
 
 /* TERN_LOOP_RCU: make the calling thread an online qsbr reader, and back. */
 void tern__rcu_enter(tern_loop *loop);

@@ -98,6 +98,15 @@ struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
     return tern__job_id(id) ? tern__job_find(loop, id) : tern__idmap_find(&loop->ids, id);
 }
 
+void tern__op_completed(tern_loop *loop, const struct tern__done *d)
+{
+    struct tern__op *op = tern__op_find(loop, d->token);
+    if (op != NULL && op->cls->completed != NULL)
+        op->cls->completed(loop, op, d);
+    else if (d->res > 0)
+        loop->backend.ops->recycle(&loop->backend, d->buf);
+}
+
 static int ref_common(tern_loop *loop, tern_id id, bool ref)
 {
     if (id == 0)

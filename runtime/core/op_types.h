@@ -66,6 +66,14 @@ struct tern__op_class {
      * NULL: the op is one callback, run through dispatch.
      */
     unsigned (*drain)(tern_loop *loop, struct tern__op *op, unsigned budget, bool *more);
+    /*
+     * Step 4, for an op that handed an operation to a completion backend
+     * with its id as the token: one completion (backend.h's struct
+     * tern__done). The hook owns a completion's buffer from then on and
+     * gives it back (backend ops->recycle) once its bytes are consumed.
+     * NULL: the kind hands the backend nothing.
+     */
+    void (*completed)(tern_loop *loop, struct tern__op *op, const struct tern__done *d);
     /* The kind, where a lower file must recognise the class (see above). */
     enum tern__op_kind kind;
 };

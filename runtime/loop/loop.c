@@ -203,6 +203,7 @@ void tern_loop_free(tern_loop *loop)
     loop->backend.ops->close(&loop->backend);
     tern__wake_close(&loop->wake);
     free(loop->fds);
+    free(loop->landed);
     tern__heap_destroy(&loop->heap);
     tern__idmap_destroy(&loop->ids);
     tern__cancel_reserve_destroy(&loop->cancels);

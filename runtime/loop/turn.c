@@ -272,6 +272,9 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
         else
             tern__io_fired(loop, fd, loop->fired[i].events);
     }
+    for (int i = 0; i < loop->backend.ndone; i++)
+        tern__op_completed(loop, &loop->backend.done[i]);
+    loop->backend.ndone = 0;
     return began;
 }
 

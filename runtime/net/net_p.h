@@ -2,8 +2,8 @@
  * Streams, listeners and signal watchers: the private layout shared by
  * stream.c (closing, reading, the dispatch of owed callbacks), tcp.c
  * (listen, accept, connect), unix.c, tty.c, write.c (the write queue and
- * the watcher's interest), stream_record.c (the record itself) and
- * signal.c. They call top-down in that order: a file calls only files
+ * the watcher's interest), stream_recv.c (reading through a completion
+ * backend's receive), stream_record.c (the record itself) and signal.c. They call top-down in that order: a file calls only files
  * after it in the list.
  *
  * A stream is a loop operation (struct tern__op first, so the id map and
@@ -83,6 +83,13 @@ struct tern__stream {
     void *read_arg;
     int read_status; /* a failure found outside the read path, owed to read_cb */
     bool read_due;
+    /* reading through the backend's receive (stream_recv.c) */
+    bool recv_on;       /* a receive is submitted for fd */
+    bool recv_end_due;  /* its end came (recv_end: 0 or -errno), owed after the bytes */
+    int recv_end;
+    uint32_t land_head; /* the bytes it brought, in order: buffer ids (loop->landed) */
+    uint32_t land_tail;
+    uint32_t land_off; /* of the head, bytes already delivered (into a caller's memory) */
 
     /* writing (write.c) */
     struct tern__wreq *wq, **wq_tail;     /* queued, in order */
@@ -174,7 +181,7 @@ static inline unsigned tern__stream_wanted(const struct tern__stream *s)
     if (s->state & TERN__S_CONNECTING)
         return TERN_WRITABLE;
     unsigned ev = 0;
-    if (s->state & TERN__S_READING)
+    if ((s->state & TERN__S_READING) && !s->recv_on)
         ev |= TERN_READABLE;
     if (s->wq != NULL)
         ev |= TERN_WRITABLE;
@@ -222,6 +229,34 @@ void tern__unix_close_fds(struct tern__stream *s);
 
 /* tty.c: put a TTY back the way tern_tty_set_mode found it. */
 void tern__tty_restore(struct tern__stream *s);
+
+/*
+ * stream_recv.c: reading through a completion backend's receive. The
+ * backend receives into its own buffers while the stream reads; the bytes
+ * wait in the stream's list (land_*) until its dispatch hands them to the
+ * read callback, and the end of the stream after them.
+ */
+/* Start or cancel the receive so it matches the state (reading, not
+ * closing, not ended). 0, or -errno from starting one; a backend that
+ * cannot receive after all leaves the stream reading by readiness. */
+int tern__stream_recv_sync(struct tern__stream *s);
+/* The class hook: a completion of the stream's receive (step 4). */
+void tern__stream_recv_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d);
+/* Whether bytes or an end wait in the list: the readiness read must not
+ * overtake them, and a reading stream owes a dispatch. */
+static inline bool tern__stream_recv_waiting(const struct tern__stream *s)
+{
+    return s->land_head != TERN__LANDED_NONE || s->recv_end_due;
+}
+/* The head's unread bytes, or NULL when none wait. */
+const void *tern__stream_recv_head(const struct tern__stream *s, size_t *len);
+/* Mark n of the head's bytes delivered; when it is used up, unlink it and
+ * return its buffer id (the caller gives it back once done with the
+ * bytes, tern__stream_recv_release), else TERN__LANDED_NONE. */
+uint32_t tern__stream_recv_consume(struct tern__stream *s, size_t n);
+void tern__stream_recv_release(tern_loop *loop, uint32_t buf);
+/* Give back every buffer in the list (closing). */
+void tern__stream_recv_drop(struct tern__stream *s);
 
 /* tcp.c: the watcher callback's listener and connect halves. */
 void tern__tcp_accept_ready(struct tern__stream *s);

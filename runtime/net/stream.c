@@ -46,6 +46,7 @@ const struct tern__op_class tern__stream_class = {
     .free = stream_free,
     .refable = true,
     .kind = TERN__KIND_STREAM,
+    .completed = tern__stream_recv_completed,
 };
 
 /* For an adopted descriptor; sockets tern creates get the flags at birth. */
@@ -112,6 +113,62 @@ static void read_once(struct tern__stream *s)
     read_result(s, buf, read_some(s, buf, sizeof(buf)));
 }
 
+/* Bytes the receive brought (stream_recv.c) into the caller's memory. */
+static void recv_into_caller(struct tern__stream *s, const void *p, size_t len)
+{
+    size_t cap = READ_CHUNK;
+    void *buf = s->alloc_cb(s->loop, s->op.id, &cap, s->read_arg);
+    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) != TERN__S_READING || s->alloc_cb == NULL)
+        return;
+    if (buf == NULL || cap == 0) {
+        s->read_cb(s->loop, s->op.id, -ENOBUFS, NULL, 0, s->read_arg);
+        return;
+    }
+    size_t n = len < cap ? len : cap;
+    memcpy(buf, p, n);
+    uint32_t used = tern__stream_recv_consume(s, n);
+    if (used != TERN__LANDED_NONE)
+        tern__stream_recv_release(s->loop, used);
+    s->read_cb(s->loop, s->op.id, 0, buf, n, s->read_arg);
+}
+
+/*
+ * Step 2: what the receive brought, in order, while the stream reads,
+ * then its end. A buffer goes back once the callback it was handed to
+ * returns; the callback may stop reading or close the stream (which gives
+ * back the rest).
+ */
+static void recv_deliver(struct tern__stream *s)
+{
+    while ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING) {
+        size_t len;
+        const void *p = tern__stream_recv_head(s, &len);
+        if (p == NULL)
+            break;
+        int f = tern__stream_fault(); /* the seam readiness reads pass, at the same point */
+        if (f == -EINTR)
+            continue;
+        if (f == -EAGAIN || f == -EWOULDBLOCK)
+            return; /* still waiting: the dispatch comes again (owes) */
+        if (f < 0) {
+            read_result(s, NULL, f);
+            return;
+        }
+        if (s->alloc_cb != NULL) {
+            recv_into_caller(s, p, len);
+            continue;
+        }
+        uint32_t used = tern__stream_recv_consume(s, len);
+        s->read_cb(s->loop, s->op.id, 0, p, len, s->read_arg);
+        tern__stream_recv_release(s->loop, used);
+    }
+    if (s->recv_end_due && s->land_head == TERN__LANDED_NONE &&
+        (s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING) {
+        s->recv_end_due = false;
+        read_result(s, NULL, s->recv_end);
+    }
+}
+
 /*
  * Step 2: act on what the watcher reported (events within its interest).
  * Never for a closing stream: closing stops the watcher, which drops its
@@ -133,8 +190,9 @@ static void stream_io(struct tern__stream *s, unsigned events)
     }
     if (s->wq != NULL && (events & (TERN_WRITABLE | TERN_HANGUP | TERN_ERROR)))
         tern__write_flush(s);
-    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
-        (events & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
+    /* A receive in flight reads for the stream: a read here would overtake it. */
+    if ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING && !s->recv_on &&
+        !tern__stream_recv_waiting(s) && (events & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
         read_once(s);
 }
 
@@ -145,7 +203,9 @@ static void stream_io(struct tern__stream *s, unsigned events)
 static bool owes(const struct tern__stream *s)
 {
     return s->connect_due || s->read_due || s->done != NULL || s->shut_due || s->drain_due ||
-           s->backoff_due;
+           s->backoff_due ||
+           ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
+            tern__stream_recv_waiting(s));
 }
 
 /*
@@ -174,6 +234,8 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     s->io_revents = 0;
     if (ev != 0)
         stream_io(s, ev);
+    if (tern__stream_recv_waiting(s))
+        recv_deliver(s);
     if (s->connect_due) {
         s->connect_due = false;
         if (s->connect_status < 0 && !(s->state & TERN__S_CLOSING)) {
@@ -224,6 +286,8 @@ static int stream_close(struct tern__stream *s)
         return -ENOENT;
     s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
     tern__stream_watch(s, 0);
+    (void)tern__stream_recv_sync(s); /* cancelled before its descriptor closes */
+    tern__stream_recv_drop(s);
     tern__stream_stop_aux(s);
     tern__tty_restore(s);
     tern__unix_close_fds(s);
@@ -263,7 +327,8 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
     (void)loop;
     struct tern__stream *s = (struct tern__stream *)op;
     TERN_INSIST(s->fd < 0 && !tern__io_active(&s->io) && s->lookup == NULL &&
-                !tern__deadline_armed(&s->deadline));
+                !tern__deadline_armed(&s->deadline) && !s->recv_on &&
+                s->land_head == TERN__LANDED_NONE);
     tern__write_free_all(s);
     tern__stream_free_addrs(s);
     tern__unix_close_fds(s);
@@ -354,15 +419,22 @@ static int read_start(tern_loop *loop, tern_id id, tern_alloc_cb alloc_cb, tern_
     if (s->state & TERN__S_READ_DONE)
         return -EPIPE;
     unsigned old = s->state;
+    tern_alloc_cb old_alloc = s->alloc_cb;
     s->state |= TERN__S_READING;
-    int rc = tern__stream_watch(s, tern__stream_wanted(s));
+    s->alloc_cb = alloc_cb; /* whether the backend's receive may read for it */
+    int rc = tern__stream_recv_sync(s);
+    if (rc == 0)
+        rc = tern__stream_watch(s, tern__stream_wanted(s));
     if (rc < 0) {
         s->state = old;
+        s->alloc_cb = old_alloc;
+        (void)tern__stream_recv_sync(s);
         return rc;
     }
-    s->alloc_cb = alloc_cb;
     s->read_cb = cb;
     s->read_arg = arg;
+    if (tern__stream_recv_waiting(s))
+        tern__stream_owe(s); /* what came before a stop goes first */
     return 0;
 }
 
@@ -393,6 +465,7 @@ int tern_stream_read_stop(tern_loop *loop, tern_id id)
     if (s->kind != TERN__STREAM)
         return -EINVAL;
     s->state &= ~TERN__S_READING;
+    (void)tern__stream_recv_sync(s); /* the kernel stops taking bytes off the socket now */
     tern__stream_rewatch(s);
     return 0;
 }

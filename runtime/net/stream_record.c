@@ -32,6 +32,7 @@ int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd, struc
     s->kind = kind;
     s->fd = fd;
     s->wq_tail = &s->wq;
+    s->land_head = s->land_tail = TERN__LANDED_NONE;
     s->done_tail = &s->done;
     s->high_water = TERN__HIGH_WATER_DEFAULT;
     tern__io_init(&s->io, stream_fired);
