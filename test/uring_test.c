@@ -387,6 +387,7 @@ static unsigned char pattern(size_t i)
 }
 
 struct reader {
+    char mem[100];       /* for reading into the caller's memory, a little at a time */
     size_t got;          /* bytes so far, each checked against pattern() */
     int end;             /* the status that ended reading, once ended */
     atomic_uint ended;   /* 1 once the end (0 or an error) came */
@@ -412,6 +413,15 @@ static void reader_cb(tern_loop *loop, tern_id id, int status, const void *data,
         cr_assert_eq(tern_stream_read_stop(loop, id), 0);
         r->stopped = true;
     }
+}
+
+static void *reader_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
+{
+    (void)loop;
+    (void)id;
+    struct reader *r = arg;
+    *len = sizeof r->mem;
+    return r->mem;
 }
 
 static void send_pattern(int fd, size_t from, size_t n)
@@ -545,9 +555,14 @@ Test(uring, bytes_taken_before_a_stop_come_first_after_the_restart)
             tern_loop_run_once(loop, 0);
         cr_assert_eq(r.got, held, "bytes delivered while reading was stopped");
         r.calls = 0;
-        r.stop_after = 1;
+        r.stop_after = round % 3 == 2 ? 5 : 1;
         r.stopped = false;
-        cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+        /* Every third round into the caller's memory, 100 bytes at a time:
+         * the waiting bytes are copied out of the backend's buffers. */
+        if (round % 3 == 2)
+            cr_assert_eq(tern_stream_read_start_alloc(loop, id, reader_alloc, reader_cb, &r), 0);
+        else
+            cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
     }
     r.stop_after = 0;
     shutdown(peer, SHUT_WR);
@@ -593,6 +608,88 @@ Test(uring, a_loop_freed_with_receives_in_the_kernel_frees_everything)
         close(peers[i]);
     }
     cr_assert_eq(count_open_fds_settled(), before);
+}
+
+/*
+ * More ends of stream in one wait than a wait reports completions (1,024):
+ * the rest stay in the completion queue for the next wait, and every
+ * stream sees its end once.
+ */
+#define ENDS 1100
+
+Test(uring, more_ends_in_one_wait_than_it_reports_all_arrive)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2 * ENDS + 64) {
+        rl.rlim_cur = rl.rlim_max;
+        if (rl.rlim_cur < 2 * ENDS + 64 || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            cr_skip_test("too few descriptors for %d connections", ENDS);
+    }
+    tern_loop *loop = loop_asking_for("io_uring");
+    static int peers[ENDS];
+    static struct reader readers[ENDS];
+    static tern_id ids[ENDS];
+    for (int i = 0; i < ENDS; i++) {
+        int ours;
+        tcp_pair(&ours, &peers[i]);
+        cr_assert_eq(tern_stream_open(loop, ours, &ids[i]), 0);
+        readers[i] = (struct reader){.end = 1};
+        cr_assert_eq(tern_stream_read_start(loop, ids[i], reader_cb, &readers[i]), 0);
+    }
+    tern_loop_run_once(loop, 0); /* the receives are in the kernel, waiting */
+    for (int i = 0; i < ENDS; i++)
+        shutdown(peers[i], SHUT_WR);
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    for (;;) {
+        unsigned n = 0;
+        for (int i = 0; i < ENDS; i++)
+            n += atomic_load(&readers[i].ended);
+        if (n == ENDS)
+            break;
+        cr_assert_lt(mono_ns(), give_up, "%u of %d streams ended", n, ENDS);
+        tern_loop_run_once(loop, 100 * (int64_t)MS);
+    }
+    for (int i = 0; i < ENDS; i++) {
+        cr_assert_eq(readers[i].end, 0);
+        cr_assert_eq(tern_stream_close(loop, ids[i]), 0);
+        close(peers[i]);
+    }
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+}
+
+/*
+ * A kernel that refuses the buffer ring (io_uring_register denied, as a
+ * seccomp profile may): the stream reads by readiness instead, and says
+ * nothing of it.
+ */
+Test(uring, without_a_buffer_ring_a_stream_reads_by_readiness)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    deny_syscall(__NR_io_uring_register, EINVAL);
+    for (int k = 0; k < 2; k++) { /* the second stream finds the receive already ruled out */
+        int ours, peer;
+        tcp_pair(&ours, &peer);
+        tern_id id;
+        cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+        struct reader r = {0};
+        cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+        send_pattern(peer, 0, 50000);
+        shutdown(peer, SHUT_WR);
+        cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+        cr_assert_eq(r.end, 0);
+        cr_assert_eq(r.got, 50000);
+        cr_assert_eq(tern_stream_close(loop, id), 0);
+        cr_assert(run_until_nothing_live(loop));
+        close(peer);
+    }
+    cr_assert_str_eq(tern_loop_backend_name(loop), "io_uring");
+    loop_free_clean(loop);
 }
 
 #endif
