@@ -127,9 +127,9 @@ enum {
 
 struct tern__backend {
     const struct tern__backend_ops *ops;
-    int fd;            /* the descriptor a host loop can watch, or -1 */
-    void *state;       /* backend-private */
-    bool wakes_itself; /* set by init: use ops->wake, not a wake descriptor */
+    int fd;                  /* the descriptor a host loop can watch, or -1 */
+    void *state;             /* backend-private */
+    bool wakes_itself;       /* set by init: use ops->wake, not a wake descriptor */
     unsigned completes;      /* TERN__DO_* the backend performs (0: readiness only) */
     unsigned nbufs;          /* provided buffers: a buffer id is below this */
     struct tern__done *done; /* set by each wait: the completions it reaped... */

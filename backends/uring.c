@@ -76,6 +76,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#else
+#define VALGRIND_MAKE_MEM_DEFINED(p, n) ((void)(p), (void)(n))
+#endif
+
 #include "backend.h"
 #include "check.h"
 #include "fault.h"
@@ -108,11 +114,11 @@
 struct rentry {
     uint64_t token;
     int fd;
-    uint32_t gen;       /* in its user_data, bumped at each submission */
-    uint32_t next;      /* the free list, or the list waiting to be submitted again */
-    bool live;          /* submitted, its last completion not yet reaped */
-    bool cancelled;     /* the core stopped it: its end is not reported */
-    bool waiting;       /* in the resubmit list */
+    uint32_t gen;   /* in its user_data, bumped at each submission */
+    uint32_t next;  /* the free list, or the list waiting to be submitted again */
+    bool live;      /* submitted, its last completion not yet reaped */
+    bool cancelled; /* the core stopped it: its end is not reported */
+    bool waiting;   /* in the resubmit list */
 };
 
 struct slot {
@@ -337,8 +343,8 @@ static int bufs_setup(struct uring *u)
         (void)madvise(br, u->br_bytes, MADV_DONTFORK);
         (void)madvise(bufs, (size_t)NBUFS * BUF_SIZE, MADV_DONTFORK);
         io_uring_buf_ring_init(br);
-        struct io_uring_buf_reg reg = {.ring_addr = (uintptr_t)br, .ring_entries = NBUFS,
-                                       .bgid = BGID};
+        struct io_uring_buf_reg reg = {
+            .ring_addr = (uintptr_t)br, .ring_entries = NBUFS, .bgid = BGID};
         if ((rc = io_uring_register_buf_ring(&u->ring, &reg, 0)) < 0) {
             u->bufs_refused = rc != -ENOMEM;
             rc = rc == -ENOMEM ? rc : -EOPNOTSUPP;
@@ -479,8 +485,8 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on)
     uint32_t idx;
     if ((rc = rentry_new(u, &idx)) < 0)
         return rc;
-    u->rentries[idx] = (struct rentry){.token = token, .fd = fd, .gen = u->rentries[idx].gen,
-                                       .next = NONE, .live = true};
+    u->rentries[idx] = (struct rentry){
+        .token = token, .fd = fd, .gen = u->rentries[idx].gen, .next = NONE, .live = true};
     if ((rc = queue_recv(u, idx)) < 0) {
         u->rentries[idx].next = u->rfree;
         u->rfree = idx;
@@ -514,9 +520,11 @@ static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct te
         return false;
     if (data) {
         uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+        /* The kernel wrote them: memcheck cannot see that by itself. */
+        (void)VALGRIND_MAKE_MEM_DEFINED(buf_at(u, bid), (size_t)cqe->res);
         u->held++;
-        u->done[b->ndone++] = (struct tern__done){.token = e->token, .res = cqe->res, .buf = bid,
-                                                  .data = buf_at(u, bid)};
+        u->done[b->ndone++] = (struct tern__done){
+            .token = e->token, .res = cqe->res, .buf = bid, .data = buf_at(u, bid)};
     }
     if (more)
         return true;

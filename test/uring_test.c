@@ -125,8 +125,8 @@ BACKEND_TEST(uring, a_watch_made_by_a_thread_that_exited_still_fires)
 static bool kernel_allows_io_uring(void)
 {
     struct {
-        uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features,
-            wq_fd, resv[3];
+        uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd,
+            resv[3];
         uint32_t sq_off[10], cq_off[10];
     } params;
     memset(&params, 0, sizeof params);
@@ -301,8 +301,7 @@ static unsigned fd_sites_of_a_new_loop(const char *backend)
             loop_free_clean(loop);
             return (unsigned)n - 1;
         }
-        cr_assert_eq(rc, -EMFILE, "%s, descriptor %u: %s", backend, (unsigned)n,
-                     tern_strerror(rc));
+        cr_assert_eq(rc, -EMFILE, "%s, descriptor %u: %s", backend, (unsigned)n, tern_strerror(rc));
         cr_assert_null(loop);
     }
     cr_assert_fail("a new loop kept making descriptors");

@@ -84,8 +84,8 @@ struct tern__stream {
     int read_status; /* a failure found outside the read path, owed to read_cb */
     bool read_due;
     /* reading through the backend's receive (stream_recv.c) */
-    bool recv_on;       /* a receive is submitted for fd */
-    bool recv_end_due;  /* its end came (recv_end: 0 or -errno), owed after the bytes */
+    bool recv_on;      /* a receive is submitted for fd */
+    bool recv_end_due; /* its end came (recv_end: 0 or -errno), owed after the bytes */
     int recv_end;
     uint32_t land_head; /* the bytes it brought, in order: buffer ids (loop->landed) */
     uint32_t land_tail;

@@ -29,8 +29,7 @@ static bool recv_wanted(const struct tern__stream *s)
     const struct tern__backend *b = &s->loop->backend;
     return (b->completes & TERN__DO_RECV) && s->kind == TERN__STREAM && s->fd >= 0 &&
            !s->not_socket && !s->unix_sock && s->alloc_cb == NULL && !s->recv_end_due &&
-           (s->state & (TERN__S_READING | TERN__S_READ_DONE | TERN__S_CLOSING)) ==
-               TERN__S_READING;
+           (s->state & (TERN__S_READING | TERN__S_READ_DONE | TERN__S_CLOSING)) == TERN__S_READING;
 }
 
 int tern__stream_recv_sync(struct tern__stream *s)
