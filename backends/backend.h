@@ -37,6 +37,8 @@ struct tern__done {
     int32_t res;      /* bytes received (> 0), 0 at the end of the stream, or -errno */
     uint32_t buf;     /* res > 0: the provided buffer holding the bytes... */
     const void *data; /* ...at this address, until ops->recycle(buf) */
+    const void *ctl;  /* a receive with room for control data: what came (cmsghdrs)... */
+    uint32_t ctllen;  /* ...this many bytes of it, in the same buffer */
     bool final;       /* the operation ended: nothing more comes for this submission */
 };
 
@@ -96,14 +98,16 @@ struct tern__backend_ops {
      * multishot receive on stream socket fd, queued like modify's changes.
      * Each batch of bytes comes back in order as a completion {token, res,
      * buf, data}, not final; the end of the stream or an error comes as a
-     * final one and ends the receive. A receive the kernel pauses (its
-     * buffers all out) the backend resumes by itself. After a cancel the
-     * bytes the kernel had already taken still come (not final), then
-     * nothing more. At most one receive per fd. Returns 0 or -errno
-     * (-EOPNOTSUPP: the backend cannot, after all; the caller reads by
-     * readiness instead).
+     * final one and ends the receive. With ctl_room > 0 it receives as
+     * recvmsg does with that much room for control data (descriptors
+     * passed on a Unix-domain socket), reported as {ctl, ctllen}.
+     * A receive the kernel pauses (its buffers all out) the backend
+     * resumes by itself. After a cancel the bytes the kernel had already
+     * taken still come (not final), then nothing more. At most one receive
+     * per fd. Returns 0 or -errno (-EOPNOTSUPP: the backend cannot, after
+     * all; the caller reads by readiness instead).
      */
-    int (*recv)(struct tern__backend *b, int fd, uint64_t token, bool on);
+    int (*recv)(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room);
     /* Give back a completion's buffer once its bytes are consumed. */
     void (*recycle)(struct tern__backend *b, uint32_t buf);
 };

@@ -113,6 +113,7 @@
 /* A multishot receive, from its submission to its last completion. */
 struct rentry {
     uint64_t token;
+    struct msghdr msg; /* a receive with control data: its room (msg_controllen) */
     int fd;
     uint32_t gen;   /* in its user_data, bumped at each submission */
     uint32_t next;  /* the free list, or the list waiting to be submitted again */
@@ -405,7 +406,10 @@ static int queue_recv(struct uring *u, uint32_t idx)
     if (sqe == NULL)
         return rc;
     e->gen = (e->gen + 1) & GEN_MASK;
-    io_uring_prep_recv_multishot(sqe, e->fd, NULL, 0, 0);
+    if (e->msg.msg_controllen > 0)
+        io_uring_prep_recvmsg_multishot(sqe, e->fd, &e->msg, MSG_CMSG_CLOEXEC);
+    else
+        io_uring_prep_recv_multishot(sqe, e->fd, NULL, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = BGID;
     io_uring_sqe_set_data64(sqe, recv_data(idx, e->gen));
@@ -462,7 +466,7 @@ static int queue_cancel(struct uring *u, uint32_t idx)
     return 0;
 }
 
-static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on)
+static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room)
 {
     struct uring *u = b->state;
     require_not_forked(u);
@@ -487,6 +491,7 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on)
         return rc;
     u->rentries[idx] = (struct rentry){
         .token = token, .fd = fd, .gen = u->rentries[idx].gen, .next = NONE, .live = true};
+    u->rentries[idx].msg.msg_controllen = ctl_room;
     if ((rc = queue_recv(u, idx)) < 0) {
         u->rentries[idx].next = u->rfree;
         u->rfree = idx;
@@ -506,6 +511,24 @@ static void uring_recycle(struct tern__backend *b, uint32_t bid)
     u->held--;
 }
 
+/*
+ * A recvmsg-style completion's buffer: a header, then the control data,
+ * then the bytes. Point d at the parts; false when it carries no bytes
+ * (how a multishot recvmsg may report the end of the stream).
+ */
+static bool decode_msg(struct rentry *e, struct tern__done *d)
+{
+    struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate((void *)d->data, d->res, &e->msg);
+    if (o == NULL)
+        return false;
+    size_t len = io_uring_recvmsg_payload_length(o, d->res, &e->msg);
+    d->data = io_uring_recvmsg_payload(o, &e->msg);
+    d->res = (int32_t)len;
+    d->ctl = (const unsigned char *)io_uring_recvmsg_name(o) + e->msg.msg_namelen;
+    d->ctllen = o->controllen;
+    return len > 0;
+}
+
 /* A receive's completion: into the done array; false when that is full. */
 static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct tern__backend *b)
 {
@@ -514,29 +537,37 @@ static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct te
     struct rentry *e = &u->rentries[idx];
     TERN_INSIST(idx < u->nrentries && e->live && e->gen == gen);
     bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
-    bool data = cqe->res > 0 && (cqe->flags & IORING_CQE_F_BUFFER);
-    bool report = data || (!more && !e->cancelled && cqe->res != -ENOBUFS);
-    if (report && b->ndone == DONE_MAX)
-        return false;
-    if (data) {
-        uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+    bool filled = cqe->res > 0 && (cqe->flags & IORING_CQE_F_BUFFER);
+    if ((filled || (!more && !e->cancelled)) && b->ndone == DONE_MAX)
+        return false; /* left in the queue for the next wait */
+    struct tern__done d = {.token = e->token, .res = cqe->res};
+    if (filled) {
+        d.buf = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+        d.data = buf_at(u, d.buf);
         /* The kernel wrote them: memcheck cannot see that by itself. */
-        (void)VALGRIND_MAKE_MEM_DEFINED(buf_at(u, bid), (size_t)cqe->res);
+        (void)VALGRIND_MAKE_MEM_DEFINED(buf_at(u, d.buf), (size_t)cqe->res);
+        if (e->msg.msg_controllen > 0 && !decode_msg(e, &d)) {
+            buf_give(u, d.buf); /* no bytes in it: the end of the stream */
+            d.res = 0;
+        }
+    }
+    bool data = d.res > 0;
+    if (data) {
         u->held++;
-        u->done[b->ndone++] = (struct tern__done){
-            .token = e->token, .res = cqe->res, .buf = bid, .data = buf_at(u, bid)};
+        u->done[b->ndone++] = d;
     }
     if (more)
         return true;
     /* The kernel's last word on this submission. */
     if (e->cancelled) {
         rentry_free(u, idx);
-    } else if (data || cqe->res == -ENOBUFS) {
-        /* Not the stream's end: submit it again (once a buffer is back, if starved). */
-        rentry_wait(u, idx, cqe->res == -ENOBUFS && u->held >= NBUFS ? &u->rstarved : &u->rwait);
+    } else if (data || d.res == -ENOBUFS || d.res == -ECANCELED) {
+        /* Not the stream's end (-ECANCELED, not asked for: the thread that
+         * submitted it exited): submit it again, once a buffer is back if
+         * starved. */
+        rentry_wait(u, idx, d.res == -ENOBUFS && u->held >= NBUFS ? &u->rstarved : &u->rwait);
     } else {
-        u->done[b->ndone++] =
-            (struct tern__done){.token = e->token, .res = cqe->res, .final = true};
+        u->done[b->ndone++] = (struct tern__done){.token = e->token, .res = d.res, .final = true};
         u->recv_of[e->fd] = NONE;
         rentry_free(u, idx);
     }

@@ -13,6 +13,7 @@
 #include "loop_helpers.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -689,6 +690,122 @@ Test(uring, without_a_buffer_ring_a_stream_reads_by_readiness)
     }
     cr_assert_str_eq(tern_loop_backend_name(loop), "io_uring");
     loop_free_clean(loop);
+}
+
+/* Send n bytes of the pattern from `from` with one descriptor passed. */
+static void send_with_fd(int sock, size_t from, size_t n, int passed)
+{
+    unsigned char buf[256];
+    for (size_t i = 0; i < n; i++)
+        buf[i] = pattern(from + i);
+    union {
+        char b[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } c;
+    struct iovec iov = {buf, n};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &passed, sizeof(int));
+    cr_assert_eq(sendmsg(sock, &m, 0), (ssize_t)n);
+}
+
+struct fd_reader {
+    struct reader r;
+    int taken[8];
+    unsigned ntaken;
+};
+
+static void fd_reader_cb(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                         void *arg)
+{
+    struct fd_reader *f = arg;
+    reader_cb(loop, id, status, data, len, &f->r);
+    int fd;
+    while ((fd = tern_unix_take_fd(loop, id)) >= 0) {
+        cr_assert_lt(f->ntaken, 8);
+        f->taken[f->ntaken++] = fd;
+    }
+}
+
+/*
+ * A Unix-domain stream on io_uring receives as recvmsg does, in the
+ * kernel: with recvmsg and recvfrom denied to the process, the bytes and
+ * the descriptors passed with them both arrive, each descriptor by the
+ * time the bytes it came with are delivered.
+ */
+Test(uring, a_unix_stream_receives_bytes_and_descriptors_without_a_call_of_its_own)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int sp[2];
+    make_socketpair(sp);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, sp[0], &id), 0);
+    struct fd_reader f = {0};
+    cr_assert_eq(tern_stream_read_start(loop, id, fd_reader_cb, &f), 0);
+    deny_syscall(__NR_recvmsg, EPERM);
+    deny_syscall(__NR_recvfrom, EPERM);
+    int p[2];
+    make_pipe(p);
+    for (int i = 0; i < 3; i++)
+        send_with_fd(sp[1], 100 * (size_t)i, 100, p[1]);
+    shutdown(sp[1], SHUT_WR);
+    cr_assert(run_until_count(loop, &f.r.ended, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(f.r.end, 0, "reading ended with %s", strerror(-f.r.end));
+    cr_assert_eq(f.r.got, 300);
+    cr_assert_eq(f.ntaken, 3);
+    for (unsigned i = 0; i < f.ntaken; i++) {
+        cr_assert_eq(fcntl(f.taken[i], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+        cr_assert_eq(write(f.taken[i], "x", 1), 1, "the passed pipe end does not work");
+        close(f.taken[i]);
+    }
+    cr_assert_eq(drain_fd(p[0]), 3);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(sp[1]);
+    close(p[0]);
+    close(p[1]);
+}
+
+/*
+ * Descriptors that came with bytes never delivered (reading stopped,
+ * then the stream closed) are closed with the stream: none is left open.
+ */
+Test(uring, descriptors_that_came_with_bytes_never_delivered_are_closed)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    int before = count_open_fds();
+    tern_loop *loop = loop_asking_for("io_uring");
+    int sp[2], p[2];
+    make_socketpair(sp);
+    make_pipe(p);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, sp[0], &id), 0);
+    struct fd_reader f = {.r.stop_after = 1};
+    cr_assert_eq(tern_stream_read_start(loop, id, fd_reader_cb, &f), 0);
+    for (int i = 0; i < 4; i++)
+        send_with_fd(sp[1], 100 * (size_t)i, 100, p[1]);
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    while (!f.r.stopped) {
+        cr_assert_lt(mono_ns(), give_up);
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    }
+    for (unsigned i = 0; i < f.ntaken; i++)
+        close(f.taken[i]);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(sp[1]); /* sp[0] closed with the stream */
+    close(p[0]);
+    close(p[1]);
+    cr_assert_eq(count_open_fds_settled(), before, "a passed descriptor was left open");
 }
 
 #endif

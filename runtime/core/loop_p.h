@@ -328,6 +328,8 @@ void tern__op_completed(tern_loop *loop, const struct tern__done *d);
 /* Bytes a completion left in a provided buffer: a link in its op's list. */
 struct tern__landed {
     const unsigned char *data;
+    const void *ctl; /* control data that came with the bytes (passed descriptors) */
+    uint32_t ctllen;
     uint32_t len;
     uint32_t next; /* the next buffer id in the list, or TERN__LANDED_NONE */
 };

@@ -225,6 +225,9 @@ void tern__wreq_fds_close(struct tern__wreq *w);
  * read, 0 at the end, or a negative errno. Close every descriptor still
  * held. */
 ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len);
+/* Keep the descriptors a receive brought (ctl: its control data) for
+ * tern_unix_take_fd: 0, or -ENOMEM when some had to be closed. */
+int tern__unix_keep_fds(struct tern__stream *s, const void *ctl, size_t ctllen);
 void tern__unix_close_fds(struct tern__stream *s);
 
 /* tty.c: put a TTY back the way tern_tty_set_mode found it. */
@@ -248,8 +251,12 @@ static inline bool tern__stream_recv_waiting(const struct tern__stream *s)
 {
     return s->land_head != TERN__LANDED_NONE || s->recv_end_due;
 }
-/* The head's unread bytes, or NULL when none wait. */
-const void *tern__stream_recv_head(const struct tern__stream *s, size_t *len);
+/* The head's unread bytes, or NULL when none wait; *ctl and *ctllen the
+ * control data that came with them, on the buffer's first delivery. */
+const void *tern__stream_recv_head(const struct tern__stream *s, size_t *len, const void **ctl,
+                                   size_t *ctllen);
+/* Call fn for each descriptor an SCM_RIGHTS message in ctl holds. */
+void tern__passed_fds(const void *ctl, size_t len, void (*fn)(int fd, void *arg), void *arg);
 /* Mark n of the head's bytes delivered; when it is used up, unlink it and
  * return its buffer id (the caller gives it back once done with the
  * bytes, tern__stream_recv_release), else TERN__LANDED_NONE. */

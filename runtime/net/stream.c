@@ -141,8 +141,9 @@ static void recv_into_caller(struct tern__stream *s, const void *p, size_t len)
 static void recv_deliver(struct tern__stream *s)
 {
     while ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING) {
-        size_t len;
-        const void *p = tern__stream_recv_head(s, &len);
+        size_t len, ctllen;
+        const void *ctl;
+        const void *p = tern__stream_recv_head(s, &len, &ctl, &ctllen);
         if (p == NULL)
             break;
         int f = tern__stream_fault(); /* the seam readiness reads pass, at the same point */
@@ -151,6 +152,14 @@ static void recv_deliver(struct tern__stream *s)
         if (f == -EAGAIN || f == -EWOULDBLOCK)
             return; /* still waiting: the dispatch comes again (owes) */
         if (f < 0) {
+            read_result(s, NULL, f);
+            return;
+        }
+        /* Passed descriptors join the ring just before their bytes, as a
+         * readiness read keeps them; one that could not be kept fails the
+         * read, bytes and all, as there. */
+        if (ctllen > 0 && (f = tern__unix_keep_fds(s, ctl, ctllen)) < 0) {
+            tern__stream_recv_release(s->loop, tern__stream_recv_consume(s, len));
             read_result(s, NULL, f);
             return;
         }

@@ -14,12 +14,16 @@
  *  - Closing gives every buffer back and cancels the receive before the
  *    descriptor closes; completions still on their way find the stream
  *    closing (or gone) and go back too (tern__op_completed).
- * Which streams read this way: sockets read with recv into tern's memory.
- * A Unix-domain socket (descriptors come with recvmsg), a pipe or TTY, and
- * reading into the caller's memory stay on readiness.
+ * Which streams read this way: stream sockets read into tern's memory; a
+ * Unix-domain one receives as recvmsg does, with room for the descriptors
+ * a peer passes, which join the stream's ring (unix.c) just before the
+ * bytes they came with are delivered, as when read by readiness. A pipe or
+ * TTY, and reading into the caller's memory, stay on readiness.
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "net_p.h"
@@ -28,7 +32,7 @@ static bool recv_wanted(const struct tern__stream *s)
 {
     const struct tern__backend *b = &s->loop->backend;
     return (b->completes & TERN__DO_RECV) && s->kind == TERN__STREAM && s->fd >= 0 &&
-           !s->not_socket && !s->unix_sock && s->alloc_cb == NULL && !s->recv_end_due &&
+           !s->not_socket && s->alloc_cb == NULL && !s->recv_end_due &&
            (s->state & (TERN__S_READING | TERN__S_READ_DONE | TERN__S_CLOSING)) == TERN__S_READING;
 }
 
@@ -40,7 +44,7 @@ int tern__stream_recv_sync(struct tern__stream *s)
     if (want == s->recv_on)
         return 0;
     if (!want) {
-        int rc = b->ops->recv(b, s->fd, s->op.id, false);
+        int rc = b->ops->recv(b, s->fd, s->op.id, false, 0);
         if (rc < 0)
             return rc;
         s->recv_on = false;
@@ -50,7 +54,8 @@ int tern__stream_recv_sync(struct tern__stream *s)
     if (loop->landed == NULL &&
         (loop->landed = tern__calloc(b->nbufs, sizeof(*loop->landed))) == NULL)
         return -ENOMEM;
-    int rc = b->ops->recv(b, s->fd, s->op.id, true);
+    int rc =
+        b->ops->recv(b, s->fd, s->op.id, true, s->unix_sock ? sizeof(union tern__fds_cmsg) : 0);
     if (rc == -EOPNOTSUPP)
         return 0; /* the backend cleared TERN__DO_RECV: readiness from now on */
     if (rc < 0)
@@ -69,8 +74,11 @@ void tern__stream_recv_completed(tern_loop *loop, struct tern__op *op, const str
         return;
     }
     if (d->res > 0) {
-        loop->landed[d->buf] = (struct tern__landed){
-            .data = d->data, .len = (uint32_t)d->res, .next = TERN__LANDED_NONE};
+        loop->landed[d->buf] = (struct tern__landed){.data = d->data,
+                                                     .ctl = d->ctl,
+                                                     .ctllen = d->ctllen,
+                                                     .len = (uint32_t)d->res,
+                                                     .next = TERN__LANDED_NONE};
         if (s->land_head == TERN__LANDED_NONE)
             s->land_head = d->buf;
         else
@@ -87,13 +95,38 @@ void tern__stream_recv_completed(tern_loop *loop, struct tern__op *op, const str
         tern__stream_owe(s);
 }
 
-const void *tern__stream_recv_head(const struct tern__stream *s, size_t *len)
+const void *tern__stream_recv_head(const struct tern__stream *s, size_t *len, const void **ctl,
+                                   size_t *ctllen)
 {
     if (s->land_head == TERN__LANDED_NONE)
         return NULL;
     const struct tern__landed *l = &s->loop->landed[s->land_head];
     *len = l->len - s->land_off;
+    /* The descriptors go with the buffer's first delivery only. */
+    *ctl = s->land_off == 0 ? l->ctl : NULL;
+    *ctllen = s->land_off == 0 ? l->ctllen : 0;
     return l->data + s->land_off;
+}
+
+void tern__passed_fds(const void *ctl, size_t len, void (*fn)(int fd, void *arg), void *arg)
+{
+    struct msghdr msg = {.msg_control = (void *)ctl, .msg_controllen = len};
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            fn(fd, arg);
+        }
+    }
+}
+
+static void close_passed(int fd, void *arg)
+{
+    (void)arg;
+    close(fd);
 }
 
 uint32_t tern__stream_recv_consume(struct tern__stream *s, size_t n)
@@ -119,8 +152,10 @@ void tern__stream_recv_release(tern_loop *loop, uint32_t buf)
 void tern__stream_recv_drop(struct tern__stream *s)
 {
     while (s->land_head != TERN__LANDED_NONE) {
-        size_t len;
-        tern__stream_recv_head(s, &len);
+        size_t len, ctllen;
+        const void *ctl;
+        tern__stream_recv_head(s, &len, &ctl, &ctllen);
+        tern__passed_fds(ctl, ctllen, close_passed, NULL); /* never delivered: nobody's */
         tern__stream_recv_release(s->loop, tern__stream_recv_consume(s, len));
     }
     s->recv_end_due = false;

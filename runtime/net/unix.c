@@ -284,26 +284,32 @@ ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len)
     ssize_t n = recvmsg(s->fd, &msg, flags);
     if (n < 0)
         return -errno;
-    bool lost = false;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    int rc = tern__unix_keep_fds(s, msg.msg_control, msg.msg_controllen);
+    return rc < 0 ? rc : n; /* the data is read but its descriptors are gone: fail the read */
+}
+
+struct keeping {
+    struct tern__stream *s;
+    bool lost;
+};
+
+static void keep_fd(int fd, void *arg)
+{
+    struct keeping *k = arg;
 #ifndef MSG_CMSG_CLOEXEC
-            (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
 #endif
-            if (!rfds_push(s, fd)) {
-                close(fd);
-                lost = true;
-            }
-        }
+    if (!rfds_push(k->s, fd)) {
+        close(fd);
+        k->lost = true;
     }
-    if (lost) /* the data is read but its descriptors are gone: fail the read */
-        return -ENOMEM;
-    return n;
+}
+
+int tern__unix_keep_fds(struct tern__stream *s, const void *ctl, size_t ctllen)
+{
+    struct keeping k = {s, false};
+    tern__passed_fds(ctl, ctllen, keep_fd, &k);
+    return k.lost ? -ENOMEM : 0;
 }
 
 void tern__unix_close_fds(struct tern__stream *s)
