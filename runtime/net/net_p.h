@@ -242,7 +242,14 @@ void tern__tty_restore(struct tern__stream *s);
 /* Start or cancel the receive so it matches the state (reading, not
  * closing, not ended). 0, or -errno from starting one; a backend that
  * cannot receive after all leaves the stream reading by readiness. */
-int tern__stream_recv_sync(struct tern__stream *s);
+int tern__stream_recv_sync_slow(struct tern__stream *s);
+/* Inline: on a readiness backend (no receive, none started) it is two loads. */
+static inline int tern__stream_recv_sync(struct tern__stream *s)
+{
+    if (!s->recv_on && !(s->loop->backend.completes & TERN__DO_RECV))
+        return 0;
+    return tern__stream_recv_sync_slow(s);
+}
 /* The class hook: a completion of the stream's receive (step 4). */
 void tern__stream_recv_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d);
 /* Whether bytes or an end wait in the list: the readiness read must not
