@@ -702,6 +702,7 @@ static void send_with_fd(int sock, size_t from, size_t n, int passed)
         char b[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
     } c;
+    memset(&c, 0, sizeof c); /* the padding goes to the kernel too */
     struct iovec iov = {buf, n};
     struct msghdr m = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};

@@ -106,6 +106,7 @@ static bool write_some(unsigned c)
         char b[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
     } cm;
+    memset(&cm, 0, sizeof cm);
     /* A descriptor goes with a chunk's first byte, every fifth chunk. */
     bool pass = k->unix_pair && k->chunk_no % 5 == 0 && k->chunk_left == n;
     if (pass) {
