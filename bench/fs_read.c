@@ -5,7 +5,7 @@
  * uv_fs_fstat, uv_fs_read, uv_fs_close chained from their callbacks).
  *
  * Parameters: files=10000 size=1024 inflight=64 threads=4 floor=1
- * floor_threads=0
+ * floor_threads=0 floor_ms=200
  * Figures: fs_read_files_per_s (files/s), fs_read_cpu_per_file (CPU µs
  * per file, every thread of the process); fs_read_rw_calls, _syscalls,
  * _uring_enters (system calls per file, bench.h) and _enters_per_turn;

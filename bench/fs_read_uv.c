@@ -5,7 +5,7 @@
  * callback; `inflight` files at a time, each close starting the next.
  *
  * Parameters: files=10000 size=1024 inflight=64 threads=4 floor=1
- * floor_threads=0
+ * floor_threads=0 floor_ms=200
  * Figures: fs_read_files_per_s (files/s), fs_read_cpu_per_file;
  * fs_read_rw_calls, _syscalls, _uring_enters (system calls per file,
  * bench.h); after the loop is closed, the synchronous floor on the same
