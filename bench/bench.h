@@ -21,6 +21,10 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#endif
 
 /*
  * The backend a tern benchmark's loops ask for: TERN_BENCH_BACKEND
@@ -31,6 +35,17 @@ static inline const char *bench_backend(void)
 {
     const char *b = getenv("TERN_BENCH_BACKEND");
     return b != NULL && b[0] != '\0' ? b : NULL;
+}
+
+/*
+ * Print which backend a tern loop got ("backend=<name>" on stdout), so
+ * bench/run can tell a loop that asked for io_uring and silently got epoll
+ * from one that runs on io_uring. libuv twins print nothing.
+ */
+static inline void bench_backend_report(const char *got)
+{
+    printf("backend=%s\n", got != NULL ? got : "?");
+    fflush(stdout);
 }
 
 /* CLOCK_MONOTONIC in nanoseconds, the clock tern itself uses. */
@@ -112,6 +127,152 @@ static inline void bench_figure(const char *name, double value, const char *unit
 {
     printf("figure=%s value=%.6g unit=%s\n", name, value, unit);
     fflush(stdout);
+}
+
+/*
+ * System calls of the whole process (every thread), read before and after
+ * a measured section; bench_calls_figures prints them per operation.
+ *
+ * rw: syscr + syscw of /proc/self/io, which the kernel always keeps. They
+ * count read-like calls (read, readv, pread, sendfile's reads...) and
+ * write-like ones (write, writev, pwrite...) only: recvmsg, sendmsg,
+ * recvmmsg, sendmmsg, epoll_wait, io_uring_enter, openat, fstat and close
+ * are not in them.
+ *
+ * all and enters: every system call, and io_uring_enter alone, counted by
+ * perf counters on the tracepoints raw_syscalls:sys_enter and
+ * syscalls:sys_enter_io_uring_enter. Only when TERN_BENCH_SYSCALLS=1 is
+ * set (bench/run --syscalls), tracefs is mounted and perf_event_open
+ * allows tracepoints: an enabled syscall tracepoint sends every system
+ * call of the machine through the kernel's slower traced entry, so a run
+ * that counts is slower, both twins alike, and its speed figures are not
+ * the headline ones. bench_calls_init opens the counters with inherit
+ * set: they count the threads created after it, so it is the first thing
+ * main does.
+ */
+typedef struct bench_calls {
+    uint64_t rw, all, enters;
+} bench_calls;
+
+static int bench_calls_fd[2] = {-1, -1};
+
+#ifdef __linux__
+/* The id of tracepoint event (e.g. "raw_syscalls/sys_enter") under the
+ * first tracefs mount, or -1. */
+static inline long bench_tracepoint_id(const char *event)
+{
+    FILE *m = fopen("/proc/mounts", "r");
+    char dev[256], dir[512], type[64];
+    long id = -1;
+    if (m == NULL)
+        return -1;
+    while (id < 0 && fscanf(m, "%255s %511s %63s %*[^\n]", dev, dir, type) == 3) {
+        char path[1024];
+        const char *sub = strcmp(type, "tracefs") == 0 ? ""
+                          : strcmp(type, "debugfs") == 0 ? "/tracing"
+                                                         : NULL;
+        if (sub == NULL)
+            continue;
+        snprintf(path, sizeof path, "%s%s/events/%s/id", dir, sub, event);
+        FILE *f = fopen(path, "r");
+        if (f != NULL) {
+            if (fscanf(f, "%ld", &id) != 1)
+                id = -1;
+            fclose(f);
+        }
+    }
+    fclose(m);
+    return id;
+}
+
+static inline int bench_tracepoint_counter(const char *event)
+{
+    long id = bench_tracepoint_id(event);
+    if (id < 0)
+        return -1;
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_TRACEPOINT;
+    a.config = (uint64_t)id;
+    a.inherit = 1;
+    return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+#endif
+
+static inline void bench_calls_init(void)
+{
+    const char *on = getenv("TERN_BENCH_SYSCALLS");
+    if (on == NULL || strcmp(on, "1") != 0)
+        return;
+#ifdef __linux__
+    bench_calls_fd[0] = bench_tracepoint_counter("raw_syscalls/sys_enter");
+    bench_calls_fd[1] = bench_tracepoint_counter("syscalls/sys_enter_io_uring_enter");
+#endif
+    if (bench_calls_fd[0] < 0)
+        fprintf(stderr, "TERN_BENCH_SYSCALLS: no syscall tracepoint counter (tracefs not "
+                        "mounted, or perf_event_open refused): read-like and write-like "
+                        "calls only\n");
+}
+
+static inline uint64_t bench_counter_read(int fd)
+{
+    uint64_t v = 0;
+    if (fd < 0 || read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+        return 0;
+    return v;
+}
+
+static inline bench_calls bench_calls_now(void)
+{
+    bench_calls c = {0, 0, 0};
+    FILE *f = fopen("/proc/self/io", "r");
+    if (f != NULL) {
+        char key[64];
+        unsigned long long v;
+        while (fscanf(f, "%63[^:]: %llu\n", key, &v) == 2)
+            if (strcmp(key, "syscr") == 0 || strcmp(key, "syscw") == 0)
+                c.rw += v;
+        fclose(f);
+    }
+    c.all = bench_counter_read(bench_calls_fd[0]);
+    c.enters = bench_counter_read(bench_calls_fd[1]);
+    return c;
+}
+
+/*
+ * Print <name>_rw_calls (read-like and write-like calls per operation),
+ * and when counted <name>_syscalls (every system call per operation) and
+ * <name>_uring_enters (io_uring_enter calls per operation). per names the
+ * operation: the unit is "calls/<per>".
+ */
+static inline void bench_calls_figures(const char *name, bench_calls a, bench_calls b,
+                                       double ops, const char *per)
+{
+    char fig[128], unit[64];
+    snprintf(unit, sizeof unit, "calls/%s", per);
+    snprintf(fig, sizeof fig, "%s_rw_calls", name);
+    bench_figure(fig, (double)(b.rw - a.rw) / ops, unit);
+    if (bench_calls_fd[0] >= 0) {
+        snprintf(fig, sizeof fig, "%s_syscalls", name);
+        bench_figure(fig, (double)(b.all - a.all) / ops, unit);
+    }
+    if (bench_calls_fd[1] >= 0) {
+        snprintf(fig, sizeof fig, "%s_uring_enters", name);
+        bench_figure(fig, (double)(b.enters - a.enters) / ops, unit);
+    }
+}
+
+/* tern only: <name>_enters_per_turn, io_uring_enter calls per loop turn
+ * over the section (turns from tern_loop_stats), when they are counted. */
+static inline void bench_enters_per_turn(const char *name, bench_calls a, bench_calls b,
+                                         uint64_t turns)
+{
+    char fig[128];
+    if (bench_calls_fd[1] < 0 || turns == 0)
+        return;
+    snprintf(fig, sizeof fig, "%s_enters_per_turn", name);
+    bench_figure(fig, (double)(b.enters - a.enters) / (double)turns, "calls/turn");
 }
 
 /* Abort the benchmark with a message: a failed call means the figure

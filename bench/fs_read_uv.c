@@ -4,12 +4,24 @@
  * is read, uv_fs_close, each step started from the previous one's
  * callback; `inflight` files at a time, each close starting the next.
  *
- * Parameters: files=10000 size=1024 inflight=64 threads=4
- * Figures: fs_read_files_per_s (files/s), fs_read_cpu_per_file.
+ * Parameters: files=10000 size=1024 inflight=64 threads=4 floor=1
+ * floor_threads=0 floor_ms=200
+ * Figures: fs_read_files_per_s (files/s), fs_read_cpu_per_file;
+ * fs_read_rw_calls, _syscalls, _uring_enters (system calls per file,
+ * bench.h); after the loop is closed, the synchronous floor on the same
+ * files (fs_read.h): fs_read_floor_files_per_s and fs_read_floor_share.
  *
  * UV_THREADPOOL_SIZE is read once, when the first request starts the
  * threadpool, so it is set before anything is queued; one warm-up request
  * starts the threads before the clock.
+ *
+ * io_uring: libuv 1.49 and newer run file operations on io_uring only on
+ * a loop configured with UV_LOOP_USE_IO_URING_SQPOLL and with
+ * UV_USE_IO_URING=1 in the environment (1.45 to 1.48 did by default, and
+ * UV_USE_IO_URING=0 turned it off). The loop is configured so wherever the
+ * option exists, before the first request makes the ring, and the
+ * environment decides: bench/run --uv-uring runs this twin with 0 and
+ * with 1.
  */
 #include "fs_read.h"
 
@@ -104,6 +116,7 @@ static void warm_done(uv_fs_t *req)
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     total = bench_arg(argc, argv, "files", 10000);
     size = bench_arg(argc, argv, "size", 1024);
     unsigned long inflight = bench_arg(argc, argv, "inflight", 64);
@@ -112,17 +125,23 @@ int main(int argc, char **argv)
         inflight = total;
     fs_make(total, size);
 
+    int rc = 0;
     char n[32];
     snprintf(n, sizeof n, "%lu", threads);
     setenv("UV_THREADPOOL_SIZE", n, 1);
     uv_loop_t *loop = uv_default_loop();
+#ifdef UV_LOOP_USE_IO_URING_SQPOLL
+    rc = uv_loop_configure(loop, UV_LOOP_USE_IO_URING_SQPOLL);
+    BENCH_CHECK(rc == 0, "uv_loop_configure: %s", uv_strerror(rc));
+#endif
     uv_fs_t warm;
-    int rc = uv_fs_stat(loop, &warm, fs_dir, warm_done);
+    rc = uv_fs_stat(loop, &warm, fs_dir, warm_done);
     BENCH_CHECK(rc == 0, "warm-up: %s", uv_strerror(rc));
     uv_run(loop, UV_RUN_DEFAULT);
 
     struct reader *readers = calloc(inflight, sizeof *readers);
     BENCH_CHECK(readers != NULL, "calloc");
+    bench_calls c0 = bench_calls_now();
     double cpu0 = bench_cpu_s();
     uint64_t t0 = bench_now_ns();
     for (unsigned long i = 0; i < inflight; i++)
@@ -130,13 +149,17 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     uint64_t t1 = bench_now_ns();
     double cpu1 = bench_cpu_s();
+    bench_calls c1 = bench_calls_now();
     BENCH_CHECK(completed == total, "completed %lu of %lu", completed, total);
 
-    bench_figure("fs_read_files_per_s", (double)total / ((double)(t1 - t0) / 1e9), "files/s");
+    double rate = (double)total / ((double)(t1 - t0) / 1e9);
+    bench_figure("fs_read_files_per_s", rate, "files/s");
     bench_figure("fs_read_cpu_per_file", (cpu1 - cpu0) / (double)total * 1e6, "us");
+    bench_calls_figures("fs_read", c0, c1, (double)total, "file");
 
     uv_loop_close(loop);
     free(readers);
+    fs_floor_figures(argc, argv, total, size, rate);
     fs_remove(total);
     return 0;
 }

@@ -7,7 +7,9 @@
  * watch a descriptor the application reads and writes itself).
  *
  * Parameters: trips=1000000
- * Figures: socketpair_pingpong (round trips/s).
+ * Figures: socketpair_pingpong (round trips/s); socketpair_pingpong_rw_calls,
+ * _syscalls, _uring_enters (system calls per round trip, bench.h) and
+ * _enters_per_turn.
  */
 #include "bench.h"
 
@@ -38,6 +40,7 @@ static void on_readable(tern_loop *loop, tern_id id, int fd, unsigned events, vo
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     target = bench_arg(argc, argv, "trips", 1000000);
     int sv[2];
     BENCH_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
@@ -50,19 +53,26 @@ int main(int argc, char **argv)
     opts.backend = bench_backend();
     int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
-    fprintf(stderr, "backend %s\n", tern_loop_backend_name(loop));
+    bench_backend_report(tern_loop_backend_name(loop));
     rc = tern_io_start(loop, sv[0], TERN_READABLE, on_readable, &trips, &watch[0]);
     BENCH_CHECK(rc == 0, "tern_io_start: %s", tern_strerror(rc));
     rc = tern_io_start(loop, sv[1], TERN_READABLE, on_readable, NULL, &watch[1]);
     BENCH_CHECK(rc == 0, "tern_io_start: %s", tern_strerror(rc));
 
+    tern_loop_stats st0, st1;
+    tern_loop_stats_get(loop, &st0);
+    bench_calls c0 = bench_calls_now();
     uint64_t t0 = bench_now_ns();
     BENCH_CHECK(write(sv[0], "x", 1) == 1, "write");
     tern_loop_run(loop);
     uint64_t t1 = bench_now_ns();
+    bench_calls c1 = bench_calls_now();
+    tern_loop_stats_get(loop, &st1);
     BENCH_CHECK(trips == target, "trips %lu of %lu", trips, target);
 
     bench_figure("socketpair_pingpong", (double)trips / ((double)(t1 - t0) / 1e9), "trips/s");
+    bench_calls_figures("socketpair_pingpong", c0, c1, (double)trips, "trip");
+    bench_enters_per_turn("socketpair_pingpong", c0, c1, st1.turns - st0.turns);
 
     tern_loop_free(loop);
     close(sv[0]);

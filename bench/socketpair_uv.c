@@ -4,7 +4,8 @@
  * uv_poll_t on the same loop.
  *
  * Parameters: trips=1000000
- * Figures: socketpair_pingpong (round trips/s).
+ * Figures: socketpair_pingpong (round trips/s); socketpair_pingpong_rw_calls,
+ * _syscalls, _uring_enters (system calls per round trip, bench.h).
  */
 #include "bench.h"
 
@@ -38,6 +39,7 @@ static void on_readable(uv_poll_t *w, int status, int events)
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     target = bench_arg(argc, argv, "trips", 1000000);
     int sv[2];
     BENCH_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
@@ -53,13 +55,16 @@ int main(int argc, char **argv)
         BENCH_CHECK(rc == 0, "uv_poll_start: %s", uv_strerror(rc));
     }
 
+    bench_calls c0 = bench_calls_now();
     uint64_t t0 = bench_now_ns();
     BENCH_CHECK(write(sv[0], "x", 1) == 1, "write");
     uv_run(loop, UV_RUN_DEFAULT);
     uint64_t t1 = bench_now_ns();
+    bench_calls c1 = bench_calls_now();
     BENCH_CHECK(trips == target, "trips %lu of %lu", trips, target);
 
     bench_figure("socketpair_pingpong", (double)trips / ((double)(t1 - t0) / 1e9), "trips/s");
+    bench_calls_figures("socketpair_pingpong", c0, c1, (double)trips, "trip");
 
     for (int i = 0; i < 2; i++)
         uv_close((uv_handle_t *)&watch[i], NULL);

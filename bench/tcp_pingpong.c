@@ -6,7 +6,9 @@
  *
  * Parameters: trips=100000 size=4
  * Figures: tcp_pingpong (round trips/s, timed from the connect's
- * completion to the last echo).
+ * completion to the last echo); tcp_pingpong_rw_calls, _syscalls,
+ * _uring_enters (system calls per round trip, both threads, bench.h) and
+ * _enters_per_turn (over both loops' turns).
  */
 #include "tcp_echo.h"
 
@@ -14,6 +16,18 @@ static unsigned long trips, target;
 static size_t size, got;
 static char msg[65536];
 static uint64_t t0, t1;
+static echo_server server;
+static bench_calls c0, c1;
+static uint64_t turns0, turns1;
+
+/* Turns of the client's loop and the echo server's together. */
+static uint64_t both_turns(tern_loop *client)
+{
+    tern_loop_stats a, b;
+    tern_loop_stats_get(client, &a);
+    tern_loop_stats_get(server.loop, &b);
+    return a.turns + b.turns;
+}
 
 static void on_written(tern_loop *loop, tern_id stream, int status, void *arg)
 {
@@ -39,6 +53,8 @@ static void on_read(tern_loop *loop, tern_id stream, int status, const void *dat
     got -= size;
     if (++trips == target) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
+        turns1 = both_turns(loop);
         tern_stream_close(loop, stream);
         return;
     }
@@ -51,19 +67,21 @@ static void on_connect(tern_loop *loop, tern_id stream, int status, void *arg)
     BENCH_CHECK(status == 0, "connect: %s", tern_strerror(status));
     int rc = tern_stream_read_start(loop, stream, on_read, NULL);
     BENCH_CHECK(rc == 0, "tern_stream_read_start: %s", tern_strerror(rc));
+    turns0 = both_turns(loop);
+    c0 = bench_calls_now();
     t0 = bench_now_ns();
     send_ping(loop, stream);
 }
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     target = bench_arg(argc, argv, "trips", 100000);
     size = bench_arg(argc, argv, "size", 4);
     BENCH_CHECK(target > 0 && size > 0 && size <= sizeof msg, "trips or size");
     memset(msg, 'p', size);
     raise_fd_limit();
 
-    echo_server server;
     unsigned port = echo_start(&server);
 
     tern_loop *loop;
@@ -72,13 +90,15 @@ int main(int argc, char **argv)
     opts.backend = bench_backend();
     int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
-    fprintf(stderr, "backend %s\n", tern_loop_backend_name(loop));
+    bench_backend_report(tern_loop_backend_name(loop));
     rc = tern_tcp_connect(loop, "127.0.0.1", port, 0, on_connect, NULL, NULL);
     BENCH_CHECK(rc == 0, "tern_tcp_connect: %s", tern_strerror(rc));
     tern_loop_run(loop);
     BENCH_CHECK(trips == target, "trips %lu of %lu", trips, target);
 
     bench_figure("tcp_pingpong", (double)trips / ((double)(t1 - t0) / 1e9), "trips/s");
+    bench_calls_figures("tcp_pingpong", c0, c1, (double)trips, "trip");
+    bench_enters_per_turn("tcp_pingpong", c0, c1, turns1 - turns0);
 
     tern_loop_free(loop);
     echo_stop(&server);

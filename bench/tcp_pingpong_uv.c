@@ -4,7 +4,8 @@
  * wait for all of them to come back, repeat `trips` times.
  *
  * Parameters: trips=100000 size=4
- * Figures: tcp_pingpong (round trips/s).
+ * Figures: tcp_pingpong (round trips/s); tcp_pingpong_rw_calls, _syscalls,
+ * _uring_enters (system calls per round trip, both threads, bench.h).
  */
 #include "tcp_echo_uv.h"
 
@@ -13,6 +14,7 @@ static size_t size, got;
 static char msg[65536];
 static char read_buffer[65536];
 static uint64_t t0, t1;
+static bench_calls c0, c1;
 static uv_tcp_t conn;
 static uv_connect_t connect_req;
 static uv_write_t write_req;
@@ -48,6 +50,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     got -= size;
     if (++trips == target) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
         uv_close((uv_handle_t *)stream, NULL);
         return;
     }
@@ -59,12 +62,14 @@ static void on_connect(uv_connect_t *req, int status)
     BENCH_CHECK(status == 0, "connect: %s", uv_strerror(status));
     int rc = uv_read_start(req->handle, on_alloc, on_read);
     BENCH_CHECK(rc == 0, "uv_read_start: %s", uv_strerror(rc));
+    c0 = bench_calls_now();
     t0 = bench_now_ns();
     send_ping(req->handle);
 }
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     target = bench_arg(argc, argv, "trips", 100000);
     size = bench_arg(argc, argv, "size", 4);
     BENCH_CHECK(target > 0 && size > 0 && size <= sizeof msg, "trips or size");
@@ -84,6 +89,7 @@ int main(int argc, char **argv)
     BENCH_CHECK(trips == target, "trips %lu of %lu", trips, target);
 
     bench_figure("tcp_pingpong", (double)trips / ((double)(t1 - t0) / 1e9), "trips/s");
+    bench_calls_figures("tcp_pingpong", c0, c1, (double)trips, "trip");
 
     uv_loop_close(loop);
     echo_stop(&server);

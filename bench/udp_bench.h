@@ -28,6 +28,8 @@ static struct {
     char slot[UDP_SLOTS][UDP_MAX];
     unsigned next_slot;
     uint64_t t0, t1;
+    bench_calls c0, c1;
+    uint64_t turns;
 } ub;
 
 static void udp_sent(tern_loop *loop, tern_id sock, int status, void *arg)
@@ -65,6 +67,10 @@ static void udp_on_client_recv(tern_loop *loop, tern_id sock, int status, const 
     BENCH_CHECK(status == 0 && len == ub.size, "client recv: %s", tern_strerror(status));
     if (++ub.got == ub.target) {
         ub.t1 = bench_now_ns();
+        ub.c1 = bench_calls_now();
+        tern_loop_stats st;
+        tern_loop_stats_get(loop, &st);
+        ub.turns = st.turns - ub.turns;
         tern_udp_close(loop, ub.client);
         tern_udp_close(loop, ub.echo);
         return;
@@ -84,8 +90,12 @@ static double udp_bench_run(unsigned long count, unsigned long inflight, size_t 
     ub.size = size;
     memset(ub.msg, 'p', size);
     tern_loop *loop;
-    int rc = tern_loop_new(&loop, NULL);
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = bench_backend();
+    int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    bench_backend_report(tern_loop_backend_name(loop));
     rc = tern_udp_bind(loop, "127.0.0.1", 0, 0, &ub.echo);
     BENCH_CHECK(rc == 0, "bind: %s", tern_strerror(rc));
     rc = tern_udp_bind(loop, "127.0.0.1", 0, 0, &ub.client);
@@ -97,6 +107,10 @@ static double udp_bench_run(unsigned long count, unsigned long inflight, size_t 
     BENCH_CHECK(rc == 0, "recv_start: %s", tern_strerror(rc));
     rc = tern_udp_recv_start(loop, ub.client, UDP_MAX, udp_on_client_recv, NULL);
     BENCH_CHECK(rc == 0, "recv_start: %s", tern_strerror(rc));
+    tern_loop_stats st;
+    tern_loop_stats_get(loop, &st);
+    ub.turns = st.turns;
+    ub.c0 = bench_calls_now();
     ub.t0 = bench_now_ns();
     for (unsigned long i = 0; i < inflight && ub.sent < count; i++)
         udp_send_ping(loop);
@@ -105,6 +119,13 @@ static double udp_bench_run(unsigned long count, unsigned long inflight, size_t 
     tern_loop_free(loop);
     tern_pool_shutdown(TERN_POOL_DRAIN, 1000000000u);
     return (double)ub.got / ((double)(ub.t1 - ub.t0) / 1e9);
+}
+
+/* The last run's system calls per echo (bench.h), figures named name_*. */
+static void udp_bench_calls(const char *name)
+{
+    bench_calls_figures(name, ub.c0, ub.c1, (double)ub.got, "echo");
+    bench_enters_per_turn(name, ub.c0, ub.c1, ub.turns);
 }
 
 #endif

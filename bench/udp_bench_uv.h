@@ -29,6 +29,7 @@ static struct {
     unsigned next_slot, next_req;
     char rbuf[65536];
     uint64_t t0, t1;
+    bench_calls c0, c1;
 } ub;
 
 static void udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -75,6 +76,7 @@ static void udp_on_client_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf,
     BENCH_CHECK(nread == (ssize_t)ub.size, "client recv: %zd", nread);
     if (++ub.got == ub.target) {
         ub.t1 = bench_now_ns();
+        ub.c1 = bench_calls_now();
         uv_close((uv_handle_t *)&ub.client, NULL);
         uv_close((uv_handle_t *)&ub.echo, NULL);
         return;
@@ -105,6 +107,7 @@ static double udp_bench_run(unsigned long count, unsigned long inflight, size_t 
     uv_udp_getsockname(&ub.echo, (struct sockaddr *)&ub.echo_addr, &len);
     uv_udp_recv_start(&ub.echo, udp_alloc, udp_on_echo_recv);
     uv_udp_recv_start(&ub.client, udp_alloc, udp_on_client_recv);
+    ub.c0 = bench_calls_now();
     ub.t0 = bench_now_ns();
     for (unsigned long i = 0; i < inflight && ub.sent < count; i++)
         udp_send_ping();
@@ -112,6 +115,12 @@ static double udp_bench_run(unsigned long count, unsigned long inflight, size_t 
     BENCH_CHECK(ub.got == count, "echoes %lu of %lu (a datagram was lost)", ub.got, count);
     uv_loop_close(loop);
     return (double)ub.got / ((double)(ub.t1 - ub.t0) / 1e9);
+}
+
+/* The last run's system calls per echo (bench.h), figures named name_*. */
+static void udp_bench_calls(const char *name)
+{
+    bench_calls_figures(name, ub.c0, ub.c1, (double)ub.got, "echo");
 }
 
 #endif
