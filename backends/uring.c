@@ -22,6 +22,11 @@
  *   a generation in its user_data, bumped by every add and delete, and a
  *   completion whose generation is not the descriptor's current one is
  *   dropped unread.
+ * - A poll is removed by a cancel, submitted at once: IORING_OP_POLL_REMOVE
+ *   fails with -EALREADY when it meets the poll while a wake-up of it is
+ *   being handled, and leaves the multishot poll armed; and until the
+ *   request goes it holds the file, so a socket the core closed would stay
+ *   open (its peer seeing no end) until the next wait, or for good.
  * - Changes are queued, so a failure the kernel finds at submission (a bad
  *   descriptor) comes back as an event, not as modify's return. Regular
  *   files are accepted and always ready, as under poll(2); epoll refuses
@@ -226,6 +231,19 @@ static int queue_update(struct uring *u, int fd)
     return 0;
 }
 
+/*
+ * Submit what is queued at once, not with the next wait. For a poll's
+ * removal or a receive's cancel: the request holds its own reference to
+ * the file, so the caller's close of the descriptor would not close the
+ * socket (the peer would see no end) until the request goes, and a loop
+ * that is not run again would keep it open. The kernel acts on both
+ * within the enter. A refused submit leaves them for the next wait.
+ */
+static void submit_now(struct uring *u)
+{
+    (void)io_uring_submit(&u->ring);
+}
+
 static int queue_remove(struct uring *u, int fd)
 {
     int rc = 0;
@@ -233,7 +251,11 @@ static int queue_remove(struct uring *u, int fd)
     struct io_uring_sqe *sqe = next_sqe(u, &rc);
     if (sqe == NULL)
         return rc;
-    io_uring_prep_poll_remove(sqe, poll_data(fd, s->gen));
+    /* A cancel, not IORING_OP_POLL_REMOVE: a remove that meets the poll
+     * while a wake-up of it is being handled fails with -EALREADY and
+     * leaves a multishot poll armed, holding the file open; a cancel marks
+     * it and it ends (-ECANCELED, a stale completion by then). */
+    io_uring_prep_cancel64(sqe, poll_data(fd, s->gen), 0);
     io_uring_sqe_set_data64(sqe, CONTROL);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
     s->gen = (s->gen + 1) & GEN_MASK; /* whatever the old poll still posts is stale */
@@ -478,6 +500,7 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, 
         if ((rc = queue_cancel(u, idx)) < 0)
             return rc;
         u->recv_of[fd] = NONE;
+        submit_now(u);
         return 0;
     }
     if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
@@ -590,7 +613,9 @@ static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, un
     struct slot *s = &u->slots[fd];
     if (new_events == 0) {
         s->events = 0;
-        return queue_remove(u, fd);
+        if ((rc = queue_remove(u, fd)) == 0)
+            submit_now(u);
+        return rc;
     }
     unsigned was = s->events;
     s->events = new_events;

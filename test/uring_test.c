@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -807,6 +808,49 @@ Test(uring, descriptors_that_came_with_bytes_never_delivered_are_closed)
     close(p[0]);
     close(p[1]);
     cr_assert_eq(count_open_fds_settled(), before, "a passed descriptor was left open");
+}
+
+/* Whether the peer of a closed socket sees its end within a second. */
+static bool peer_sees_end(int peer)
+{
+    struct pollfd p = {.fd = peer, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 1000) == 1 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP));
+}
+
+/*
+ * Closing a stream closes its socket then, not at the loop's next turn:
+ * the kernel's receive (or a watcher's poll) holds the file too, and the
+ * peer would see no end while the loop is not run again.
+ */
+Test(uring, a_closed_streams_peer_sees_the_end_without_another_turn)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {0};
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    tern_loop_run_once(loop, 0); /* the receive is in the kernel */
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(peer_sees_end(peer), "the socket stayed open after tern_stream_close");
+    close(peer);
+
+    /* A watcher's poll: the same with tern_io_stop and the caller's close. */
+    int p[2];
+    make_socketpair(p);
+    struct count c = {0};
+    tern_id w;
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &w), 0);
+    tern_loop_run_once(loop, 0);
+    cr_assert_eq(tern_io_stop(loop, w), 0);
+    close(p[0]);
+    cr_assert(peer_sees_end(p[1]), "the socket stayed open after tern_io_stop and close");
+    close(p[1]);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
 }
 
 #endif

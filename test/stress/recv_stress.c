@@ -304,8 +304,10 @@ static void round_run(unsigned round)
      * whatever the kernel still delivers, then free with receives live. */
     while (open_streams > 0)
         tern_loop_run_once(loop, 10 * STRESS_MS);
-    stress_phase_end();
+    /* Inside the phase: a socket tern closed but the kernel kept open
+     * (a request still holding its file) stalls the writer here. */
     STRESS_CHECK(pthread_join(w, NULL) == 0, "writer join");
+    stress_phase_end();
     stress_unwatch_loop(loop);
     tern_timer_stop(loop, tick);
     stress_loop_free(loop);
