@@ -3,8 +3,9 @@
  * stream.c (closing, reading, the dispatch of owed callbacks), tcp.c
  * (listen, accept, connect), unix.c, tty.c, write.c (the write queue and
  * the watcher's interest), stream_recv.c (reading through a completion
- * backend's receive), stream_record.c (the record itself) and signal.c. They call top-down in that order: a file calls only files
- * after it in the list.
+ * backend's receive), stream_record.c (the record itself) and signal.c.
+ * They call top-down in that order: a file calls only files after it in
+ * the list.
  *
  * A stream is a loop operation (struct tern__op first, so the id map and
  * the ready queue hold it), and the only one: what it runs for itself is
@@ -242,13 +243,12 @@ void tern__tty_restore(struct tern__stream *s);
 /* Start or cancel the receive so it matches the state (reading, not
  * closing, not ended). 0, or -errno from starting one; a backend that
  * cannot receive after all leaves the stream reading by readiness. */
-int tern__stream_recv_sync_slow(struct tern__stream *s);
-/* Inline: on a readiness backend (no receive, none started) it is two loads. */
-static inline int tern__stream_recv_sync(struct tern__stream *s)
+int tern__stream_recv_sync(struct tern__stream *s);
+/* Nothing for the sync to do: a readiness backend and no receive. Two
+ * loads, so a hot path asks this first and calls the sync only if not. */
+static inline bool tern__stream_recv_idle(const struct tern__stream *s)
 {
-    if (!s->recv_on && !(s->loop->backend.completes & TERN__DO_RECV))
-        return 0;
-    return tern__stream_recv_sync_slow(s);
+    return !s->recv_on && !(s->loop->backend.completes & TERN__DO_RECV);
 }
 /* The class hook: a completion of the stream's receive (step 4). */
 void tern__stream_recv_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d);

@@ -36,7 +36,7 @@ static bool recv_wanted(const struct tern__stream *s)
            (s->state & (TERN__S_READING | TERN__S_READ_DONE | TERN__S_CLOSING)) == TERN__S_READING;
 }
 
-int tern__stream_recv_sync_slow(struct tern__stream *s)
+int tern__stream_recv_sync(struct tern__stream *s)
 {
     tern_loop *loop = s->loop;
     struct tern__backend *b = &loop->backend;

@@ -196,7 +196,8 @@ void tern__write_fail(struct tern__stream *s, int status)
  */
 void tern__stream_rewatch(struct tern__stream *s)
 {
-    (void)tern__stream_recv_sync(s); /* a stream that stopped reading stops its receive */
+    if (!tern__stream_recv_idle(s))
+        (void)tern__stream_recv_sync(s); /* a stream that stopped reading stops its receive */
     unsigned want = tern__stream_wanted(s);
     if (want == 0 && !(s->state & TERN__S_CLOSING) && s->fd >= 0)
         return;
