@@ -162,6 +162,13 @@ extern const struct tern__backend_ops tern__backend_uring;
  */
 bool tern__kqueue_user_wake(bool on);
 
+/*
+ * Test seam: the io_uring backend's next n requests for a submission entry
+ * find the queue full and its submit refused (-EBUSY), as a completion
+ * queue in overflow makes the kernel refuse it. No effect without io_uring.
+ */
+void tern__uring_refuse_entries(unsigned n);
+
 /* Look a backend up by name; NULL picks the best built one. */
 const struct tern__backend_ops *tern__backend_find(const char *name);
 

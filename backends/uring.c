@@ -120,11 +120,12 @@ struct rentry {
     uint64_t token;
     struct msghdr msg; /* a receive with control data: its room (msg_controllen) */
     int fd;
-    uint32_t gen;   /* in its user_data, bumped at each submission */
-    uint32_t next;  /* the free list, or the list waiting to be submitted again */
-    bool live;      /* submitted, its last completion not yet reaped */
-    bool cancelled; /* the core stopped it: its end is not reported */
-    bool waiting;   /* in the resubmit list */
+    uint32_t gen;     /* in its user_data, bumped at each submission */
+    uint32_t next;    /* the free list, a resubmit list, or the rcancel list */
+    bool live;        /* submitted, its last completion not yet reaped */
+    bool cancelled;   /* the core stopped it: its end is not reported */
+    bool waiting;     /* in the resubmit list */
+    bool cancel_owed; /* in the rcancel list: its cancel waits for room in the queue */
 };
 
 struct slot {
@@ -132,6 +133,8 @@ struct slot {
     unsigned events; /* the interest, TERN_READABLE | TERN_WRITABLE; 0: not watched */
     bool armed;      /* a poll of this generation is in the kernel or queued */
     bool noted;      /* in the re-check list (at idx_noted), so there at most once */
+    bool owed;       /* a removal the queue could not take: owed_gen's poll, in owed_fds */
+    uint32_t owed_gen;
     size_t idx_noted;
     uint32_t mark; /* the wait that last reported this fd... */
     int idx;       /* ...at this index of its fired array */
@@ -149,6 +152,8 @@ struct uring {
     struct slot *slots;
     size_t nslots;
     struct recheck *rechecks; /* nslots long: each fd noted at most once */
+    int *owed_fds;            /* nslots long: polls whose removal waits for room */
+    size_t nowed;
     size_t nrechecks;
     uint32_t wait_seq;
     unsigned forks; /* the process's fork count when the ring was made */
@@ -159,6 +164,7 @@ struct uring {
     uint32_t rlive;            /* entries whose last completion is still to come */
     uint32_t rwait;            /* submit again on the next wait (list head) */
     uint32_t rstarved;         /* submit again once a buffer is back (list head) */
+    uint32_t rcancel;          /* cancels the queue could not take (list head) */
     uint32_t *recv_of;         /* per fd (nslots): its current receive entry, or NONE */
     struct io_uring_buf_ring *br;
     unsigned char *bufs;
@@ -184,9 +190,25 @@ static unsigned to_poll(unsigned events)
     return ((events & TERN_READABLE) ? POLLIN : 0) | ((events & TERN_WRITABLE) ? POLLOUT : 0);
 }
 
+/* Test seam (backend.h): the next so many entries asked for find the
+ * queue full and its submit refused, as a completion queue in overflow
+ * makes the kernel refuse it. */
+static _Atomic unsigned sq_refusals;
+
+void tern__uring_refuse_entries(unsigned n)
+{
+    atomic_store_explicit(&sq_refusals, n, memory_order_relaxed);
+}
+
 /* An entry to fill, submitting what is queued when the queue is full. */
 static struct io_uring_sqe *next_sqe(struct uring *u, int *rc)
 {
+    unsigned refuse = atomic_load_explicit(&sq_refusals, memory_order_relaxed);
+    if (__builtin_expect(refuse != 0, 0) &&
+        atomic_compare_exchange_strong(&sq_refusals, &refuse, refuse - 1)) {
+        *rc = -EBUSY;
+        return NULL;
+    }
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
     if (sqe == NULL) {
         int n = io_uring_submit(&u->ring);
@@ -249,8 +271,16 @@ static int queue_remove(struct uring *u, int fd)
     int rc = 0;
     struct slot *s = &u->slots[fd];
     struct io_uring_sqe *sqe = next_sqe(u, &rc);
-    if (sqe == NULL)
-        return rc;
+    if (sqe == NULL) {
+        /* Owed, not failed: the next wait sends it, and the fd is not
+         * watched again before then (modify says -EBUSY). */
+        s->owed = true;
+        s->owed_gen = s->gen;
+        u->owed_fds[u->nowed++] = fd;
+        s->gen = (s->gen + 1) & GEN_MASK;
+        s->armed = false;
+        return 0;
+    }
     /* A cancel, not IORING_OP_POLL_REMOVE: a remove that meets the poll
      * while a wake-up of it is being handled fails with -EALREADY and
      * leaves a multishot poll armed, holding the file open; a cancel marks
@@ -296,7 +326,7 @@ static int uring_init(struct tern__backend *b)
         return b->ops->init(b);
     }
     u->forks = tern__forks;
-    u->rfree = u->rwait = u->rstarved = NONE;
+    u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
     b->completes = TERN__DO_RECV;
@@ -317,6 +347,10 @@ static int grow_slots(struct uring *u, int fd)
     if (r == NULL)
         return -ENOMEM;
     u->rechecks = r;
+    int *o = tern__realloc(u->owed_fds, n * sizeof(*o));
+    if (o == NULL)
+        return -ENOMEM;
+    u->owed_fds = o;
     uint32_t *r_of = tern__realloc(u->recv_of, n * sizeof(*r_of));
     if (r_of == NULL)
         return -ENOMEM;
@@ -480,8 +514,15 @@ static int queue_cancel(struct uring *u, uint32_t idx)
     if (e->waiting)
         return 0; /* not in the kernel: freed where the wait list is walked */
     struct io_uring_sqe *sqe = next_sqe(u, &rc);
-    if (sqe == NULL)
-        return rc;
+    if (sqe == NULL) {
+        if (!e->cancel_owed) { /* owed, not failed: the next wait sends it */
+            e->cancel_owed = true;
+            e->next = u->rcancel;
+            u->rcancel = idx;
+        }
+        return 0;
+    }
+    e->cancel_owed = false;
     io_uring_prep_cancel64(sqe, recv_data(idx, e->gen), 0);
     io_uring_sqe_set_data64(sqe, CONTROL);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
@@ -597,6 +638,33 @@ static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct te
     return true;
 }
 
+/* Send the removals and cancels the queue could not take when asked. */
+static int queue_owed(struct uring *u)
+{
+    int rc = 0;
+    while (u->nowed > 0) {
+        int fd = u->owed_fds[u->nowed - 1];
+        struct io_uring_sqe *sqe = next_sqe(u, &rc);
+        if (sqe == NULL)
+            return rc;
+        io_uring_prep_cancel64(sqe, poll_data(fd, u->slots[fd].owed_gen), 0);
+        io_uring_sqe_set_data64(sqe, CONTROL);
+        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+        u->slots[fd].owed = false;
+        u->nowed--;
+    }
+    while (u->rcancel != NONE) {
+        uint32_t idx = u->rcancel;
+        struct rentry *e = &u->rentries[idx];
+        u->rcancel = e->next;
+        e->cancel_owed = false;
+        queue_cancel(u, idx);
+        if (e->cancel_owed)
+            return -EBUSY; /* back on the list */
+    }
+    return 0;
+}
+
 static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, unsigned new_events)
 {
     struct uring *u = b->state;
@@ -605,6 +673,8 @@ static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, un
     if (old_events == 0) {
         if ((rc = grow_slots(u, fd)) < 0)
             return rc;
+        if (u->slots[fd].owed && (queue_owed(u) < 0 || u->slots[fd].owed))
+            return -EBUSY; /* the old poll's removal has not gone out yet */
         u->slots[fd].events = new_events;
         if ((rc = queue_add(u, fd)) < 0)
             u->slots[fd].events = 0;
@@ -675,6 +745,8 @@ static void drain_receives(struct uring *u, struct tern__backend *b)
         u->rentries[idx].waiting = false;
         rentry_free(u, idx);
     }
+    int owed = queue_owed(u);
+    TERN_ENSURE(owed == 0);
     for (uint32_t idx = 0; idx < u->nrentries; idx++)
         if (u->rentries[idx].live && !u->rentries[idx].cancelled) {
             int rc = queue_cancel(u, idx);
@@ -715,6 +787,7 @@ static void uring_close(struct tern__backend *b)
     }
     tern__free(u->slots);
     tern__free(u->rechecks);
+    tern__free(u->owed_fds);
     tern__free(u->recv_of);
     tern__free(u->rentries);
     tern__free(u);
@@ -796,7 +869,7 @@ static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__
     b->ndone = 0;
     /* The queue was full and would not submit: queue the rest on the next
      * wait, and do not sleep before then, since those re-checks may be due. */
-    if (queue_rechecks(u) < 0 || queue_resubmits(u) < 0)
+    if (queue_owed(u) < 0 || queue_rechecks(u) < 0 || queue_resubmits(u) < 0)
         timeout_ns = 0;
     if (timeout_ns == 0 || io_uring_cq_ready(&u->ring) > 0) {
         /* Never blocks. With completions already there and nothing to

@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include "backend.h"
 #include "fault.h"
 
 struct count {
@@ -851,6 +852,97 @@ Test(uring, a_closed_streams_peer_sees_the_end_without_another_turn)
     close(p[1]);
     cr_assert(run_until_nothing_live(loop));
     loop_free_clean(loop);
+}
+
+/*
+ * A queue that takes no entry (full, its submit refused, as a completion
+ * queue in overflow makes the kernel refuse it): a start is refused with
+ * -EBUSY and changes nothing; a stop is never refused — the removal or
+ * cancel is owed and goes with the next wait — and the descriptor cannot
+ * be watched again before then; reading still delivers every byte.
+ */
+Test(uring, a_queue_that_takes_no_entry_refuses_starts_and_owes_stops)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+
+    /* A stream: refused read_start, then reading (its receive keeps the
+     * loop asking the kernel on every turn). */
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {.stop_after = 1};
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), -EBUSY);
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+
+    /* A watcher: refused start, owed stop, no re-watch until it went. */
+    int p[2];
+    make_socketpair(p);
+    struct count c = {0};
+    tern_id w;
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &w), -EBUSY);
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &w), 0);
+    tern_loop_run_once(loop, 0);
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_io_stop(loop, w), 0);
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &w), -EBUSY,
+                 "watched again while the old poll's removal was still owed");
+    tern_loop_run_once(loop, 0); /* the owed removal goes */
+    close(p[0]);
+    cr_assert(peer_sees_end(p[1]), "the owed removal never went: the socket stayed open");
+    close(p[1]);
+
+    /* The stream's callback stops reading while the queue takes nothing:
+     * the cancel is owed, and the bytes still all arrive in order. */
+    send_pattern(peer, 0, 1000);
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    while (!r.stopped) {
+        cr_assert_lt(mono_ns(), give_up);
+        tern__uring_refuse_entries(1);
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    }
+    tern__uring_refuse_entries(0);
+    send_pattern(peer, 1000, 5000);
+    for (int t = 0; t < 3; t++)
+        tern_loop_run_once(loop, 0);
+    r.stop_after = 0;
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    shutdown(peer, SHUT_WR);
+    cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(r.got, 6000);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+/*
+ * A loop freed while a receive's cancel is still owed: the free sends it
+ * and reaps the receive's end before the buffers go.
+ */
+Test(uring, a_loop_freed_with_a_cancel_owed_frees_everything)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    int before = count_open_fds();
+    tern_loop *loop = loop_asking_for("io_uring");
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {0};
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    tern_loop_run_once(loop, 0);
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_stream_read_stop(loop, id), 0);
+    tern_loop_free(loop);
+    close(peer);
+    cr_assert_eq(count_open_fds_settled(), before);
 }
 
 #endif
