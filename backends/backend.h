@@ -105,7 +105,8 @@ struct tern__backend_ops {
      * resumes by itself. After a cancel the bytes the kernel had already
      * taken still come (not final), then nothing more. At most one receive
      * per fd. Returns 0 or -errno (-EOPNOTSUPP: the backend cannot, after
-     * all; the caller reads by readiness instead).
+     * all; the caller reads by readiness instead); a cancel is never
+     * refused (one the queue cannot take goes with the next wait).
      */
     int (*recv)(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room);
     /* Give back a completion's buffer once its bytes are consumed. */
@@ -135,6 +136,7 @@ struct tern__backend {
     void *state;             /* backend-private */
     bool wakes_itself;       /* set by init: use ops->wake, not a wake descriptor */
     unsigned completes;      /* TERN__DO_* the backend performs (0: readiness only) */
+    bool owes;               /* changes wait that only a wait sends: wait even with no fd */
     unsigned nbufs;          /* provided buffers: a buffer id is below this */
     struct tern__done *done; /* set by each wait: the completions it reaped... */
     int ndone;               /* ...this many, consumed before the next wait */

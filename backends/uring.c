@@ -204,14 +204,11 @@ void tern__uring_refuse_entries(unsigned n)
 static struct io_uring_sqe *next_sqe(struct uring *u, int *rc)
 {
     unsigned refuse = atomic_load_explicit(&sq_refusals, memory_order_relaxed);
-    if (__builtin_expect(refuse != 0, 0) &&
-        atomic_compare_exchange_strong(&sq_refusals, &refuse, refuse - 1)) {
-        *rc = -EBUSY;
-        return NULL;
-    }
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    bool refused = __builtin_expect(refuse != 0, 0) &&
+                   atomic_compare_exchange_strong(&sq_refusals, &refuse, refuse - 1);
+    struct io_uring_sqe *sqe = refused ? NULL : io_uring_get_sqe(&u->ring);
     if (sqe == NULL) {
-        int n = io_uring_submit(&u->ring);
+        int n = refused ? -EBUSY : io_uring_submit(&u->ring);
         if (n < 0) {
             *rc = n;
             return NULL;
@@ -506,13 +503,13 @@ static int queue_resubmits(struct uring *u)
     return 0;
 }
 
-static int queue_cancel(struct uring *u, uint32_t idx)
+static void queue_cancel(struct uring *u, uint32_t idx)
 {
     int rc = 0;
     struct rentry *e = &u->rentries[idx];
     e->cancelled = true;
     if (e->waiting)
-        return 0; /* not in the kernel: freed where the wait list is walked */
+        return; /* not in the kernel: freed where the wait list is walked */
     struct io_uring_sqe *sqe = next_sqe(u, &rc);
     if (sqe == NULL) {
         if (!e->cancel_owed) { /* owed, not failed: the next wait sends it */
@@ -520,13 +517,12 @@ static int queue_cancel(struct uring *u, uint32_t idx)
             e->next = u->rcancel;
             u->rcancel = idx;
         }
-        return 0;
+        return;
     }
     e->cancel_owed = false;
     io_uring_prep_cancel64(sqe, recv_data(idx, e->gen), 0);
     io_uring_sqe_set_data64(sqe, CONTROL);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-    return 0;
 }
 
 static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room)
@@ -535,11 +531,8 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, 
     require_not_forked(u);
     int rc;
     if (!on) {
-        if ((size_t)fd >= u->nslots || u->recv_of[fd] == NONE)
-            return 0;
-        uint32_t idx = u->recv_of[fd];
-        if ((rc = queue_cancel(u, idx)) < 0)
-            return rc;
+        TERN_INSIST((size_t)fd < u->nslots && u->recv_of[fd] != NONE);
+        queue_cancel(u, u->recv_of[fd]);
         u->recv_of[fd] = NONE;
         submit_now(u);
         return 0;
@@ -749,8 +742,8 @@ static void drain_receives(struct uring *u, struct tern__backend *b)
     TERN_ENSURE(owed == 0);
     for (uint32_t idx = 0; idx < u->nrentries; idx++)
         if (u->rentries[idx].live && !u->rentries[idx].cancelled) {
-            int rc = queue_cancel(u, idx);
-            TERN_ENSURE(rc == 0); /* next_sqe submits a full queue */
+            queue_cancel(u, idx);
+            TERN_ENSURE(!u->rentries[idx].cancel_owed); /* next_sqe submits a full queue */
         }
     while (u->rlive > 0) {
         int rc = io_uring_submit_and_wait(&u->ring, 1);
@@ -848,9 +841,7 @@ static int reap(struct uring *u, struct tern__fired *out, int max, struct tern__
     unsigned head, seen = 0;
     struct io_uring_cqe *cqe;
     int n = 0;
-    u->wait_seq++;
-    if (u->wait_seq == 0)
-        u->wait_seq = 1; /* 0 is a fresh slot's mark */
+    u->wait_seq += 1 + (u->wait_seq == UINT32_MAX); /* never 0, a fresh slot's mark */
     io_uring_for_each_cqe(&u->ring, head, cqe)
     {
         if (!take(u, cqe, out, &n, max, b))
@@ -894,12 +885,44 @@ static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__
     return reap(u, out, max, b);
 }
 
+/* Whether removals or cancels are owed to the next wait (the core then
+ * waits even with no descriptor watched). */
+static void note_owed(struct tern__backend *b)
+{
+    struct uring *u = b->state;
+    b->owes = u->nowed > 0 || u->rcancel != NONE;
+}
+
+static int uring_modify_noting(struct tern__backend *b, int fd, unsigned old_events,
+                               unsigned new_events)
+{
+    int rc = uring_modify(b, fd, old_events, new_events);
+    note_owed(b);
+    return rc;
+}
+
+static int uring_recv_noting(struct tern__backend *b, int fd, uint64_t token, bool on,
+                             size_t ctl_room)
+{
+    int rc = uring_recv(b, fd, token, on, ctl_room);
+    note_owed(b);
+    return rc;
+}
+
+static int uring_wait_noting(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
+                             int max)
+{
+    int n = uring_wait(b, timeout_ns, out, max);
+    note_owed(b);
+    return n;
+}
+
 const struct tern__backend_ops tern__backend_uring = {
     .name = "io_uring",
     .init = uring_init,
     .close = uring_close,
-    .modify = uring_modify,
-    .wait = uring_wait,
-    .recv = uring_recv,
+    .modify = uring_modify_noting,
+    .wait = uring_wait_noting,
+    .recv = uring_recv_noting,
     .recycle = uring_recycle,
 };

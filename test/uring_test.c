@@ -945,4 +945,167 @@ Test(uring, a_loop_freed_with_a_cancel_owed_frees_everything)
     cr_assert_eq(count_open_fds_settled(), before);
 }
 
+static void *null_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+    *len = 0;
+    return NULL;
+}
+
+static void *stopping_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
+{
+    struct reader *r = arg;
+    cr_assert_eq(tern_stream_read_stop(loop, id), 0);
+    r->stopped = true;
+    *len = sizeof r->mem;
+    return r->mem;
+}
+
+struct status_reader {
+    int status;
+    atomic_uint calls;
+};
+
+static void status_cb(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                      void *arg)
+{
+    (void)data;
+    (void)len;
+    struct status_reader *sr = arg;
+    sr->status = status;
+    atomic_fetch_add(&sr->calls, 1);
+    cr_assert_eq(tern_stream_read_stop(loop, id), 0);
+}
+
+/* Stop a reading stream once bytes have landed (a callback stops it). */
+static void land_bytes(tern_loop *loop, tern_id id, int peer, struct reader *r)
+{
+    r->stop_after = 1;
+    r->stopped = false;
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, r), 0);
+    send_pattern(peer, r->got, 100);
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    while (!r->stopped) {
+        cr_assert_lt(mono_ns(), give_up);
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    }
+    send_pattern(peer, r->got, 100); /* more lands while reading is stopped */
+}
+
+/*
+ * Bytes waiting from the receive, read into a caller's allocator that
+ * gives no memory (the callback gets -ENOBUFS and the bytes stay) or that
+ * stops reading (nothing is delivered); the read fault seam's EINTR is
+ * retried and its error ends reading, as when reading by readiness.
+ */
+Test(uring, waiting_bytes_meet_allocators_and_faults_as_a_read_does)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {0};
+    land_bytes(loop, id, peer, &r);
+
+    struct status_reader sr = {0};
+    cr_assert_eq(tern_stream_read_start_alloc(loop, id, null_alloc, status_cb, &sr), 0);
+    cr_assert(run_until_count(loop, &sr.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(sr.status, -ENOBUFS);
+
+    r.stopped = false;
+    cr_assert_eq(tern_stream_read_start_alloc(loop, id, stopping_alloc, reader_cb, &r), 0);
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    while (!r.stopped) {
+        cr_assert_lt(mono_ns(), give_up);
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    }
+    size_t held = r.got;
+
+    /* EINTR from the seam is retried: the bytes still come, in order. */
+    tern__fault_net_errno(-EINTR);
+    tern__fault_arm(TERN__FAULT_STREAM, 1);
+    r.stop_after = 0;
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    give_up = mono_ns() + LIVENESS_NS;
+    while (r.got < held + 100) {
+        cr_assert_lt(mono_ns(), give_up);
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    }
+    cr_assert(tern__fault_fired());
+
+    /* An error from the seam ends reading with it. */
+    tern__fault_net_errno(-ECONNRESET);
+    tern__fault_arm(TERN__FAULT_STREAM, 1);
+    send_pattern(peer, r.got, 100);
+    cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(r.end, -ECONNRESET);
+    tern__fault_arm(0, 0);
+    tern__fault_net_errno(-ENOBUFS);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+/*
+ * The queue refusing entries inside a wait: the level re-checks it could
+ * not queue are queued by the next wait (both ready watchers are reported
+ * again), a change of interest is refused with -EBUSY and keeps the old
+ * one, and an owed cancel the queue refuses again stays owed.
+ */
+Test(uring, a_wait_whose_queue_takes_no_entry_catches_up_on_the_next)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int a[2], b[2];
+    make_socketpair(a);
+    make_socketpair(b);
+    struct count ca = {0}, cb = {0};
+    tern_id wa, wb;
+    cr_assert_eq(tern_io_start(loop, a[0], TERN_READABLE, count_cb, &ca, &wa), 0);
+    cr_assert_eq(tern_io_start(loop, b[0], TERN_READABLE, count_cb, &cb, &wb), 0);
+    write_byte(a[1]);
+    write_byte(b[1]);
+    cr_assert(run_until_count(loop, &ca.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert(run_until_count(loop, &cb.calls, 1, 100 * (int64_t)MS, 200));
+    unsigned was_a = atomic_load(&ca.calls), was_b = atomic_load(&cb.calls);
+    tern__uring_refuse_entries(1); /* the first re-check of the next wait */
+    tern_loop_run_once(loop, 0);
+    cr_assert(run_until_count(loop, &ca.calls, was_a + 1, 100 * (int64_t)MS, 200));
+    cr_assert(run_until_count(loop, &cb.calls, was_b + 1, 100 * (int64_t)MS, 200));
+
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_io_modify(loop, wa, TERN_READABLE | TERN_WRITABLE), -EBUSY);
+    cr_assert_eq(tern_io_modify(loop, wa, TERN_READABLE | TERN_WRITABLE), 0);
+    cr_assert_eq(tern_io_stop(loop, wa), 0);
+    cr_assert_eq(tern_io_stop(loop, wb), 0);
+
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {0};
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    tern_loop_run_once(loop, 0);
+    tern__uring_refuse_entries(2); /* the stop's cancel, and its first retry */
+    cr_assert_eq(tern_stream_read_stop(loop, id), 0);
+    tern_loop_run_once(loop, 0);
+    tern_loop_run_once(loop, 0);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(peer_sees_end(peer), "the owed cancel never went: the socket stayed open");
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
 #endif

@@ -101,10 +101,14 @@ struct tern__op *tern__op_find(tern_loop *loop, tern_id id)
 void tern__op_completed(tern_loop *loop, const struct tern__done *d)
 {
     struct tern__op *op = tern__op_find(loop, d->token);
-    if (op != NULL && op->cls->completed != NULL)
+    if (op != NULL && op->cls->completed != NULL) {
         op->cls->completed(loop, op, d);
-    else if (d->res > 0)
-        loop->backend.ops->recycle(&loop->backend, d->buf);
+        return;
+    }
+    /* Only bytes can outlive their op: an op cancels its operation (whose
+     * end then goes unreported) before it can be freed. */
+    TERN_INSIST(d->res > 0);
+    loop->backend.ops->recycle(&loop->backend, d->buf);
 }
 
 static int ref_common(tern_loop *loop, tern_id id, bool ref)

@@ -257,8 +257,9 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
     uint64_t began = wait != 0 ? tern__clock_now() : 0;
     bool parked = wait != 0 && park(loop);
     if (!parked) {
-        /* Nothing to sleep for: only ask the kernel if there are fds. */
-        if (loop->io_count == 0)
+        /* Nothing to sleep for: only ask the kernel if there are fds (or
+         * the backend has changes only a wait sends). */
+        if (loop->io_count == 0 && !loop->backend.owes)
             return 0;
         wait = 0;
         began = 0;
