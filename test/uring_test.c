@@ -1108,4 +1108,83 @@ Test(uring, a_wait_whose_queue_takes_no_entry_catches_up_on_the_next)
     close(b[1]);
 }
 
+struct turn_arg {
+    tern_loop *loop;
+};
+
+static void *one_turn(void *arg)
+{
+    tern_loop_run_once(((struct turn_arg *)arg)->loop, 0);
+    return NULL;
+}
+
+/*
+ * A receive submitted by a thread that has since exited: the kernel ends
+ * it (-ECANCELED, not asked for), and the backend submits it again, so
+ * the stream run on by another thread still gets every byte.
+ */
+Test(uring, a_receive_made_by_a_thread_that_exited_still_reads)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    struct reader r = {0};
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+    struct turn_arg ta = {loop};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, one_turn, &ta), 0); /* it submits the receive */
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    send_pattern(peer, 0, 20000);
+    shutdown(peer, SHUT_WR);
+    cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+    cr_assert_eq(r.end, 0);
+    cr_assert_eq(r.got, 20000);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+/*
+ * A loop freed while receives wait to be submitted again (starved of
+ * buffers, none back yet): they are not in the kernel, and the free lets
+ * them go with the rest.
+ */
+Test(uring, a_loop_freed_with_starved_receives_frees_everything)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2 * CROWD + 64) {
+        rl.rlim_cur = rl.rlim_max;
+        if (rl.rlim_cur < 2 * CROWD + 64 || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            cr_skip_test("too few descriptors for %d connections", CROWD);
+    }
+    int before = count_open_fds();
+    tern_loop *loop = loop_asking_for("io_uring");
+    static int peers[CROWD];
+    static struct reader readers[CROWD];
+    for (int i = 0; i < CROWD; i++) {
+        int ours;
+        tern_id id;
+        tcp_pair(&ours, &peers[i]);
+        cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+        readers[i] = (struct reader){0};
+        send_pattern(peers[i], 0, 100);
+        cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &readers[i]), 0);
+    }
+    /* One wait submits them all and reaps: 512 take a buffer, the rest
+     * are ended for want of one and wait; nothing is delivered yet. */
+    tern_loop_run_once(loop, 0);
+    tern_loop_free(loop);
+    for (int i = 0; i < CROWD; i++)
+        close(peers[i]);
+    cr_assert_eq(count_open_fds_settled(), before);
+}
+
 #endif
