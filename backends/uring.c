@@ -203,9 +203,11 @@ void tern__uring_refuse_entries(unsigned n)
 /* An entry to fill, submitting what is queued when the queue is full. */
 static struct io_uring_sqe *next_sqe(struct uring *u, int *rc)
 {
+    /* The seam is a single-threaded test's: a load, and a store when set. */
     unsigned refuse = atomic_load_explicit(&sq_refusals, memory_order_relaxed);
-    bool refused = __builtin_expect(refuse != 0, 0) &&
-                   atomic_compare_exchange_strong(&sq_refusals, &refuse, refuse - 1);
+    bool refused = __builtin_expect(refuse != 0, 0);
+    if (refused)
+        atomic_store_explicit(&sq_refusals, refuse - 1, memory_order_relaxed);
     struct io_uring_sqe *sqe = refused ? NULL : io_uring_get_sqe(&u->ring);
     if (sqe == NULL) {
         int n = refused ? -EBUSY : io_uring_submit(&u->ring);
@@ -386,33 +388,29 @@ static int bufs_setup(struct uring *u)
         return 0;
     if (u->bufs_refused)
         return -EOPNOTSUPP;
+    /* One mapping: the ring's page(s), then the buffers. An allocation
+     * site of the fault seam, like the heap's. */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     u->br_bytes = (NBUFS * sizeof(struct io_uring_buf) + page - 1) / page * page;
-    void *br = mmap(NULL, u->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    void *bufs = mmap(NULL, (size_t)NBUFS * BUF_SIZE, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    int rc = br == MAP_FAILED || bufs == MAP_FAILED ? -ENOMEM : 0;
-    if (rc == 0) {
-        /* Like the ring itself, memory the kernel writes is not a child's. */
-        (void)madvise(br, u->br_bytes, MADV_DONTFORK);
-        (void)madvise(bufs, (size_t)NBUFS * BUF_SIZE, MADV_DONTFORK);
-        io_uring_buf_ring_init(br);
-        struct io_uring_buf_reg reg = {
-            .ring_addr = (uintptr_t)br, .ring_entries = NBUFS, .bgid = BGID};
-        if ((rc = io_uring_register_buf_ring(&u->ring, &reg, 0)) < 0) {
-            u->bufs_refused = rc != -ENOMEM;
-            rc = rc == -ENOMEM ? rc : -EOPNOTSUPP;
-        }
-    }
+    size_t bytes = u->br_bytes + (size_t)NBUFS * BUF_SIZE;
+    void *m = tern__fault_hit(TERN__FAULT_ALLOC)
+                  ? MAP_FAILED
+                  : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -ENOMEM;
+    /* Like the ring itself, memory the kernel writes is not a child's. */
+    (void)madvise(m, bytes, MADV_DONTFORK);
+    struct io_uring_buf_ring *br = m;
+    io_uring_buf_ring_init(br);
+    struct io_uring_buf_reg reg = {.ring_addr = (uintptr_t)br, .ring_entries = NBUFS, .bgid = BGID};
+    int rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
     if (rc < 0) {
-        if (br != MAP_FAILED)
-            munmap(br, u->br_bytes);
-        if (bufs != MAP_FAILED)
-            munmap(bufs, (size_t)NBUFS * BUF_SIZE);
-        return rc;
+        munmap(m, bytes);
+        u->bufs_refused = rc != -ENOMEM;
+        return rc == -ENOMEM ? rc : -EOPNOTSUPP;
     }
     u->br = br;
-    u->bufs = bufs;
+    u->bufs = (unsigned char *)m + u->br_bytes;
     for (uint32_t bid = 0; bid < NBUFS; bid++)
         buf_give(u, bid);
     return 0;
@@ -774,10 +772,8 @@ static void uring_close(struct tern__backend *b)
     } else {
         close(u->ring.ring_fd); /* the child's copy; its ring memory was never inherited */
     }
-    if (u->br != NULL) {
-        munmap(u->br, u->br_bytes);
-        munmap(u->bufs, (size_t)NBUFS * BUF_SIZE);
-    }
+    if (u->br != NULL)
+        munmap(u->br, u->br_bytes + (size_t)NBUFS * BUF_SIZE);
     tern__free(u->slots);
     tern__free(u->rechecks);
     tern__free(u->owed_fds);

@@ -1187,4 +1187,46 @@ Test(uring, a_loop_freed_with_starved_receives_frees_everything)
     cr_assert_eq(count_open_fds_settled(), before);
 }
 
+/*
+ * Every allocation starting to read can make (the buffers' mapping, the
+ * backend's tables, the loop's landing records), failed in turn: the
+ * start says -ENOMEM and leaves the stream as it was, and reading started
+ * again gets every byte.
+ */
+Test(uring, each_allocation_of_a_read_start_failed_in_turn)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    for (uint64_t n = 1;; n++) {
+        tern_loop *loop = loop_asking_for("io_uring");
+        int ours, peer;
+        tcp_pair(&ours, &peer);
+        tern_id id;
+        cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+        struct reader r = {0};
+        tern__fault_arm(TERN__FAULT_ALLOC, n);
+        int rc = tern_stream_read_start(loop, id, reader_cb, &r);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(0, 0);
+        if (fired) {
+            cr_assert_eq(rc, -ENOMEM, "allocation %llu failed: read_start said %d",
+                         (unsigned long long)n, rc);
+            cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &r), 0);
+        } else {
+            cr_assert_eq(rc, 0);
+        }
+        send_pattern(peer, 0, 3000);
+        shutdown(peer, SHUT_WR);
+        cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
+        cr_assert_eq(r.got, 3000);
+        cr_assert_eq(tern_stream_close(loop, id), 0);
+        cr_assert(run_until_nothing_live(loop));
+        loop_free_clean(loop);
+        close(peer);
+        if (!fired)
+            break;
+        cr_assert_lt(n, 64, "read_start makes more allocations than expected");
+    }
+}
+
 #endif

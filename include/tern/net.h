@@ -220,7 +220,9 @@ TERN_EXTERN int tern_stream_open(tern_loop *loop, int fd, tern_id *idp);
  * Requires: loop != NULL.
  * Returns: 0; -EINVAL for a NULL cb or a listener; -ENOENT for an unknown
  *          or stale id; -ENOTCONN while connecting; -EPIPE once the stream
- *          has reached end of stream or failed.
+ *          has reached end of stream or failed; -ENOMEM, or -EBUSY from a
+ *          full io_uring queue, when the backend cannot start reading (the
+ *          stream is then as it was).
  * Threads: loop-only.
  */
 TERN_EXTERN int tern_stream_read_start(tern_loop *loop, tern_id id, tern_read_cb cb, void *arg);
