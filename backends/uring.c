@@ -45,8 +45,7 @@
  *   its own could send IORING_OP_MSG_RING, but a waker is any thread).
  * - fork(): the ring's memory is shared with the kernel and would be
  *   shared with a child too, so it is not inherited (MADV_DONTFORK); a
- *   child that waits on or changes its parent's loop aborts, and freeing
- *   that loop in a child only closes the child's copy of the descriptor.
+ *   child that uses its parent's loop at all (freeing it too) aborts.
  * - io_uring_setup refused (ENOSYS; EPERM under seccomp or with
  *   io_uring_disabled; ENOMEM when locked memory is short; a kernel without
  *   the features above): init hands the loop to epoll instead, silently.
@@ -265,7 +264,7 @@ static void submit_now(struct uring *u)
     (void)io_uring_submit(&u->ring);
 }
 
-static int queue_remove(struct uring *u, int fd)
+static void queue_remove(struct uring *u, int fd)
 {
     int rc = 0;
     struct slot *s = &u->slots[fd];
@@ -278,7 +277,7 @@ static int queue_remove(struct uring *u, int fd)
         u->owed_fds[u->nowed++] = fd;
         s->gen = (s->gen + 1) & GEN_MASK;
         s->armed = false;
-        return 0;
+        return;
     }
     /* A cancel, not IORING_OP_POLL_REMOVE: a remove that meets the poll
      * while a wake-up of it is being handled fails with -EALREADY and
@@ -289,7 +288,6 @@ static int queue_remove(struct uring *u, int fd)
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
     s->gen = (s->gen + 1) & GEN_MASK; /* whatever the old poll still posts is stale */
     s->armed = false;
-    return 0;
 }
 
 /* io_uring_setup's refusals that mean "this kernel or process offers no
@@ -664,7 +662,7 @@ static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, un
     if (old_events == 0) {
         if ((rc = grow_slots(u, fd)) < 0)
             return rc;
-        if (u->slots[fd].owed && (queue_owed(u) < 0 || u->slots[fd].owed))
+        if (u->slots[fd].owed && queue_owed(u) < 0)
             return -EBUSY; /* the old poll's removal has not gone out yet */
         u->slots[fd].events = new_events;
         if ((rc = queue_add(u, fd)) < 0)
@@ -674,9 +672,9 @@ static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, un
     struct slot *s = &u->slots[fd];
     if (new_events == 0) {
         s->events = 0;
-        if ((rc = queue_remove(u, fd)) == 0)
-            submit_now(u);
-        return rc;
+        queue_remove(u, fd);
+        submit_now(u);
+        return 0;
     }
     unsigned was = s->events;
     s->events = new_events;
@@ -766,12 +764,10 @@ static void drain_receives(struct uring *u, struct tern__backend *b)
 static void uring_close(struct tern__backend *b)
 {
     struct uring *u = b->state;
-    if (u->forks == tern__forks) {
-        drain_receives(u, b);
-        io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
-    } else {
-        close(u->ring.ring_fd); /* the child's copy; its ring memory was never inherited */
-    }
+    /* Never in a forked child: tern_loop_free aborts there, as every call does. */
+    TERN_INSIST(u->forks == tern__forks);
+    drain_receives(u, b);
+    io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
     if (u->br != NULL)
         munmap(u->br, u->br_bytes + (size_t)NBUFS * BUF_SIZE);
     tern__free(u->slots);
