@@ -164,6 +164,7 @@ struct uring {
     uint32_t rwait;            /* submit again on the next wait (list head) */
     uint32_t rstarved;         /* submit again once a buffer is back (list head) */
     uint32_t rcancel;          /* cancels the queue could not take (list head) */
+    bool *owes;                /* the backend's `owes`: set while either list is not empty */
     uint32_t *recv_of;         /* per fd (nslots): its current receive entry, or NONE */
     struct io_uring_buf_ring *br;
     unsigned char *bufs;
@@ -273,6 +274,7 @@ static void queue_remove(struct uring *u, int fd)
         /* Owed, not failed: the next wait sends it, and the fd is not
          * watched again before then (modify says -EBUSY). */
         s->owed = true;
+        *u->owes = true;
         s->owed_gen = s->gen;
         u->owed_fds[u->nowed++] = fd;
         s->gen = (s->gen + 1) & GEN_MASK;
@@ -327,6 +329,7 @@ static int uring_init(struct tern__backend *b)
     b->fd = -1;
     b->state = u;
     b->completes = TERN__DO_RECV;
+    u->owes = &b->owes;
     b->nbufs = NBUFS;
     b->done = u->done;
     return 0;
@@ -512,6 +515,7 @@ static void queue_cancel(struct uring *u, uint32_t idx)
             e->cancel_owed = true;
             e->next = u->rcancel;
             u->rcancel = idx;
+            *u->owes = true;
         }
         return;
     }
@@ -651,6 +655,7 @@ static int queue_owed(struct uring *u)
         if (e->cancel_owed)
             return -EBUSY; /* back on the list */
     }
+    *u->owes = false;
     return 0;
 }
 
@@ -877,44 +882,12 @@ static int uring_wait(struct tern__backend *b, int64_t timeout_ns, struct tern__
     return reap(u, out, max, b);
 }
 
-/* Whether removals or cancels are owed to the next wait (the core then
- * waits even with no descriptor watched). */
-static void note_owed(struct tern__backend *b)
-{
-    struct uring *u = b->state;
-    b->owes = u->nowed > 0 || u->rcancel != NONE;
-}
-
-static int uring_modify_noting(struct tern__backend *b, int fd, unsigned old_events,
-                               unsigned new_events)
-{
-    int rc = uring_modify(b, fd, old_events, new_events);
-    note_owed(b);
-    return rc;
-}
-
-static int uring_recv_noting(struct tern__backend *b, int fd, uint64_t token, bool on,
-                             size_t ctl_room)
-{
-    int rc = uring_recv(b, fd, token, on, ctl_room);
-    note_owed(b);
-    return rc;
-}
-
-static int uring_wait_noting(struct tern__backend *b, int64_t timeout_ns, struct tern__fired *out,
-                             int max)
-{
-    int n = uring_wait(b, timeout_ns, out, max);
-    note_owed(b);
-    return n;
-}
-
 const struct tern__backend_ops tern__backend_uring = {
     .name = "io_uring",
     .init = uring_init,
     .close = uring_close,
-    .modify = uring_modify_noting,
-    .wait = uring_wait_noting,
-    .recv = uring_recv_noting,
+    .modify = uring_modify,
+    .wait = uring_wait,
+    .recv = uring_recv,
     .recycle = uring_recycle,
 };

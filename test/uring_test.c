@@ -1138,6 +1138,9 @@ Test(uring, a_receive_made_by_a_thread_that_exited_still_reads)
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, one_turn, &ta), 0); /* it submits the receive */
     cr_assert_eq(pthread_join(t, NULL), 0);
+    tern_loop_run_once(loop, 0);   /* reaps its end (-ECANCELED): to be submitted again */
+    tern__uring_refuse_entries(1); /* the next wait cannot: the one after does */
+    tern_loop_run_once(loop, 0);
     send_pattern(peer, 0, 20000);
     shutdown(peer, SHUT_WR);
     cr_assert(run_until_count(loop, &r.ended, 1, 100 * (int64_t)MS, 200));
@@ -1169,17 +1172,22 @@ Test(uring, a_loop_freed_with_starved_receives_frees_everything)
     tern_loop *loop = loop_asking_for("io_uring");
     static int peers[CROWD];
     static struct reader readers[CROWD];
+    static tern_id ids[CROWD];
     for (int i = 0; i < CROWD; i++) {
         int ours;
-        tern_id id;
         tcp_pair(&ours, &peers[i]);
-        cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+        cr_assert_eq(tern_stream_open(loop, ours, &ids[i]), 0);
         readers[i] = (struct reader){0};
         send_pattern(peers[i], 0, 100);
-        cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, &readers[i]), 0);
+        cr_assert_eq(tern_stream_read_start(loop, ids[i], reader_cb, &readers[i]), 0);
     }
     /* One wait submits them all and reaps: 512 take a buffer, the rest
      * are ended for want of one and wait; nothing is delivered yet. */
+    tern_loop_run_once(loop, 0);
+    /* Stopped with their bytes undelivered, the 512 hold every buffer: a
+     * wait must leave the starved ones waiting (no buffer is back). */
+    for (int i = 0; i < CROWD; i++)
+        cr_assert_eq(tern_stream_read_stop(loop, ids[i]), 0);
     tern_loop_run_once(loop, 0);
     tern_loop_free(loop);
     for (int i = 0; i < CROWD; i++)
@@ -1227,6 +1235,35 @@ Test(uring, each_allocation_of_a_read_start_failed_in_turn)
             break;
         cr_assert_lt(n, 64, "read_start makes more allocations than expected");
     }
+}
+
+/*
+ * A watcher whose poll the kernel ended (its submitting thread exited),
+ * changed before the next wait adds it again: the change adds a fresh
+ * poll with the new interest, and the watcher fires for it.
+ */
+Test(uring, a_watcher_changed_while_its_poll_is_ended_gets_a_fresh_one)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop *loop = loop_asking_for("io_uring");
+    int p[2];
+    make_socketpair(p);
+    struct count c = {0};
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, p[0], TERN_READABLE, count_cb, &c, &id), 0);
+    struct turn_arg ta = {loop};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, one_turn, &ta), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    tern_loop_run_once(loop, 0); /* reaps the poll's end */
+    cr_assert_eq(tern_io_modify(loop, id, TERN_READABLE | TERN_WRITABLE), 0);
+    cr_assert(run_until_count(loop, &c.calls, 1, 100 * (int64_t)MS, 200));
+    cr_assert(c.events & TERN_WRITABLE, "the new interest was not in force");
+    cr_assert_eq(tern_io_stop(loop, id), 0);
+    loop_free_clean(loop);
+    close(p[0]);
+    close(p[1]);
 }
 
 #endif
