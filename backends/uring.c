@@ -170,7 +170,6 @@ struct uring {
     unsigned char *bufs;
     size_t br_bytes;
     unsigned held; /* buffers reported to the core and not yet given back */
-    bool bufs_refused;
     struct tern__done done[DONE_MAX];
 };
 
@@ -217,7 +216,7 @@ static struct io_uring_sqe *next_sqe(struct uring *u, int *rc)
         }
         sqe = io_uring_get_sqe(&u->ring);
     }
-    if (sqe == NULL)
+    if (sqe == NULL) /* the kernel stopped part way (an entry it refused) */
         *rc = -EAGAIN;
     return sqe;
 }
@@ -387,8 +386,6 @@ static int bufs_setup(struct uring *u)
 {
     if (u->br != NULL)
         return 0;
-    if (u->bufs_refused)
-        return -EOPNOTSUPP;
     /* One mapping: the ring's page(s), then the buffers. An allocation
      * site of the fault seam, like the heap's. */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -404,11 +401,11 @@ static int bufs_setup(struct uring *u)
     struct io_uring_buf_ring *br = m;
     io_uring_buf_ring_init(br);
     struct io_uring_buf_reg reg = {.ring_addr = (uintptr_t)br, .ring_entries = NBUFS, .bgid = BGID};
-    int rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
-    if (rc < 0) {
+    /* Refused (seccomp, an old kernel, or short of memory for it): the
+     * caller clears the capability and reads by readiness from then on. */
+    if (io_uring_register_buf_ring(&u->ring, &reg, 0) < 0) {
         munmap(m, bytes);
-        u->bufs_refused = rc != -ENOMEM;
-        return rc == -ENOMEM ? rc : -EOPNOTSUPP;
+        return -EOPNOTSUPP;
     }
     u->br = br;
     u->bufs = (unsigned char *)m + u->br_bytes;
@@ -576,8 +573,7 @@ static void uring_recycle(struct tern__backend *b, uint32_t bid)
 static bool decode_msg(struct rentry *e, struct tern__done *d)
 {
     struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate((void *)d->data, d->res, &e->msg);
-    if (o == NULL)
-        return false;
+    TERN_INSIST(o != NULL); /* the kernel writes the header with every buffer */
     size_t len = io_uring_recvmsg_payload_length(o, d->res, &e->msg);
     d->data = io_uring_recvmsg_payload(o, &e->msg);
     d->res = (int32_t)len;

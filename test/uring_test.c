@@ -954,6 +954,26 @@ static void *null_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
     return NULL;
 }
 
+static char zero_room[1];
+
+static void *zero_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+    *len = 0;
+    return zero_room;
+}
+
+/* Switches to reading into tern's buffers from inside the allocator. */
+static void *switching_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
+{
+    struct reader *r = arg;
+    cr_assert_eq(tern_stream_read_start(loop, id, reader_cb, r), 0);
+    *len = sizeof r->mem;
+    return r->mem;
+}
+
 static void *stopping_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
 {
     struct reader *r = arg;
@@ -1016,6 +1036,23 @@ Test(uring, waiting_bytes_meet_allocators_and_faults_as_a_read_does)
     cr_assert_eq(tern_stream_read_start_alloc(loop, id, null_alloc, status_cb, &sr), 0);
     cr_assert(run_until_count(loop, &sr.calls, 1, 100 * (int64_t)MS, 200));
     cr_assert_eq(sr.status, -ENOBUFS);
+    /* A buffer of no room is no memory either. */
+    cr_assert_eq(tern_stream_read_start_alloc(loop, id, zero_alloc, status_cb, &sr), 0);
+    cr_assert(run_until_count(loop, &sr.calls, 2, 100 * (int64_t)MS, 200));
+    cr_assert_eq(sr.status, -ENOBUFS);
+    /* An allocator that switches to tern's buffers: its own buffer is not
+     * used, and the bytes come on through the new callback, in order. */
+    size_t before_switch = r.got;
+    r.stop_after = r.calls + 1;
+    r.stopped = false;
+    cr_assert_eq(tern_stream_read_start_alloc(loop, id, switching_alloc, reader_cb, &r), 0);
+    uint64_t give_up_switch = mono_ns() + LIVENESS_NS;
+    while (!r.stopped) {
+        cr_assert_lt(mono_ns(), give_up_switch);
+        tern_loop_run_once(loop, 10 * (int64_t)MS);
+    }
+    cr_assert_gt(r.got, before_switch);
+    send_pattern(peer, 200, 300); /* land_bytes sent 200 in all: more for what follows */
 
     r.stopped = false;
     cr_assert_eq(tern_stream_read_start_alloc(loop, id, stopping_alloc, reader_cb, &r), 0);

@@ -205,7 +205,6 @@ union tern__fds_cmsg {
 void tern__write_flush(struct tern__stream *s);
 void tern__write_fail(struct tern__stream *s, int status);
 void tern__write_deliver(struct tern__stream *s, unsigned budget);
-void tern__write_free_all(struct tern__stream *s);
 /* The body of tern_stream_write; with nfds > 0, fill() supplies w->fds. */
 int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
                       unsigned nfds,

@@ -338,7 +338,9 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
     TERN_INSIST(s->fd < 0 && !tern__io_active(&s->io) && s->lookup == NULL &&
                 !tern__deadline_armed(&s->deadline) && !s->recv_on &&
                 s->land_head == TERN__LANDED_NONE);
-    tern__write_free_all(s);
+    /* Closing failed every queued write and its dispatch delivered them
+     * all before the close callback: nothing is left to free. */
+    TERN_INSIST(s->wq == NULL && s->done == NULL);
     tern__stream_free_addrs(s);
     tern__unix_close_fds(s);
     tern__free(s->rfds);

@@ -238,7 +238,9 @@ static void udp_free(tern_loop *loop, struct tern__op *op)
     (void)loop;
     struct tern__udp *u = (struct tern__udp *)op;
     TERN_INSIST(u->fd < 0 && !tern__io_active(&u->io));
-    tern__udp_free_sends(u);
+    /* Closing failed every queued send and its dispatch delivered them all
+     * before the close callback: nothing is left to free. */
+    TERN_INSIST(u->sq == NULL && u->done == NULL);
     if (u->rbuf != NULL)
         tern__free_lazy(u->rbuf, TERN_UDP_BATCH, u->rbuf_slot);
     tern__free(u);

@@ -124,6 +124,5 @@ void tern__udp_flush(struct tern__udp *u);
 void tern__udp_fail_all(struct tern__udp *u, int status);
 /* Step 2: run up to budget completed sends' callbacks, in order. */
 void tern__udp_deliver(struct tern__udp *u, unsigned budget);
-void tern__udp_free_sends(struct tern__udp *u);
 
 #endif

@@ -141,18 +141,6 @@ void tern__udp_deliver(struct tern__udp *u, unsigned budget)
     }
 }
 
-void tern__udp_free_sends(struct tern__udp *u)
-{
-    struct tern__usend *lists[2] = {u->sq, u->done};
-    for (int i = 0; i < 2; i++) {
-        for (struct tern__usend *r = lists[i], *next; r != NULL; r = next) {
-            next = r->next;
-            tern__free(r);
-        }
-    }
-    u->sq = u->done = NULL;
-}
-
 int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nbufs,
                   const struct sockaddr *to, tern_stream_cb cb, void *arg)
 {

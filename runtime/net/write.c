@@ -250,20 +250,6 @@ void tern__write_deliver(struct tern__stream *s, unsigned budget)
     }
 }
 
-void tern__write_free_all(struct tern__stream *s)
-{
-    struct tern__wreq *lists[2] = {s->wq, s->done};
-    for (int i = 0; i < 2; i++) {
-        for (struct tern__wreq *w = lists[i], *next; w != NULL; w = next) {
-            next = w->next;
-            if (w->fds != NULL)
-                tern__wreq_fds_close(w);
-            tern__free(w);
-        }
-    }
-    s->wq = s->done = NULL;
-}
-
 /*
  * Queue a request (tern_stream_write, tern_unix_write_fds). With fds, the
  * request carries room for nfds descriptors, filled by the caller through
