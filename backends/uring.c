@@ -766,7 +766,6 @@ static void uring_close(struct tern__backend *b)
 {
     struct uring *u = b->state;
     /* Never in a forked child: tern_loop_free aborts there, as every call does. */
-    TERN_INSIST(u->forks == tern__forks);
     drain_receives(u, b);
     io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
     if (u->br != NULL)

@@ -66,8 +66,8 @@ static void accept_passes_over(int err)
     static struct acc a;
     memset(&a, 0, sizeof a);
     tern_id l;
-    cr_assert_eq(tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, on_accept,
-                                 &a, &l), 0);
+    cr_assert_eq(
+        tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, on_accept, &a, &l), 0);
     unsigned port = 0;
     cr_assert_eq(tern_tcp_port(loop, l, &port), 0);
     int c = raw_connect(port);
@@ -79,8 +79,8 @@ static void accept_passes_over(int err)
     fault_off();
     for (int i = 0; i < 5; i++)
         tern_loop_run_once(loop, 0);
-    cr_assert_eq(atomic_load(&a.errors), 0, "an accept failing with %s was told: %s",
-                 strerror(err), tern_err_name(a.status));
+    cr_assert_eq(atomic_load(&a.errors), 0, "an accept failing with %s was told: %s", strerror(err),
+                 tern_err_name(a.status));
     cr_assert_eq(atomic_load(&a.accepted), 1);
     cr_assert_eq(tern_stream_close(loop, l), 0);
     cr_assert(run_until_nothing_live(loop));
@@ -98,14 +98,24 @@ Test(connect_paths, an_accept_failing_with_eperm_is_passed_over, .timeout = TEST
     accept_passes_over(EPERM);
 }
 
+Test(connect_paths, an_accept_failing_with_econnaborted_is_passed_over, .timeout = TEST_TIMEOUT)
+{
+    accept_passes_over(ECONNABORTED);
+}
+
+Test(connect_paths, an_accept_interrupted_is_passed_over, .timeout = TEST_TIMEOUT)
+{
+    accept_passes_over(EINTR);
+}
+
 Test(connect_paths, a_listener_closed_by_its_accept_callback_accepts_no_more,
      .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
     static struct acc a = {.close_listener = true};
     tern_id l;
-    cr_assert_eq(tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, on_accept,
-                                 &a, &l), 0);
+    cr_assert_eq(
+        tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, on_accept, &a, &l), 0);
     unsigned port = 0;
     cr_assert_eq(tern_tcp_port(loop, l, &port), 0);
     /* Both wait in the backlog before the listener first hears of them. */
@@ -236,8 +246,7 @@ static void on_read(tern_loop *loop, tern_id id, int status, const void *data, s
     atomic_fetch_add(&r->reads, 1);
 }
 
-Test(connect_paths, control_messages_other_than_descriptors_are_ignored,
-     .timeout = TEST_TIMEOUT)
+Test(connect_paths, control_messages_other_than_descriptors_are_ignored, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
     int sv[2];
@@ -300,12 +309,13 @@ Test(connect_paths, handles_opened_without_their_id_are_closed_by_loop_free,
     static struct acc a;
     char path[108];
     sock_path(path, sizeof path, "noid");
-    cr_assert_eq(tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, on_accept,
-                                 &a, NULL), 0);
+    cr_assert_eq(
+        tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, on_accept, &a, NULL), 0);
     cr_assert_eq(tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT, on_accept, &a, NULL), 0);
     cr_assert_eq(tern_unix_connect(loop, path, on_connect_ignore, NULL, NULL), 0);
     cr_assert_eq(tern_tcp_listen_name(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, 0, 0,
-                                      on_connect_ignore, on_accept, &a, NULL), 0);
+                                      on_connect_ignore, on_accept, &a, NULL),
+                 0);
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     cr_assert_eq(tern_stream_open(loop, sv[0], NULL), 0);
@@ -316,8 +326,7 @@ Test(connect_paths, handles_opened_without_their_id_are_closed_by_loop_free,
     cr_assert_eq(unlink(path), 0);
 }
 
-Test(connect_paths, a_listen_sharing_its_port_fails_whole_at_each_step,
-     .timeout = TEST_TIMEOUT)
+Test(connect_paths, a_listen_sharing_its_port_fails_whole_at_each_step, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_default();
     static struct acc a;
@@ -326,8 +335,8 @@ Test(connect_paths, a_listen_sharing_its_port_fails_whole_at_each_step,
     for (;; n++) {
         tern_id l = 0;
         tern__fault_arm(TERN__FAULT_STREAM, n);
-        int rc = tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT,
-                                 TERN_TCP_REUSEPORT, on_accept, &a, &l);
+        int rc = tern_tcp_listen(loop, "127.0.0.1", 0, TERN_TCP_BACKLOG_DEFAULT, TERN_TCP_REUSEPORT,
+                                 on_accept, &a, &l);
         bool fired = tern__fault_fired();
         fault_off();
         if (!fired) {
@@ -365,8 +374,7 @@ Test(connect_paths, a_unix_listen_out_of_memory_leaves_no_socket_file, .timeout 
             cr_assert_eq(rc, 0, "the listen failed on its own: %s", tern_err_name(rc));
             break;
         }
-        cr_assert_eq(rc, -ENOMEM, "allocation %llu: %s", (unsigned long long)n,
-                     tern_err_name(rc));
+        cr_assert_eq(rc, -ENOMEM, "allocation %llu: %s", (unsigned long long)n, tern_err_name(rc));
         cr_assert_eq(access(path, F_OK), -1, "allocation %llu left the socket file",
                      (unsigned long long)n);
         cr_assert_eq(loop_live(loop), 0);
@@ -386,8 +394,8 @@ Test(connect_paths, a_unix_listen_out_of_memory_leaves_no_socket_file, .timeout 
  */
 static char answer_path[108];
 
-static int unix_getaddrinfo(const char *host, const char *service,
-                            const struct addrinfo *hints, struct addrinfo **res)
+static int unix_getaddrinfo(const char *host, const char *service, const struct addrinfo *hints,
+                            struct addrinfo **res)
 {
     (void)host, (void)service, (void)hints;
     struct answer {
@@ -398,15 +406,16 @@ static int unix_getaddrinfo(const char *host, const char *service,
         return EAI_MEMORY;
     a->sun.sun_family = AF_UNIX;
     memcpy(a->sun.sun_path, answer_path, strlen(answer_path) + 1);
-    a->ai = (struct addrinfo){.ai_family = AF_UNIX, .ai_socktype = SOCK_STREAM,
+    a->ai = (struct addrinfo){.ai_family = AF_UNIX,
+                              .ai_socktype = SOCK_STREAM,
                               .ai_addrlen = sizeof a->sun,
                               .ai_addr = (struct sockaddr *)&a->sun};
     *res = &a->ai;
     return 0;
 }
 
-static int empty_getaddrinfo(const char *host, const char *service,
-                             const struct addrinfo *hints, struct addrinfo **res)
+static int empty_getaddrinfo(const char *host, const char *service, const struct addrinfo *hints,
+                             struct addrinfo **res)
 {
     (void)host, (void)service, (void)hints;
     *res = NULL;
@@ -423,8 +432,7 @@ struct keep {
     tern_id stream;
 };
 
-static void on_accept_keep(tern_loop *loop, tern_id listener, int status, tern_id stream,
-                           void *arg)
+static void on_accept_keep(tern_loop *loop, tern_id listener, int status, tern_id stream, void *arg)
 {
     (void)loop, (void)listener;
     struct keep *k = arg;
@@ -440,8 +448,8 @@ Test(connect_paths, a_connect_the_system_completes_at_once_sends_what_was_queued
     sock_path(answer_path, sizeof answer_path, "atonce");
     static struct keep k;
     tern_id l, s;
-    cr_assert_eq(tern_unix_listen(loop, answer_path, TERN_TCP_BACKLOG_DEFAULT, on_accept_keep,
-                                  &k, &l), 0);
+    cr_assert_eq(
+        tern_unix_listen(loop, answer_path, TERN_TCP_BACKLOG_DEFAULT, on_accept_keep, &k, &l), 0);
     tern__set_getaddrinfo(unix_getaddrinfo);
     static struct conn c, w;
     cr_assert_eq(tern_tcp_connect(loop, "by-name", 1, 0, on_connect, &c, &s), 0);
@@ -484,8 +492,9 @@ Test(connect_paths, a_lookup_answering_no_address_is_refused, .timeout = TEST_TI
     static struct acc a;
     tern_id s, l;
     cr_assert_eq(tern_tcp_connect(loop, "nowhere", 1, 0, on_connect, &c, &s), 0);
-    cr_assert_eq(tern_tcp_listen_name(loop, "nowhere", 0, TERN_TCP_BACKLOG_DEFAULT, 0, 0,
-                                      on_ready, on_accept, &a, &l), 0);
+    cr_assert_eq(tern_tcp_listen_name(loop, "nowhere", 0, TERN_TCP_BACKLOG_DEFAULT, 0, 0, on_ready,
+                                      on_accept, &a, &l),
+                 0);
     cr_assert(run_until_count(loop, &c.told, 1, 10 * (int64_t)MS, 500));
     cr_assert(run_until_count(loop, &ready.told, 1, 10 * (int64_t)MS, 500));
     tern__set_getaddrinfo(NULL);

@@ -18,8 +18,8 @@ struct watch {
     unsigned all_events; /* OR of every report */
     bool fd_ok, id_ok, step_ok;
     /* Behaviour switches for the callback. */
-    bool drain;        /* read everything available */
-    bool stop_self;    /* stop the watcher */
+    bool drain;         /* read everything available */
+    bool stop_self;     /* stop the watcher */
     tern_id stop_other; /* stop this other watcher */
     int stop_other_rc;
 };
@@ -143,7 +143,7 @@ BACKEND_TEST(io, readable_wakes_a_blocked_loop)
     w.drain = true;
     w.stop_self = true;
     watch_start(loop, &w, TERN_READABLE);
-    struct delayed_writer d = { .loop = loop, .loop_tid = thread_tid(), .fd = p[1] };
+    struct delayed_writer d = {.loop = loop, .loop_tid = thread_tid(), .fd = p[1]};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, write_when_blocked, &d), 0);
     cr_assert_eq(tern_loop_run(loop), 0);
@@ -181,7 +181,7 @@ BACKEND_TEST(io, writable_only_when_there_is_room)
     tern_loop *loop = loop_new_backend(backend);
     int sp[2];
     make_socketpair(sp);
-    char buf[4096] = { 0 };
+    char buf[4096] = {0};
     while (write(sp[0], buf, sizeof buf) > 0) {
     }
     cr_assert_eq(errno, EAGAIN);
@@ -492,7 +492,7 @@ BACKEND_TEST(io, hangup_or_error_is_reported_without_interest)
     make_pipe(p);
     /* Watch the write end of a full pipe; closing the reader hangs it up
      * (POLLERR on Linux pipes); either HANGUP or ERROR must be told. */
-    char buf[4096] = { 0 };
+    char buf[4096] = {0};
     while (write(p[1], buf, sizeof buf) > 0) {
     }
     struct watch w;
@@ -725,7 +725,7 @@ BACKEND_TEST(io, g4_racing_loops_each_fd_once)
     struct racer r[2];
     pthread_t t[2];
     for (int k = 0; k < 2; k++) {
-        r[k] = (struct racer){ .loop = loop_new_backend(backend), .fds = fds, .n = N, .go = &go };
+        r[k] = (struct racer){.loop = loop_new_backend(backend), .fds = fds, .n = N, .go = &go};
         cr_assert_eq(pthread_create(&t[k], NULL, race_watch, &r[k]), 0);
     }
     for (int k = 0; k < 2; k++)
@@ -809,10 +809,33 @@ BACKEND_TEST(io, unreferenced_watcher_still_reports)
     int rc = tern_loop_run(loop);
     cr_assert(atomic_load(&p.timer_fired));
     cr_assert_geq(atomic_load(&p.w.calls), 1, "an unreferenced watcher was not reported");
-    cr_assert_not(p.gave_up, "an unreferenced, always-ready watcher kept run() going (%u reports "
-                  "after the last referenced operation ended)", p.after_timer);
+    cr_assert_not(p.gave_up,
+                  "an unreferenced, always-ready watcher kept run() going (%u reports "
+                  "after the last referenced operation ended)",
+                  p.after_timer);
     cr_assert_eq(rc, 0);
     cr_assert_eq(tern_io_stop(loop, p.w.id), 0);
     close_pair(sp);
+    loop_free_clean(loop);
+}
+
+static void never_cb(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)fd;
+    (void)events;
+    (void)arg;
+    cr_assert_fail("a watcher that was refused was called");
+}
+
+/* The backend's own descriptor (epoll's) cannot be watched: -EEXIST, as
+ * for the wake descriptor. */
+Test(io, the_backends_own_descriptor_cannot_be_watched)
+{
+    tern_loop *loop = loop_new_backend("epoll");
+    int fd = tern_loop_backend_fd(loop);
+    tern_id id;
+    cr_assert_eq(tern_io_start(loop, fd, TERN_READABLE, never_cb, NULL, &id), -EEXIST);
     loop_free_clean(loop);
 }

@@ -328,3 +328,19 @@ BACKEND_TEST(watch, bad_input)
     cr_assert_eq(loop_live(loop), 0);
     loop_free_clean(loop);
 }
+
+/* A polled watch started with no interval takes the default one, and
+ * stops like any other. */
+Test(watch, polled_with_no_interval_takes_the_default)
+{
+    tern__set_watch_stat(true);
+    tern_loop *loop = loop_new_default();
+    char dir[] = "/tmp/tern-watch-default-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    struct news w = {0};
+    cr_assert_eq(tern_watch_start(loop, dir, 0, on_news, &w, &w.id), 0);
+    cr_assert_eq(tern_watch_stop(loop, w.id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    rmdir(dir);
+}
