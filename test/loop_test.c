@@ -126,7 +126,7 @@ Test(loop, stop_from_another_thread_wakes_the_loop, .timeout = TEST_TIMEOUT)
     atomic_uint fired = 0;
     tern_id id = 0;
     cr_assert_eq(tern_timer_start(loop, HOUR, 0, count_cb, &fired, &id), 0);
-    struct stopper s = { .loop = loop };
+    struct stopper s = {.loop = loop};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, stop_from_thread, &s), 0);
     cr_assert_eq(tern_loop_run(loop), 1);
@@ -266,7 +266,7 @@ Test(loop, current_is_the_running_loop_in_every_callback, .timeout = TEST_TIMEOU
 {
     tern_loop *loop = loop_new_default();
     tern_loop *other = loop_new_default();
-    struct current_probe p = { .loop = loop };
+    struct current_probe p = {.loop = loop};
     int sp[2];
     make_socketpair(sp);
     cr_assert_eq(tern_timer_start(loop, 0, 0, current_timer, &p, NULL), 0);
@@ -281,7 +281,7 @@ Test(loop, current_is_the_running_loop_in_every_callback, .timeout = TEST_TIMEOU
 
     /* The other loop, run on the same thread afterwards, is current in
      * its own callbacks. */
-    struct current_probe q = { .loop = other };
+    struct current_probe q = {.loop = other};
     cr_assert_eq(tern_post(other, current_fn, &q), 0);
     cr_assert_eq(tern_loop_run_once(other, 0), 0);
     cr_assert_eq(atomic_load(&q.right), 1);
@@ -344,7 +344,7 @@ static void *setup_thread(void *arg)
 
 Test(loop, unclaimed_loop_may_be_used_from_any_thread, .timeout = TEST_TIMEOUT)
 {
-    struct handoff h = { .loop = loop_new_default() };
+    struct handoff h = {.loop = loop_new_default()};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, setup_thread, &h), 0);
     pthread_join(t, NULL);
@@ -384,7 +384,7 @@ BACKEND_TEST(embed, backend_fd_readable_on_foreign_post)
     cr_assert_not(fd_readable_now(fd, 0), "backend fd readable with nothing to do");
 
     atomic_uint n = 0;
-    struct poster p = { .loop = loop, .count = &n };
+    struct poster p = {.loop = loop, .count = &n};
     for (int round = 0; round < 3; round++) {
         pthread_t t;
         cr_assert_eq(pthread_create(&t, NULL, post_once, &p), 0);
@@ -503,4 +503,17 @@ Test(loop, idle_time_is_counted_while_blocked, .timeout = TEST_TIMEOUT)
     cr_assert(blocked, "the loop never blocked for a timer");
     cr_assert_gt(loop_stats(loop).idle_ns, 0, "a blocking wait added no idle time");
     loop_free_clean(loop);
+}
+
+/* TERN_CHECK_BOOKS set to "0" or to nothing leaves the audit off; the
+ * loop works either way. */
+Test(loop, the_books_audit_is_off_for_zero_or_empty)
+{
+    const char *values[] = {"0", ""};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(setenv("TERN_CHECK_BOOKS", values[i], 1), 0);
+        tern_loop *loop = loop_new_default();
+        cr_assert_eq(tern_loop_run_once(loop, 0), 0);
+        loop_free_clean(loop);
+    }
 }

@@ -271,9 +271,8 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
                 s->drain_cb(loop, id, s->drain_arg);
         }
         if (s->backoff_due) {
-            s->backoff_due = false;
-            if (!(s->state & TERN__S_CLOSING))
-                s->accept_cb(loop, id, s->backoff_status, 0, s->accept_arg);
+            s->backoff_due = false; /* never owed to a closing listener: close clears it */
+            s->accept_cb(loop, id, s->backoff_status, 0, s->accept_arg);
         }
     }
     if (owes(s)) {
