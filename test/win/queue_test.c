@@ -40,7 +40,7 @@ struct rec {
     int v;
 };
 
-#define REC(n) ((struct rec *)(void *)((char *)(n) - offsetof(struct rec, node)))
+#define REC(n) ((struct rec *)(void *)((char *)(n)-offsetof(struct rec, node)))
 
 /* The seam's names as inbound.c uses them, on the Windows side of wfq.h. */
 static void seam_checks(void)
