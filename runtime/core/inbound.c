@@ -4,10 +4,11 @@
  * come from inbound_block.c, cancel records from the loop's reserve
  * (cancel_reserve.c); a producer wakes the loop through wake.h.
  *
- * Inbound. Producers enqueue on a liburcu wait-free queue (cds_wfcq);
+ * Inbound. Producers enqueue on a wait-free queue (wfq.h: liburcu's cds_wfcq,
+ * or tern's own where liburcu does not build);
  * step 1 takes the whole queue with one splice, so a turn pays one
  * exchange however many posts arrived. Only the loop's thread splices
- * (G1), which is what lets us use the lock-free `__cds_wfcq_head` variant.
+ * (G1), which is what lets us use the lock-free head.
  */
 #if !defined(__SANITIZE_THREAD__)
 /*
@@ -21,8 +22,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-#include <urcu/wfcqueue.h>
 
 #include "loop_p.h"
 #include "probe.h"
@@ -42,10 +41,10 @@ void __tsan_release(void *addr);
 
 static int enqueue(tern_loop *loop, struct tern__inbound *in)
 {
-    cds_wfcq_node_init(&in->node);
+    tern__wfq_node_init(&in->node);
     TSAN_RELEASE(in);
     /* The enqueue is a full barrier: it publishes before we read the word. */
-    cds_wfcq_enqueue(&loop->in_head, &loop->in_tail, &in->node);
+    tern__wfq_enqueue(&loop->in_head, &loop->in_tail, &in->node);
     (void)tern__wake_checked(loop);
     return 0;
 }
@@ -219,7 +218,7 @@ int tern_cancel(tern_loop *loop, tern_id id)
  */
 bool tern__inbound_pending(tern_loop *loop)
 {
-    return loop->open_n != 0 || !cds_wfcq_empty(&loop->in_head, &loop->in_tail);
+    return loop->open_n != 0 || !tern__wfq_empty(&loop->in_head, &loop->in_tail);
 }
 
 /*
@@ -297,17 +296,16 @@ void tern__inbound_release(tern_loop *loop)
  */
 void tern__inbound_drain(tern_loop *loop)
 {
-    struct __cds_wfcq_head head;
-    struct cds_wfcq_tail tail;
-    __cds_wfcq_init(&head, &tail);
-    bool took = !cds_wfcq_empty(&loop->in_head, &loop->in_tail) &&
-                __cds_wfcq_splice_blocking(&head, &tail, &loop->in_head, &loop->in_tail) !=
-                    CDS_WFCQ_RET_SRC_EMPTY;
+    tern__wfq_head head;
+    tern__wfq_tail tail;
+    tern__wfq_init(&head, &tail);
+    bool took = !tern__wfq_empty(&loop->in_head, &loop->in_tail) &&
+                tern__wfq_splice(&head, &tail, &loop->in_head, &loop->in_tail);
     unsigned was_open = loop->open_n;
     if (!took && was_open == 0)
         return;
 
-    struct cds_wfcq_node *node, *next;
+    tern__wfq_node *node, *next;
     bool told = false;
     uint64_t credit = 0;
 
@@ -332,7 +330,7 @@ void tern__inbound_drain(tern_loop *loop)
             credit += run_unspent(w);
     }
     if (took) {
-        __cds_wfcq_for_each_blocking(&head, &tail, node)
+        tern__wfq_for_each(&head, &tail, node)
         {
             struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
             TSAN_ACQUIRE(in);
@@ -362,10 +360,10 @@ void tern__inbound_drain(tern_loop *loop)
      * (inbound_block.c) and are given back together, with one atomic
      * step, once the run is closed and its functions have run.
      */
-    struct cds_wfcq_node *cancels = NULL, **cancels_end = &cancels;
+    tern__wfq_link cancels = NULL, *cancels_end = &cancels;
     unsigned kept = was_open;
     if (took) {
-        __cds_wfcq_for_each_blocking_safe(&head, &tail, node, next)
+        tern__wfq_for_each_safe(&head, &tail, node, next)
         {
             struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
             if (tern__inbound_is_cancel(in)) {

@@ -1,7 +1,7 @@
 /*
  * The inbound queue: what other threads hand to the loop (posts, and
  * cancels by id), and the wake word they use to rouse it. inbound.c has
- * the protocol; this is a cds_wfcq of records, one per post or cancel.
+ * the protocol; this is a wait-free queue (wfq.h) of records, one per post or cancel.
  */
 #ifndef TERN_INBOUND_H
 #define TERN_INBOUND_H
@@ -10,8 +10,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <urcu/wfcqueue.h>
 
 #include "inbound_block.h"
 #include "tern.h"
@@ -27,7 +25,7 @@
 struct tern__cancel_reserve {
     pthread_mutex_t lock;
     struct tern__inbound *nodes; /* TERN__CANCEL_RESERVE records */
-    struct cds_wfcq_node *spare; /* given back, linked through node.next */
+    tern__wfq_node *spare;       /* given back, linked through node.next */
     unsigned carved;             /* nodes[0..carved) have been handed out */
 };
 /* 0 or -ENOMEM (tern_loop_new's failure). */

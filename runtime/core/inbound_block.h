@@ -10,9 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <urcu/wfcqueue.h>
-
 #include "tern.h"
+#include "wfq.h"
 
 /*
  * A post carries its function, never NULL (tern_post refuses that), so a
@@ -26,7 +25,7 @@
  * the word is the loop's, and the producer starts a new run.
  */
 struct tern__inbound {
-    struct cds_wfcq_node node;
+    tern__wfq_node node;
     tern_fn fn; /* NULL: a cancel of u.cancel_id */
     union {
         void *arg;

@@ -70,8 +70,8 @@ struct tern_loop {
     /* tern__forks when the loop was made: read beside magic by every call. */
     unsigned forks;
     /* ---- written by other threads (each group on its own line) ---- */
-    alignas(TERN_CACHELINE) struct __cds_wfcq_head in_head;
-    alignas(TERN_CACHELINE) struct cds_wfcq_tail in_tail;
+    alignas(TERN_CACHELINE) tern__wfq_head in_head;
+    alignas(TERN_CACHELINE) tern__wfq_tail in_tail;
     /*
      * Posts admitted, ever (less refused ones). On the tail's line, which a
      * producer holds anyway for its exchange: admission adds no miss.

@@ -12,7 +12,7 @@
 
 /*
  * The wake check proper, for callers that have just executed a full
- * barrier of their own (cds_wfcq_enqueue's exchange is one, as liburcu
+ * barrier of their own (tern__wfq_enqueue is one, as wfq.h and liburcu
  * documents), so tern__loop_wake's fence would be paid twice. Inline:
  * it is on every post's path.
  */

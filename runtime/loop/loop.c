@@ -66,7 +66,7 @@ int tern_loop_new(tern_loop **loopp, const tern_loop_options *opts)
     tern_loop *loop = tern__calloc_aligned(alignof(tern_loop), sizeof(*loop));
     if (loop == NULL)
         return -ENOMEM;
-    __cds_wfcq_init(&loop->in_head, &loop->in_tail);
+    tern__wfq_init(&loop->in_head, &loop->in_tail);
     loop->dispatch_batch = o.dispatch_batch;
     loop->max_operations = o.max_operations;
     loop->max_undelivered = o.max_undelivered;

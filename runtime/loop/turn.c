@@ -20,7 +20,6 @@
 
 #include <urcu-qsbr.h>
 #include <urcu/arch.h>
-#include <urcu/wfcqueue.h>
 
 #include "heap.h"
 #include "job_p.h"
@@ -203,7 +202,7 @@ static bool work_came_after_yield(tern_loop *loop)
 static int64_t open_runs_only(tern_loop *loop, int64_t wait, int64_t max_wait, bool *yielded)
 {
     if (wait != 0 || max_wait == 0 || loop->open_n == 0 || loop->ready_count != 0 ||
-        !cds_wfcq_empty(&loop->in_head, &loop->in_tail) || tern__jobs_pending(loop) ||
+        !tern__wfq_empty(&loop->in_head, &loop->in_tail) || tern__jobs_pending(loop) ||
         atomic_load_explicit(&loop->stop_requested, memory_order_relaxed))
         return wait;
     if (tern__spin_budget(&loop->open_yield) != 0) {
@@ -308,7 +307,7 @@ static void take(tern_loop *loop)
     loop->step = TERN__STEP_TAKE;
     loop->posts_ran = 0;
     /* Most turns find the queue empty and no run open: loads, not a call. */
-    if (loop->open_n != 0 || !cds_wfcq_empty(&loop->in_head, &loop->in_tail))
+    if (loop->open_n != 0 || !tern__wfq_empty(&loop->in_head, &loop->in_tail))
         tern__inbound_drain(loop);
     settle_yields(loop);
     tern__jobs_collect(loop);
