@@ -75,6 +75,7 @@ static tern_buf one_buf = {.base = &byte, .len = 1};
     X(io_modify, "tern_io_modify", tern_io_modify(L, 1, TERN_READABLE))                      \
     X(io_stop, "tern_io_stop", tern_io_stop(L, 1))                                              \
     X(backend_fd, "tern_loop_backend_fd", tern_loop_backend_fd(L))                              \
+    X(backend_name, "tern_loop_backend_name", tern_loop_backend_name(L) != NULL)                \
     X(loop_free, "tern_loop_free", (tern_loop_free(L), 0))                                      \
     X(keepalive, "tern_loop_keepalive", tern_loop_keepalive(L, true))                           \
     X(last_refusal, "tern_loop_last_refusal", tern_loop_last_refusal(L))                  \
@@ -299,6 +300,10 @@ ParameterizedTest(size_t *i, require, null_or_freed_group, .timeout = TEST_TIMEO
       (tern_pool_stats_read(NULL, sizeof(tern_pool_stats)), 0))                                  \
     X(pool_stats_size, "tern_pool_stats_read", "out != NULL && size > 0",                        \
       (tern_pool_stats_read(&ps, 0), 0))                                                         \
+    X(worker_stats_out, "tern_pool_worker_stats_read", "out != NULL && size > 0",                \
+      tern_pool_worker_stats_read(0, NULL, sizeof(tern_pool_worker_stats)))                      \
+    X(worker_stats_size, "tern_pool_worker_stats_read", "out != NULL && size > 0",               \
+      tern_pool_worker_stats_read(0, &ws, 0))                                                    \
     X(parse_host, "tern_sockaddr_parse", "host != NULL && out != NULL",                          \
       tern_sockaddr_parse(NULL, 1, &ss))                                                         \
     X(parse_out, "tern_sockaddr_parse", "host != NULL && out != NULL",                           \
@@ -332,8 +337,9 @@ ParameterizedTest(size_t *i, require, null_or_freed_group, .timeout = TEST_TIMEO
     {                                                                                           \
         struct sockaddr_storage ss;                                                             \
         tern_pool_stats ps;                                                                     \
+        tern_pool_worker_stats ws;                                                              \
         LOCALS;                                                                                 \
-        (void)L, (void)ss, (void)ps;                                                            \
+        (void)L, (void)ss, (void)ps, (void)ws;                                                  \
         (void)(expr);                                                                           \
     }
 ARG_CALLS(DEFINE_ARG_CALL)
