@@ -13,6 +13,8 @@
  *
  * Each call runs in a forked child (abort_helpers.h), which must die of
  * SIGABRT after printing tern's report with the call's name and the rule.
+ * The loop calls are made once more by a forked child on its parent's
+ * live loop, which each must refuse the same way.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -222,6 +224,31 @@ ParameterizedTest(size_t *i, require, null_or_freed_loop, .timeout = TEST_TIMEOU
     expect_abort(loop_call_body, null_ctx, c->fn, RULE_LOOP);
     void *freed_ctx[2] = {(void *)c, freed_block};
     expect_abort(loop_call_body, freed_ctx, c->fn, RULE_LOOP);
+}
+
+/*
+ * Every call once more, made by a forked child on its parent's live loop:
+ * each aborts naming itself and the rule (the loop's backend and wake
+ * descriptors are the parent's). The loop is the test process's; the
+ * child is expect_abort's.
+ */
+#define RULE_FORKED "loop used in a forked child"
+
+ParameterizedTestParameters(require, parents_loop_in_a_forked_child)
+{
+    for (size_t i = 0; i < N_LOOP_CALLS; i++)
+        loop_index[i] = i;
+    return cr_make_param_array(size_t, loop_index, N_LOOP_CALLS);
+}
+
+ParameterizedTest(size_t *i, require, parents_loop_in_a_forked_child, .timeout = TEST_TIMEOUT)
+{
+    const struct loop_call *c = &loop_calls[*i];
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    void *ctx[2] = {(void *)c, loop};
+    expect_abort(loop_call_body, ctx, c->fn, RULE_FORKED);
+    tern_loop_free(loop);
 }
 
 /* The same for every call that takes a group. */
