@@ -5,7 +5,8 @@
  * a path the look can no longer follow for a reason other than removal
  * (a directory on it replaced by a file: -ENOTDIR) is the last callback,
  * with that status and no GONE; a watch whose path copy cannot be
- * allocated is refused with -ENOMEM and leaves nothing live.
+ * allocated is refused with -ENOMEM and leaves nothing live; a directory
+ * nothing touches is no news, and its mode changed is a CHANGE.
  */
 #include "loop_helpers.h"
 
@@ -123,6 +124,29 @@ Test(watch_stat_edges, a_path_that_stops_resolving_ends_with_its_error, .timeout
     cr_assert_eq(unlink(af), 0);
     cr_assert_eq(rmdir(aside), 0);
     cr_assert_eq(unlink(sub), 0);
+    cr_assert_eq(rmdir(dir), 0);
+    loop_free_clean(loop);
+}
+
+/* Looks at a directory nothing touches are no news; a mode change is a
+ * CHANGE, not a RENAME (only entries coming and going are). */
+Test(watch_stat_edges, a_quiet_directory_is_no_news_until_its_mode_changes,
+     .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_default();
+    char dir[64];
+    tmpdir(dir, sizeof dir);
+    struct news w = {0};
+    cr_assert_eq(tern_watch_start(loop, dir, 2 * MS, on_news, &w, &w.id), 0);
+    uint64_t end = mono_ns() + 60 * MS;
+    while (mono_ns() < end)
+        tern_loop_run_once(loop, 5 * (int64_t)MS);
+    cr_assert_eq(w.n, 0u, "a directory nothing touched reported %#x", w.events[0]);
+    cr_assert_eq(chmod(dir, 0750), 0);
+    cr_assert(wait_reports(loop, &w, 1), "a directory's mode change was silent");
+    cr_assert_eq(w.status[0], 0);
+    cr_assert_eq(w.events[0], TERN_WATCH_CHANGE, "events %#x", w.events[0]);
+    cr_assert_eq(tern_watch_stop(loop, w.id), 0);
     cr_assert_eq(rmdir(dir), 0);
     loop_free_clean(loop);
 }
