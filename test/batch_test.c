@@ -278,6 +278,12 @@ Test(batch, bad_values_change_nothing, .fini = shutdown_clean)
                  -EINVAL);
     cr_assert_eq(tern_submit_batch(loop, TERN_BOUNDED, ph_work, ph_done, args, 1, &o, NULL),
                  -EINVAL);
+    tern_job_options long_wait;
+    tern_job_options_init(&long_wait);
+    long_wait.timeout_ns = UINT64_MAX; /* beyond the 2^62 ns a deadline holds */
+    cr_assert_eq(
+        tern_submit_batch(loop, TERN_BOUNDED, ph_work, ph_done, args, 1, &long_wait, NULL),
+        -EINVAL);
     cr_assert_eq(ph_loop_stats(loop).live_operations, 0);
     cr_assert_eq(tern_loop_run(loop), 0);
     cr_assert_eq(atomic_load(&j.done_calls), 0);

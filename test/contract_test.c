@@ -302,6 +302,28 @@ Test(contract, g3_submit_from_a_helper_thread_aborts, .timeout = TEST_TIMEOUT)
     expect_abort(g3_submit_from_a_helper_thread_aborts_body, NULL, "tern_submit", RULE_LOOP_ONLY);
 }
 
+/* A datagram queued from a helper thread: the check comes before the
+ * socket is looked up, so any id will do. */
+static void do_udp_send(tern_loop *loop, void *ctx)
+{
+    (void)ctx;
+    static char byte;
+    tern_buf b = { .base = &byte, .len = 1 };
+    tern_udp_send(loop, 1, &b, 1, NULL, NULL, NULL);
+}
+
+static void g3_udp_send_from_a_helper_thread_aborts_body(void *ctx)
+{
+    (void)ctx;
+    foreign_call_during_callback(do_udp_send, NULL);
+}
+
+Test(contract, g3_udp_send_from_a_helper_thread_aborts, .timeout = TEST_TIMEOUT)
+{
+    expect_abort(g3_udp_send_from_a_helper_thread_aborts_body, NULL, "tern_udp_send",
+                 RULE_LOOP_ONLY);
+}
+
 struct id_ctx {
     tern_id id;
 };

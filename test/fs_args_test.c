@@ -62,7 +62,9 @@ static struct iovec empty_piece[2] = {{.iov_base = buf, .iov_len = 1},
       tern_fs_write_file(L, path, NULL, 1, NULL, on_done, NULL, &id))                            \
     X(write_file_empty_path, -ENOENT, tern_fs_write_file(L, "", buf, 1, NULL, on_done, NULL, &id)) \
     X(write_file_dir_path, -EISDIR,                                                              \
-      tern_fs_write_file(L, "/tmp/", buf, 1, NULL, on_done, NULL, &id))
+      tern_fs_write_file(L, "/tmp/", buf, 1, NULL, on_done, NULL, &id))                          \
+    X(read_no_cb, -EINVAL, tern_fs_read(L, F, buf, 1, 0, NULL, NULL, NULL, &id))                 \
+    X(fsync_no_cb, -EINVAL, tern_fs_fsync(L, F, NULL, NULL, NULL, &id))
 
 static char path[64];
 

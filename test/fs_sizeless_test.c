@@ -3,13 +3,17 @@
  * reports as 0 (/proc) is read up to its end, byte for byte what a plain
  * read gives, through as many steps as it takes; such a file longer than
  * max_bytes is -EFBIG with no data; a step that cannot grow the buffer is
- * -ENOMEM. tern_fs_write_file with a path that names no directory writes
- * in the working directory.
+ * -ENOMEM. With no limit (max_bytes UINT64_MAX) such a file longer than
+ * the first buffer (/proc/kallsyms) is read to its end, and a sparse file
+ * of SSIZE_MAX bytes (tmpfs) is -EFBIG.
+ * tern_fs_write_file with a path that names no directory writes in the
+ * working directory.
  */
 #include <criterion/criterion.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +96,85 @@ Test(fs_sizeless, longer_than_max_bytes_is_efbig, .timeout = TEST_TIMEOUT)
     /* Exactly max_bytes long is no error. */
     cr_assert_eq(read_file(want_len, 3), 0);
     cr_assert_eq(got_len, want_len);
+}
+
+/* No limit at all (max_bytes beyond what a read can return), and a file
+ * longer than the first buffer (64 KiB): the buffer grows, uncapped, to
+ * the end of the file. */
+#define LONG_SIZELESS "/proc/kallsyms"
+
+static void on_long_read(tern_loop *loop, tern_id id, int st, tern_fs_result *res, void *arg)
+{
+    (void)loop, (void)id;
+    status = st;
+    if (st == 0) {
+        got_len = (size_t)res->value;
+        *(void **)arg = res->data;
+    }
+}
+
+Test(fs_sizeless, with_no_limit_a_long_proc_file_is_read_to_its_end, .timeout = TEST_TIMEOUT)
+{
+    size_t cap = (size_t)64 << 20;
+    char *want = malloc(cap);
+    cr_assert_not_null(want);
+    int fd = open(LONG_SIZELESS, O_RDONLY);
+    if (fd < 0) {
+        free(want);
+        cr_skip_test("no " LONG_SIZELESS " here");
+    }
+    close(fd);
+    size_t want_len = plain_read(LONG_SIZELESS, want, cap);
+    if (want_len <= 65536 || want_len == cap) {
+        free(want);
+        cr_skip_test(LONG_SIZELESS " is not between 64 KiB and 64 MiB here");
+    }
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.max_bytes = UINT64_MAX;
+    void *data = NULL;
+    status = 1;
+    cr_assert_eq(tern_fs_read_file(loop, LONG_SIZELESS, &o, on_long_read, &data, NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(loop);
+    cr_assert_eq(status, 0, "status %d", status);
+    cr_assert_eq(got_len, want_len, "read %zu bytes, a plain read %zu", got_len, want_len);
+    cr_assert_eq(memcmp(data, want, want_len), 0);
+    tern_fs_free(data);
+    free(want);
+}
+
+/* A sparse file as long as a file can be (tmpfs takes SSIZE_MAX bytes):
+ * -EFBIG even with no limit, since no read could return it whole. */
+Test(fs_sizeless, a_file_longer_than_any_read_is_efbig_even_with_no_limit,
+     .timeout = TEST_TIMEOUT)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/dev/shm/tern-fs-huge-%d", (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        cr_skip_test("no /dev/shm here");
+    int rc = ftruncate(fd, (off_t)SSIZE_MAX);
+    close(fd);
+    if (rc != 0) {
+        unlink(path);
+        cr_skip_test("this file system will not make a file of SSIZE_MAX bytes");
+    }
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.max_bytes = UINT64_MAX;
+    status = 1;
+    got_data = (void *)1;
+    cr_assert_eq(tern_fs_read_file(loop, path, &o, on_read, NULL, NULL), 0);
+    cr_assert_eq(tern_loop_run(loop), 0);
+    tern_loop_free(loop);
+    unlink(path);
+    cr_assert_eq(status, -EFBIG, "status %d", status);
+    cr_assert_null(got_data, "a refused read handed over data");
 }
 
 Test(fs_sizeless, a_buffer_that_cannot_grow_is_enomem, .timeout = TEST_TIMEOUT)

@@ -657,6 +657,37 @@ Test(shutdown, scheduling_during_the_destroy_drain_aborts_with_its_message,
                        "work scheduled during a loop group's final drain (the destroy phase)");
 }
 
+/* The same through tern_post, which admits through the inbound queue's
+ * own check (runtime/core/inbound.c), not tern__loop_closing. */
+static void on_close_posts(tern_loop *loop, tern_id stream, void *arg)
+{
+    (void)stream;
+    tern_post(loop, td_defer, arg);
+}
+
+static void body_post_in_destroy(void)
+{
+    tern_group *g = group_new_n(1, 0);
+    tern_loop *loop = tern_group_loop(g, 0);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        child_exit(3);
+    tern_id s;
+    if (tern_stream_open(loop, sv[0], &s) != 0 || tern_unref(loop, s) != 0 ||
+        tern_stream_on_close(loop, s, on_close_posts, NULL) != 0)
+        child_exit(4);
+    tern_group_start(g);
+    tern_group_shutdown(g);
+    tern_group_wait(g);
+    child_exit(0); /* not reached when the rule holds */
+}
+
+Test(shutdown, a_post_during_the_destroy_drain_aborts_with_its_message, .timeout = TEST_TIMEOUT)
+{
+    expect_child_abort(body_post_in_destroy,
+                       "work scheduled during a loop group's final drain (the destroy phase)");
+}
+
 Test(shutdown, a_never_started_group_frees_its_loops, .timeout = TEST_TIMEOUT)
 {
     tern_group *g = group_new_n(2, 0);

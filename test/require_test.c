@@ -13,6 +13,8 @@
  *
  * Each call runs in a forked child (abort_helpers.h), which must die of
  * SIGABRT after printing tern's report with the call's name and the rule.
+ * The loop calls are made once more by a forked child on its parent's
+ * live loop, which each must refuse the same way.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -75,6 +77,7 @@ static tern_buf one_buf = {.base = &byte, .len = 1};
     X(io_modify, "tern_io_modify", tern_io_modify(L, 1, TERN_READABLE))                      \
     X(io_stop, "tern_io_stop", tern_io_stop(L, 1))                                              \
     X(backend_fd, "tern_loop_backend_fd", tern_loop_backend_fd(L))                              \
+    X(backend_name, "tern_loop_backend_name", tern_loop_backend_name(L) != NULL)                \
     X(loop_free, "tern_loop_free", (tern_loop_free(L), 0))                                      \
     X(keepalive, "tern_loop_keepalive", tern_loop_keepalive(L, true))                           \
     X(last_refusal, "tern_loop_last_refusal", tern_loop_last_refusal(L))                  \
@@ -223,6 +226,31 @@ ParameterizedTest(size_t *i, require, null_or_freed_loop, .timeout = TEST_TIMEOU
     expect_abort(loop_call_body, freed_ctx, c->fn, RULE_LOOP);
 }
 
+/*
+ * Every call once more, made by a forked child on its parent's live loop:
+ * each aborts naming itself and the rule (the loop's backend and wake
+ * descriptors are the parent's). The loop is the test process's; the
+ * child is expect_abort's.
+ */
+#define RULE_FORKED "loop used in a forked child"
+
+ParameterizedTestParameters(require, parents_loop_in_a_forked_child)
+{
+    for (size_t i = 0; i < N_LOOP_CALLS; i++)
+        loop_index[i] = i;
+    return cr_make_param_array(size_t, loop_index, N_LOOP_CALLS);
+}
+
+ParameterizedTest(size_t *i, require, parents_loop_in_a_forked_child, .timeout = TEST_TIMEOUT)
+{
+    const struct loop_call *c = &loop_calls[*i];
+    tern_loop *loop = NULL;
+    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    void *ctx[2] = {(void *)c, loop};
+    expect_abort(loop_call_body, ctx, c->fn, RULE_FORKED);
+    tern_loop_free(loop);
+}
+
 /* The same for every call that takes a group. */
 #define GROUP_CALLS(X)                                                                           \
     X(broadcast, "tern_group_broadcast", tern_group_broadcast(G, noop_group_fn, NULL, NULL))     \
@@ -299,6 +327,10 @@ ParameterizedTest(size_t *i, require, null_or_freed_group, .timeout = TEST_TIMEO
       (tern_pool_stats_read(NULL, sizeof(tern_pool_stats)), 0))                                  \
     X(pool_stats_size, "tern_pool_stats_read", "out != NULL && size > 0",                        \
       (tern_pool_stats_read(&ps, 0), 0))                                                         \
+    X(worker_stats_out, "tern_pool_worker_stats_read", "out != NULL && size > 0",                \
+      tern_pool_worker_stats_read(0, NULL, sizeof(tern_pool_worker_stats)))                      \
+    X(worker_stats_size, "tern_pool_worker_stats_read", "out != NULL && size > 0",               \
+      tern_pool_worker_stats_read(0, &ws, 0))                                                    \
     X(parse_host, "tern_sockaddr_parse", "host != NULL && out != NULL",                          \
       tern_sockaddr_parse(NULL, 1, &ss))                                                         \
     X(parse_out, "tern_sockaddr_parse", "host != NULL && out != NULL",                           \
@@ -332,8 +364,9 @@ ParameterizedTest(size_t *i, require, null_or_freed_group, .timeout = TEST_TIMEO
     {                                                                                           \
         struct sockaddr_storage ss;                                                             \
         tern_pool_stats ps;                                                                     \
+        tern_pool_worker_stats ws;                                                              \
         LOCALS;                                                                                 \
-        (void)L, (void)ss, (void)ps;                                                            \
+        (void)L, (void)ss, (void)ps, (void)ws;                                                  \
         (void)(expr);                                                                           \
     }
 ARG_CALLS(DEFINE_ARG_CALL)

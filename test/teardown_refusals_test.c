@@ -5,7 +5,7 @@
  * takes beyond timers and watchers (teardown_test covers those): a name
  * lookup, a reverse lookup, an external wait on a descriptor and on a
  * call, a file watch, a child process, a UDP socket, a Unix listener, a
- * TCP connect, a file request and a job. Each is refused with -ESHUTDOWN,
+ * TCP connect, a file request, a job and a batch of jobs. Each is refused with -ESHUTDOWN,
  * nothing is created (no callback of any of them ever runs, no descriptor
  * is left open, no child is started).
  */
@@ -102,6 +102,10 @@ static void start_everything(tern_loop *loop, void *arg)
                     "tern_tcp_connect");
     expect_shutdown(tern_fs_stat(loop, "/tmp", NULL, fs_cb, NULL, &id), "tern_fs_stat");
     expect_shutdown(tern_submit(loop, TERN_BOUNDED, work, done_cb, NULL, &id), "tern_submit");
+    void *args[2] = {NULL, NULL};
+    tern_id ids[2] = {0, 0};
+    expect_shutdown(tern_submit_batch(loop, TERN_BOUNDED, work, done_cb, args, 2, NULL, ids),
+                    "tern_submit_batch");
 }
 
 Test(teardown_refusals, work_started_during_teardown_is_refused_and_never_runs,
@@ -112,7 +116,7 @@ Test(teardown_refusals, work_started_during_teardown_is_refused_and_never_runs,
     int fds = count_open_fds();
     cr_assert_eq(tern_post(loop, start_everything, NULL), 0);
     tern_loop_free(loop);
-    cr_assert_eq(tried, 11, "the post did not run during teardown (%u tried)", tried);
+    cr_assert_eq(tried, 12, "the post did not run during teardown (%u tried)", tried);
     cr_assert_eq(refused, tried);
     sleep_ns(50 * MS); /* a job or a child started by mistake would show by now */
     cr_assert_eq(atomic_load(&callbacks), 0, "a refused start ran a callback");

@@ -111,6 +111,40 @@ Test(watchdog, a_zero_ceiling_only_counts)
     teardown(loop);
 }
 
+/*
+ * A stall bound set to 0 on the running pool turns the watchdog off: it
+ * goes on waking (every 250 ms) but never looks, so a job blocked far
+ * past the old bound is never counted and no overflow worker starts.
+ */
+Test(watchdog, a_stall_bound_set_to_zero_on_the_running_pool_stops_the_looks)
+{
+    tern_loop *loop = stall_setup(1, 4, 2, 50 * PH_MS);
+    tern_pool_watch w;
+    tern_pool_watch_init(&w);
+    w.stall_ns = 0;
+    w.overflow_max = 2;
+    cr_assert_eq(tern_pool_watch_set(&w), 0);
+    atomic_int blocked_done = 0;
+    cr_assert_eq(tern_submit(loop, TERN_BOUNDED, block_work, count_done, &blocked_done, NULL), 0);
+    bool ok;
+    PH_WAIT_UNTIL(ok, atomic_load(&blocked_started) == 1);
+    cr_assert(ok);
+    ph_job quick;
+    ph_job_init(&quick, NULL);
+    cr_assert_eq(ph_submit(loop, TERN_BOUNDED, &quick), 0);
+    /* Three of the watchdog's 250 ms waits, 35 times the old bound. */
+    for (int i = 0; i < 70; i++)
+        tern_loop_run_once(loop, 10 * (int64_t)PH_MS);
+    tern_pool_stats s = ph_stats();
+    cr_assert_eq(s.stalls, 0, "a stall was counted with the bound at 0");
+    cr_assert_eq(s.overflow_started, 0, "an overflow worker started with the bound at 0");
+    cr_assert_eq(atomic_load(&quick.done_calls), 0, "the job behind the blocked one ran");
+    unblock(1);
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&quick.done_calls) == 1);
+    cr_assert(ok);
+    teardown(loop);
+}
+
 Test(watchdog, bad_settings_are_refused)
 {
     tern_pool_watch w, before;

@@ -612,6 +612,7 @@ static void batch_undo(tern_loop *loop, struct tern__work **works, unsigned made
  * in tern_submit's order, so a refused batch changes nothing but the
  * refusal counters. Returns 0 with n operation units and, with a
  * timeout, n deadline claims held, and the owner (or NULL) in *ownerp.
+ * A loop being freed never gets here: check_submit refused the call.
  */
 static int batch_admit(tern_loop *loop, unsigned n, const tern_job_options *opts,
                        struct tern__owner **ownerp)
@@ -629,8 +630,6 @@ static int batch_admit(tern_loop *loop, unsigned n, const tern_job_options *opts
         return rc;
     if (loop->max_undelivered - loop->undelivered < n)
         return tern__refuse_n(loop, TERN_REFUSED_UNDELIVERED, n);
-    if (tern__loop_closing(loop))
-        return -ESHUTDOWN;
     /* tern__op_admit for n units at once: the room is checked for all of them. */
     uint64_t room = loop->ops_local + tern__posts_pending(loop);
     if (room >= loop->max_operations || loop->max_operations - room < n)

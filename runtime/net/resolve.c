@@ -227,7 +227,6 @@ static int lookup_submit(tern_loop *loop, const char *host, const char *service,
                          const struct addrinfo *hints, tern_resolve_cb cb, void *arg,
                          const tern_job_options *opts, tern_id *idp, tern_job **jobp)
 {
-    TERN_REQUIRE(cb != NULL);
     if (host == NULL && service == NULL)
         return -EINVAL;
     if (tern__loop_closing(loop))
