@@ -656,8 +656,7 @@ static int queue_owed(struct uring *u)
         if (sqe == NULL)
             return rc;
         /* A descriptor may owe both: the poll's removal, then the send's cancel. */
-        io_uring_prep_cancel64(sqe, s->owed ? poll_data(fd, s->owed_gen) : SEND | s->owed_send,
-                               0);
+        io_uring_prep_cancel64(sqe, s->owed ? poll_data(fd, s->owed_gen) : SEND | s->owed_send, 0);
         io_uring_sqe_set_data64(sqe, CONTROL);
         sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
         if (s->owed)

@@ -188,8 +188,7 @@ static void check_writes(const struct writes *w, int rest)
         cr_assert_eq(w->order[i], i, "callback %u out of order", i);
         if (w->status[i] != 0)
             failing = true;
-        cr_assert_eq(w->status[i], failing ? rest : 0, "write %u: %s", i,
-                     strerror(-w->status[i]));
+        cr_assert_eq(w->status[i], failing ? rest : 0, "write %u: %s", i, strerror(-w->status[i]));
     }
 }
 
@@ -202,8 +201,8 @@ static bool peer_take(int peer, size_t *got)
         if (n == 0)
             return true;
         if (n < 0) {
-            cr_assert(errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNRESET,
-                      "read: %s", strerror(errno));
+            cr_assert(errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNRESET, "read: %s",
+                      strerror(errno));
             return errno == ECONNRESET;
         }
         for (ssize_t i = 0; i < n; i++)
@@ -265,7 +264,8 @@ Test(uring_send, writes_go_through_the_ring_in_order_and_in_parts)
     /* Large writes, several buffers each, while others are queued behind. */
     for (unsigned i = 0; i < 4; i++) {
         size_t len = (sizeof big - off) / 4;
-        tern_buf bufs[3] = {{big + off, len / 3}, {big + off + len / 3, len / 3},
+        tern_buf bufs[3] = {{big + off, len / 3},
+                            {big + off + len / 3, len / 3},
                             {big + off + 2 * (len / 3), len - 2 * (len / 3)}};
         unsigned n = w.issued++;
         w.tags[n] = (struct wtag){&w, n};
@@ -353,7 +353,8 @@ Test(uring_send, descriptors_pass_with_their_bytes)
         unsigned n = w.issued++;
         w.tags[n] = (struct wtag){&w, n};
         tern_buf b = {.base = big + 100 + i * 10, .len = 10};
-        cr_assert_eq(tern_unix_write_fds(loop, id, &b, 1, &pipe_fds[1], 1, write_cb, &w.tags[n]), 0);
+        cr_assert_eq(tern_unix_write_fds(loop, id, &b, 1, &pipe_fds[1], 1, write_cb, &w.tags[n]),
+                     0);
     }
     cr_assert(run_until_count(loop, &w.called, w.issued, 10 * (int64_t)MS, 200));
     check_writes(&w, 0);
@@ -367,8 +368,8 @@ Test(uring_send, descriptors_pass_with_their_bytes)
             struct cmsghdr align;
         } cbuf;
         struct iovec v = {buf, got < 100 ? 100 - got : 130 - got};
-        struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = cbuf.b,
-                           .msg_controllen = sizeof cbuf.b};
+        struct msghdr m = {
+            .msg_iov = &v, .msg_iovlen = 1, .msg_control = cbuf.b, .msg_controllen = sizeof cbuf.b};
         ssize_t n = recvmsg(sp[1], &m, MSG_CMSG_CLOEXEC);
         cr_assert_gt(n, 0, "recvmsg: %s", strerror(errno));
         for (ssize_t i = 0; i < n; i++)
