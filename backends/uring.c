@@ -311,15 +311,14 @@ static bool refused(int rc)
 }
 
 /*
- * Whether the kernel performs sends (IORING_OP_SEND and SENDMSG), as its
- * probe says. A probe refused (a filter on io_uring_register) says no:
- * streams then write by readiness.
+ * Whether the kernel performs sends, as its probe says: IORING_OP_SEND,
+ * and so SENDMSG, which came before it. A probe refused (a filter on
+ * io_uring_register) says no: streams then write by readiness.
  */
 static bool sends_offered(struct io_uring *ring)
 {
     struct io_uring_probe *p = io_uring_get_probe_ring(ring);
-    bool yes = p != NULL && io_uring_opcode_supported(p, IORING_OP_SENDMSG) &&
-               io_uring_opcode_supported(p, IORING_OP_SEND);
+    bool yes = p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND);
     io_uring_free_probe(p);
     return yes;
 }

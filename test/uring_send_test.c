@@ -19,6 +19,7 @@
 #include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -633,6 +634,115 @@ Test(uring_send, the_stream_fault_seam_walks_the_send)
     cr_assert(run_until_count(loop, &w.called, 2, 10 * (int64_t)MS, 100));
     check_writes(&w, -ECONNRESET);
     cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+static void *one_turn(void *arg)
+{
+    tern_loop_run_once(arg, 0);
+    return NULL;
+}
+
+/*
+ * A send submitted by a thread that has since exited (a loop run by one
+ * thread after another): the kernel ends it with -ECANCELED, not asked
+ * for, which fails nothing; the next send carries on from what it took,
+ * and the peer gets every byte in order.
+ */
+Test(uring_send, a_send_made_by_a_thread_that_exited_carries_on)
+{
+    tern_loop *loop = uring_loop();
+    fill_big();
+    int ours, peer;
+    tcp_pair(&ours, &peer);
+    small_sndbuf(ours);
+    tern_id id;
+    cr_assert_eq(tern_stream_open(loop, ours, &id), 0);
+    static struct writes w;
+    cr_assert_geq(write_one(loop, id, &w, big, 1 << 20), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, one_turn, loop), 0); /* it submits the send */
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    size_t got = 0;
+    pump_until(loop, peer, &got, 1 << 20);
+    cr_assert(run_until_count(loop, &w.called, 1, 10 * (int64_t)MS, 100));
+    check_writes(&w, 0);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(peer);
+}
+
+static void *sink_alloc(tern_loop *loop, tern_id id, size_t *len, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)arg;
+    static char mem[4096];
+    *len = sizeof mem;
+    return mem;
+}
+
+static void sink_read(tern_loop *loop, tern_id id, int status, const void *data, size_t len,
+                      void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)status;
+    (void)data;
+    (void)len;
+    (void)arg;
+}
+
+/*
+ * A peer that resets while a send is stuck in the kernel and the stream
+ * reads by readiness (into the caller's memory): the watcher's error and
+ * the send's failure may come in either order; the writes fail once each,
+ * in order, with the reset.
+ */
+Test(uring_send, a_reset_with_a_send_in_the_kernel_fails_the_writes_once)
+{
+    tern_loop *loop = uring_loop();
+    int peer;
+    static struct writes w;
+    tern_id id = stuck_stream(loop, &peer, &w);
+    cr_assert_eq(tern_stream_read_start_alloc(loop, id, sink_alloc, sink_read, NULL), 0);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    cr_assert_eq(setsockopt(peer, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    close(peer); /* a reset */
+    cr_assert(run_until_count(loop, &w.called, w.issued, 10 * (int64_t)MS, 500));
+    int last = w.status[w.issued - 1];
+    cr_assert(last == -EPIPE || last == -ECONNRESET, "%s", strerror(-last));
+    check_writes(&w, last);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+}
+
+/*
+ * A close that owes both a watcher's removal and a send's cancel for one
+ * descriptor (the queue takes neither): both go with the next wait, and
+ * the writes and the close complete as on any close.
+ */
+Test(uring_send, a_close_owing_a_removal_and_a_cancel_sends_both)
+{
+    tern_loop *loop = uring_loop();
+    int peer;
+    static struct writes w;
+    tern_id id = stuck_stream(loop, &peer, &w);
+    cr_assert_eq(tern_stream_read_start_alloc(loop, id, sink_alloc, sink_read, NULL), 0);
+    tern_loop_run_once(loop, 0);
+    tern__uring_refuse_entries(2);
+    cr_assert_eq(tern_stream_close(loop, id), 0);
+    tern__uring_refuse_entries(0);
+    cr_assert(run_until_count(loop, &w.closed, 1, 10 * (int64_t)MS, 500));
+    check_writes(&w, -ECANCELED);
+    size_t got = 0;
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    while (!peer_take(peer, &got))
+        cr_assert_lt(mono_ns(), give_up, "the peer never saw the end");
     cr_assert(run_until_nothing_live(loop));
     loop_free_clean(loop);
     close(peer);

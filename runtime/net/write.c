@@ -275,7 +275,9 @@ void tern__write_sent(struct tern__stream *s, const struct tern__done *d)
     }
     int fail = s->send_fail;
     s->send_fail = 0;
-    if (fail == 0 && d->res < 0 && d->res != -ECANCELED && d->res != -EINTR && d->res != -EAGAIN)
+    /* (A send in the kernel never meets -EAGAIN or -EINTR: it waits for
+     * room by itself.) */
+    if (fail == 0 && d->res < 0 && d->res != -ECANCELED)
         fail = d->res;
     if (fail != 0)
         tern__write_fail(s, fail);
