@@ -69,7 +69,8 @@
  *   core reads by readiness from then on.
  * - The kernel writes into tern's memory until an entry's last completion,
  *   so close cancels every entry left and reaps until none is, before the
- *   buffers are unmapped and the ring closed. *
+ *   buffers are unmapped and the ring closed.
+ *
  * And a stream's sends (TERN__DO_SEND): one IORING_OP_SEND or SENDMSG per
  * call, its user_data the caller's token under the SEND tag, reported once
  * in the done array (`sent`). The backend keeps no table for them: the

@@ -212,8 +212,8 @@ static void stream_io(struct tern__stream *s, unsigned events)
 
 static bool owes(const struct tern__stream *s)
 {
-    return s->connect_due || s->read_due || s->done != NULL || s->shut_due || s->drain_due ||
-           s->backoff_due ||
+    return s->connect_due || s->read_due || s->done != NULL || (s->shut_due && !s->send_on) ||
+           s->drain_due || s->backoff_due ||
            ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
             tern__stream_recv_waiting(s));
 }
@@ -261,9 +261,10 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
         s->read_cb(loop, id, s->read_status, NULL, 0, s->read_arg);
     }
     tern__write_deliver(s, DISPATCH_BUDGET);
-    /* With a send in the kernel, requests behind it are yet to complete. */
-    if (s->done == NULL && !s->send_on) {
-        if (s->shut_due) {
+    if (s->done == NULL) {
+        /* With a send in the kernel (a close cancelled it), the writes are
+         * yet to complete: the shutdown's cancel comes after them. */
+        if (s->shut_due && !s->send_on) {
             s->shut_due = false;
             s->shut_cb(loop, id, s->shut_status, s->shut_arg);
         }
