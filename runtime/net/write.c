@@ -267,7 +267,7 @@ void tern__write_sent(struct tern__stream *s, const struct tern__done *d)
 {
     s->send_on = false;
     TERN_DECREMENT(s->loop->io_count);
-    TERN_DECREMENT(s->loop->sends);
+    s->loop->sends--; /* counted with send_on, which was set */
     if (d->res > 0) {
         if (s->wq->fds != NULL) /* the kernel took them with the first byte */
             tern__wreq_fds_close(s->wq);
