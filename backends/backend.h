@@ -25,6 +25,7 @@ struct tern__fired {
  */
 enum {
     TERN__DO_RECV = 1u << 0, /* ops->recv: a stream socket's multishot receive */
+    TERN__DO_SEND = 1u << 1, /* ops->send: a stream socket's send of its queued writes */
 };
 
 /*
@@ -40,7 +41,10 @@ struct tern__done {
     const void *ctl;  /* a receive with room for control data: what came (cmsghdrs)... */
     uint32_t ctllen;  /* ...this many bytes of it, in the same buffer */
     bool final;       /* the operation ended: nothing more comes for this submission */
+    bool sent;        /* a send's completion (res: bytes the kernel took, or -errno) */
 };
+
+struct msghdr;
 
 /*
  * A backend with a signal operation reports a delivery of signo as a
@@ -111,6 +115,25 @@ struct tern__backend_ops {
     int (*recv)(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room);
     /* Give back a completion's buffer once its bytes are consumed. */
     void (*recycle)(struct tern__backend *b, uint32_t buf);
+    /*
+     * Optional (b->completes & TERN__DO_SEND): queue one send of msg's
+     * iovecs (and its control data: descriptors passed on a Unix-domain
+     * socket) on stream socket fd, as sendmsg with MSG_NOSIGNAL; it goes
+     * to the kernel with the next wait. msg, its iovecs, its control data
+     * and the bytes stay the caller's to keep untouched until the send's
+     * one completion {token, res: bytes taken (maybe fewer than asked) or
+     * -errno, final, sent}. The caller has at most one send per token in
+     * flight. Returns 0, or -EBUSY when the queue takes no entry (nothing
+     * was queued: the caller sends by itself).
+     */
+    int (*send)(struct tern__backend *b, int fd, uint64_t token, const struct msghdr *msg);
+    /*
+     * Cancel the send in flight for token on fd, at once (the socket may
+     * be closed next). Its completion still comes: -ECANCELED, or what
+     * the kernel had taken. Never refused: a cancel the queue cannot take
+     * goes with the next wait.
+     */
+    void (*send_cancel)(struct tern__backend *b, int fd, uint64_t token);
 };
 
 /*

@@ -70,6 +70,14 @@
  * - The kernel writes into tern's memory until an entry's last completion,
  *   so close cancels every entry left and reaps until none is, before the
  *   buffers are unmapped and the ring closed.
+ *
+ * And a stream's sends (TERN__DO_SEND): one IORING_OP_SEND or SENDMSG per
+ * call, its user_data the caller's token under the SEND tag, reported once
+ * in the done array (`sent`). The backend keeps no table for them: the
+ * caller keeps the message and has one send per token in flight, so a
+ * completion needs no lookup and a cancel names the token. The probe at
+ * init decides the capability. A cancel the queue cannot take is owed
+ * per descriptor, beside a poll's removal.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -100,9 +108,11 @@
 
 /* user_data: generation << 32 | fd for a poll; CONTROL for an update or a
  * remove, whose completions come only on failure and are dropped; RECV |
- * generation << 32 | entry for a receive. */
+ * generation << 32 | entry for a receive; SEND | token for a send (a
+ * stream's op id, always below 1 << 62: op_types.h). */
 #define CONTROL (1ull << 63)
 #define RECV (1ull << 62)
+#define SEND (CONTROL | RECV)
 #define GEN_MASK 0x3fffffffu
 
 /* The provided buffers of the receives: their count (a power of two, as
@@ -134,6 +144,7 @@ struct slot {
     bool noted;      /* in the re-check list (at idx_noted), so there at most once */
     bool owed;       /* a removal the queue could not take: owed_gen's poll, in owed_fds */
     uint32_t owed_gen;
+    uint64_t owed_send; /* a send's cancel the queue could not take (its token), in owed_fds */
     size_t idx_noted;
     uint32_t mark; /* the wait that last reported this fd... */
     int idx;       /* ...at this index of its fired array */
@@ -151,7 +162,7 @@ struct uring {
     struct slot *slots;
     size_t nslots;
     struct recheck *rechecks; /* nslots long: each fd noted at most once */
-    int *owed_fds;            /* nslots long: polls whose removal waits for room */
+    int *owed_fds;            /* nslots long: removals and send cancels waiting for room */
     size_t nowed;
     size_t nrechecks;
     uint32_t wait_seq;
@@ -272,10 +283,11 @@ static void queue_remove(struct uring *u, int fd)
     if (sqe == NULL) {
         /* Owed, not failed: the next wait sends it, and the fd is not
          * watched again before then (modify says -EBUSY). */
+        if (s->owed_send == 0)
+            u->owed_fds[u->nowed++] = fd;
         s->owed = true;
         *u->owes = true;
         s->owed_gen = s->gen;
-        u->owed_fds[u->nowed++] = fd;
         s->gen = (s->gen + 1) & GEN_MASK;
         s->armed = false;
         return;
@@ -297,6 +309,19 @@ static bool refused(int rc)
 {
     return rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -ENOMEM || rc == -EINVAL ||
            rc == -EOPNOTSUPP;
+}
+
+/*
+ * Whether the kernel performs sends, as its probe says: IORING_OP_SEND,
+ * and so SENDMSG, which came before it. A probe refused (a filter on
+ * io_uring_register) says no: streams then write by readiness.
+ */
+static bool sends_offered(struct io_uring *ring)
+{
+    struct io_uring_probe *p = io_uring_get_probe_ring(ring);
+    bool yes = p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND);
+    io_uring_free_probe(p);
+    return yes;
 }
 
 static int uring_init(struct tern__backend *b)
@@ -327,7 +352,7 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    b->completes = TERN__DO_RECV;
+    b->completes = TERN__DO_RECV | (sends_offered(&u->ring) ? TERN__DO_SEND : 0);
     u->owes = &b->owes;
     b->nbufs = NBUFS;
     b->done = u->done;
@@ -633,14 +658,20 @@ static int queue_owed(struct uring *u)
     int rc = 0;
     while (u->nowed > 0) {
         int fd = u->owed_fds[u->nowed - 1];
+        struct slot *s = &u->slots[fd];
         struct io_uring_sqe *sqe = next_sqe(u, &rc);
         if (sqe == NULL)
             return rc;
-        io_uring_prep_cancel64(sqe, poll_data(fd, u->slots[fd].owed_gen), 0);
+        /* A descriptor may owe both: the poll's removal, then the send's cancel. */
+        io_uring_prep_cancel64(sqe, s->owed ? poll_data(fd, s->owed_gen) : SEND | s->owed_send, 0);
         io_uring_sqe_set_data64(sqe, CONTROL);
         sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-        u->slots[fd].owed = false;
-        u->nowed--;
+        if (s->owed)
+            s->owed = false;
+        else
+            s->owed_send = 0;
+        if (!s->owed && s->owed_send == 0)
+            u->nowed--;
     }
     while (u->rcancel != NONE) {
         uint32_t idx = u->rcancel;
@@ -683,6 +714,55 @@ static int uring_modify(struct tern__backend *b, int fd, unsigned old_events, un
     if (rc < 0)
         s->events = was;
     return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sends                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One send, queued for the next wait's enter: a plain send for one buffer
+ * without control data (the kernel copies no msghdr), sendmsg otherwise.
+ * Refused (-EBUSY) while this descriptor still owes an earlier send's
+ * cancel the queue cannot take yet: a descriptor owes one at a time.
+ */
+static int uring_send(struct tern__backend *b, int fd, uint64_t token, const struct msghdr *msg)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc = grow_slots(u, fd);
+    if (rc == 0 && u->slots[fd].owed_send != 0 && queue_owed(u) < 0)
+        rc = -EBUSY;
+    struct io_uring_sqe *sqe = rc == 0 ? next_sqe(u, &rc) : NULL;
+    if (sqe == NULL)
+        return rc;
+    if (msg->msg_iovlen == 1 && msg->msg_controllen == 0)
+        io_uring_prep_send(sqe, fd, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len,
+                           MSG_NOSIGNAL);
+    else
+        io_uring_prep_sendmsg(sqe, fd, msg, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, SEND | token);
+    return 0;
+}
+
+/* At once, as a receive's cancel: the caller closes the socket next. */
+static void uring_send_cancel(struct tern__backend *b, int fd, uint64_t token)
+{
+    struct uring *u = b->state;
+    int rc = 0;
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL) { /* owed, not failed: the next wait sends it */
+        struct slot *s = &u->slots[fd];
+        if (!s->owed)
+            u->owed_fds[u->nowed++] = fd;
+        s->owed_send = token;
+        *u->owes = true;
+        return;
+    }
+    io_uring_prep_cancel64(sqe, SEND | token, 0);
+    io_uring_sqe_set_data64(sqe, CONTROL);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    submit_now(u);
 }
 
 static void note_recheck(struct uring *u, int fd, uint32_t gen)
@@ -785,11 +865,23 @@ static unsigned from_poll(unsigned res)
            ((res & POLLHUP) ? TERN_HANGUP : 0) | ((res & POLLERR) ? TERN_ERROR : 0);
 }
 
+/* A send's one completion, into the done array; false when that is full. */
+static bool take_send(const struct io_uring_cqe *cqe, struct tern__backend *b)
+{
+    if (b->ndone == DONE_MAX)
+        return false; /* left in the queue for the next wait */
+    b->done[b->ndone++] = (struct tern__done){
+        .token = cqe->user_data & ~SEND, .res = cqe->res, .final = true, .sent = true};
+    return true;
+}
+
 /* One completion into out; false when out is full and it needs a new entry. */
 static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__fired *out, int *n,
                  int max, struct tern__backend *b)
 {
     uint64_t data = cqe->user_data;
+    if ((data & SEND) == SEND)
+        return take_send(cqe, b);
     if (data & CONTROL)
         return true; /* a failed update, remove or cancel: its operation had already ended */
     if (data & RECV)
@@ -885,4 +977,6 @@ const struct tern__backend_ops tern__backend_uring = {
     .wait = uring_wait,
     .recv = uring_recv,
     .recycle = uring_recycle,
+    .send = uring_send,
+    .send_cancel = uring_send_cancel,
 };

@@ -432,8 +432,9 @@ BACKEND_TEST(stream, close_with_pending_writes_cancels_them_then_closes)
     l.in_call = true;
     cr_assert_eq(tern_stream_write(loop, ids[0], &b, 1, log_cb, slot(&l, 0)), 0);
     tern_buf small = {data, 10};
-    cr_assert_eq(tern_stream_write(loop, ids[0], &small, 1, log_cb, slot(&l, 1)), 0);
-    cr_assert_eq(tern_stream_write(loop, ids[0], &small, 1, log_cb, slot(&l, 2)), 0);
+    /* 1 on a backend that sends in the kernel: nothing is taken before the turn's wait. */
+    cr_assert_geq(tern_stream_write(loop, ids[0], &small, 1, log_cb, slot(&l, 1)), 0);
+    cr_assert_geq(tern_stream_write(loop, ids[0], &small, 1, log_cb, slot(&l, 2)), 0);
     atomic_store(&shut_n, 0);
     cr_assert_eq(tern_stream_shutdown(loop, ids[0], on_shut, NULL), 0);
     cr_assert_eq(tern_stream_on_close(loop, ids[0], log_close, &l), 0);

@@ -118,6 +118,7 @@ struct tern_loop {
     unsigned tabled;             /* live ops whose id names their record, not in the map (jobs) */
     bool check_books;            /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
     unsigned io_count; /* fds (and signals the backend reads) registered besides the wake fd */
+    unsigned sends;    /* streams' sends in the kernel: loop free waits for their completions */
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
     int64_t last_wait;       /* step 3's timeout, for tests */
     struct tern__op *ready_head, *ready_tail;

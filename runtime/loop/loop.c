@@ -170,8 +170,8 @@ static void drain(tern_loop *loop)
         cancel_all(loop);
         if (loop->ready_head != NULL || tern__inbound_pending(loop) || tern__jobs_pending(loop))
             tern__loop_turn(loop, 0);
-        else if (loop->undelivered > 0)
-            tern__loop_turn(loop, -1);
+        else if (loop->undelivered > 0 || loop->sends > 0)
+            tern__loop_turn(loop, -1); /* a cancelled send's completion comes at once */
         else if (!tern__inbound_quiet(loop))
             sched_yield(); /* a producer counted in, a few instructions from its enqueue */
         else

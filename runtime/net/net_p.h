@@ -98,6 +98,13 @@ struct tern__stream {
     size_t queued;                        /* bytes queued, not yet written */
     size_t high_water;
     int write_error; /* first failure, sticky */
+    /* A send in the kernel (the backend's TERN__DO_SEND): the queue's head
+     * requests are its bytes, so nothing completes or fails before its
+     * completion, which then fails the queue with send_fail if that was
+     * asked meanwhile (a close, a watcher that failed). */
+    bool send_on;
+    int send_fail;
+    struct tern__send_area *send_area; /* what it points at, kept until then */
     tern_drain_cb drain_cb;
     void *drain_arg;
     bool drain_due;
@@ -184,7 +191,7 @@ static inline unsigned tern__stream_wanted(const struct tern__stream *s)
     unsigned ev = 0;
     if ((s->state & TERN__S_READING) && !s->recv_on)
         ev |= TERN_READABLE;
-    if (s->wq != NULL)
+    if (s->wq != NULL && !s->send_on)
         ev |= TERN_WRITABLE;
     return ev;
 }
@@ -201,8 +208,21 @@ union tern__fds_cmsg {
     struct cmsghdr align;
 };
 
+/* iovec entries gathered per send, across requests (stack cost 2 KiB). */
+#define TERN__GATHER_MAX 128
+
+/* One send's message, built on the stack for a system call of the loop's
+ * own, or in the stream's send_area for a send in the kernel. */
+struct tern__send_area {
+    struct msghdr msg;
+    union tern__fds_cmsg cbuf;
+    struct iovec iov[TERN__GATHER_MAX];
+};
+
 /* write.c */
 void tern__write_flush(struct tern__stream *s);
+/* A send's completion (stream.c's completed hook hands it over). */
+void tern__write_sent(struct tern__stream *s, const struct tern__done *d);
 void tern__write_fail(struct tern__stream *s, int status);
 void tern__write_deliver(struct tern__stream *s, unsigned budget);
 /* The body of tern_stream_write; with nfds > 0, fill() supplies w->fds. */

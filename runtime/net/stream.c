@@ -38,6 +38,7 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op);
 static int stream_cancel(tern_loop *loop, struct tern__op *op);
 static void stream_free(tern_loop *loop, struct tern__op *op);
 static int stream_close(struct tern__stream *s);
+static void stream_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d);
 
 const struct tern__op_class tern__stream_class = {
     .name = "stream",
@@ -46,7 +47,7 @@ const struct tern__op_class tern__stream_class = {
     .free = stream_free,
     .refable = true,
     .kind = TERN__KIND_STREAM,
-    .completed = tern__stream_recv_completed,
+    .completed = stream_completed,
 };
 
 /* For an adopted descriptor; sockets tern creates get the flags at birth. */
@@ -211,8 +212,8 @@ static void stream_io(struct tern__stream *s, unsigned events)
 
 static bool owes(const struct tern__stream *s)
 {
-    return s->connect_due || s->read_due || s->done != NULL || s->shut_due || s->drain_due ||
-           s->backoff_due ||
+    return s->connect_due || s->read_due || s->done != NULL || (s->shut_due && !s->send_on) ||
+           s->drain_due || s->backoff_due ||
            ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
             tern__stream_recv_waiting(s));
 }
@@ -261,7 +262,9 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     }
     tern__write_deliver(s, DISPATCH_BUDGET);
     if (s->done == NULL) {
-        if (s->shut_due) {
+        /* With a send in the kernel (a close cancelled it), the writes are
+         * yet to complete: the shutdown's cancel comes after them. */
+        if (s->shut_due && !s->send_on) {
             s->shut_due = false;
             s->shut_cb(loop, id, s->shut_status, s->shut_arg);
         }
@@ -279,12 +282,21 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
         tern__stream_owe(s); /* the rest in the next turn (a no-op if queued already) */
         return;
     }
-    if ((s->state & (TERN__S_CLOSING | TERN__S_CLOSE_RAN)) == TERN__S_CLOSING) {
+    if ((s->state & (TERN__S_CLOSING | TERN__S_CLOSE_RAN)) == TERN__S_CLOSING && !s->send_on) {
         s->state |= TERN__S_CLOSE_RAN;
         if (s->close_cb != NULL)
             s->close_cb(loop, id, s->close_arg);
         tern__stream_maybe_finish(s);
     }
+}
+
+/* Step 4: a completion of the backend's, a send's or a receive's. */
+static void stream_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d)
+{
+    if (d->sent)
+        tern__write_sent((struct tern__stream *)op, d);
+    else
+        tern__stream_recv_completed(loop, op, d);
 }
 
 /* Close: the shared body of tern_stream_close and the cancel hook. */
@@ -299,6 +311,8 @@ static int stream_close(struct tern__stream *s)
     tern__stream_stop_aux(s);
     tern__tty_restore(s);
     tern__unix_close_fds(s);
+    if (s->send_on) /* its completion comes, then the queue fails (write.c) */
+        s->loop->backend.ops->send_cancel(&s->loop->backend, s->fd, s->op.id);
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
@@ -335,7 +349,7 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
     (void)loop;
     struct tern__stream *s = (struct tern__stream *)op;
     TERN_INSIST(s->fd < 0 && !tern__io_active(&s->io) && s->lookup == NULL &&
-                !tern__deadline_armed(&s->deadline) && !s->recv_on &&
+                !tern__deadline_armed(&s->deadline) && !s->recv_on && !s->send_on &&
                 s->land_head == TERN__LANDED_NONE);
     /* Closing failed every queued write and its dispatch delivered them
      * all before the close callback: nothing is left to free. */
@@ -343,6 +357,7 @@ static void stream_free(tern_loop *loop, struct tern__op *op)
     tern__stream_free_addrs(s);
     tern__unix_close_fds(s);
     tern__free(s->rfds);
+    tern__free(s->send_area);
     tern__free(s->tty_saved);
     tern__free(s);
 }

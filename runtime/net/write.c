@@ -13,6 +13,18 @@
  * -EPIPE, never a SIGPIPE that kills the process. Where MSG_NOSIGNAL does
  * not exist, tern__socket_nosigpipe (platform.c) sets SO_NOSIGPIPE on the
  * socket instead.
+ *
+ * On a backend that sends itself (TERN__DO_SEND: io_uring) a socket's
+ * flush hands the gathered queue to the backend instead of calling
+ * sendmsg, and the send goes to the kernel with the turn's one wait. One
+ * send per stream is in flight at a time: writes queued meanwhile wait
+ * and go, coalesced, in the next send, which also carries on from where a
+ * short one stopped. Until its completion the queue's head requests are
+ * the kernel's to read, so nothing completes or fails before it
+ * (tern__write_sent); a close cancels it and fails the rest then. A send
+ * the backend refuses (its queue full) is made here, by readiness, as on
+ * any other backend. tern_stream_try_write stays a system call of its own:
+ * it returns what was taken, which only a synchronous call can tell.
  */
 #include <errno.h>
 #include <limits.h>
@@ -28,8 +40,7 @@
 #define MSG_NOSIGNAL 0
 #endif
 
-/* iovec entries gathered per sendmsg, across requests (stack cost 2 KiB). */
-#define GATHER_MAX 128
+#define GATHER_MAX TERN__GATHER_MAX
 
 /* ------------------------------------------------------------------ */
 /* Passing descriptors: the writing side                               */
@@ -133,21 +144,38 @@ static void check_drain(struct tern__stream *s)
 
 void tern__write_flush(struct tern__stream *s)
 {
+    if (s->send_on)
+        return; /* its completion flushes again */
+    struct tern__backend *b = &s->loop->backend;
+    /* The stream's area when the backend sends for it (it outlives the
+     * call: tern__write_queue made it), else the stack. */
+    struct tern__send_area stack;
+    struct tern__send_area *a = s->send_area;
+    bool handed = a != NULL;
+    if (!handed)
+        a = &stack;
     while (s->wq != NULL) {
         if (s->wq->left == 0) { /* an empty write completes in order, without a syscall */
             complete_head(s, 0);
             continue;
         }
-        struct iovec iov[GATHER_MAX];
         size_t bytes;
-        unsigned n = gather(s, iov, &bytes);
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
-        union tern__fds_cmsg cbuf;
+        unsigned n = gather(s, a->iov, &bytes);
+        a->msg = (struct msghdr){.msg_iov = a->iov, .msg_iovlen = n};
         if (s->wq->fds != NULL)
-            tern__wreq_attach_fds(&msg, s->wq, &cbuf);
+            tern__wreq_attach_fds(&a->msg, s->wq, &a->cbuf);
         ssize_t r = tern__stream_fault();
-        if (r == 0 && (r = s->not_socket ? writev(s->fd, iov, (int)n)
-                                         : sendmsg(s->fd, &msg, MSG_NOSIGNAL)) < 0)
+        if (r == 0 && handed) {
+            if (b->ops->send(b, s->fd, s->op.id, &a->msg) == 0) {
+                s->send_on = true;
+                s->loop->io_count++; /* the kernel has something to report: ask it */
+                s->loop->sends++;
+                break;
+            }
+            handed = false; /* refused (its queue is full): this flush sends by itself */
+        }
+        if (r == 0 && (r = s->not_socket ? writev(s->fd, a->iov, (int)n)
+                                         : sendmsg(s->fd, &a->msg, MSG_NOSIGNAL)) < 0)
             r = -errno;
         if (r > 0 && s->wq->fds != NULL) /* the kernel took them with the first byte */
             tern__wreq_fds_close(s->wq);
@@ -174,6 +202,16 @@ void tern__write_fail(struct tern__stream *s, int status)
 {
     if (s->write_error == 0)
         s->write_error = status;
+    if (s->send_on) { /* the kernel still reads the head: its completion fails the queue */
+        if (s->send_fail == 0)
+            s->send_fail = status;
+        /* Descriptors ride alone at the head: any behind it are not in
+         * the send, and their duplicates go now. */
+        for (struct tern__wreq *w = s->wq->next; w != NULL; w = w->next)
+            if (w->fds != NULL)
+                tern__wreq_fds_close(w);
+        return;
+    }
     while (s->wq != NULL)
         complete_head(s, status);
     s->queued = 0;
@@ -215,6 +253,38 @@ void tern__stream_rewatch(struct tern__stream *s)
     /* Fewer events (or none) can always be set: stopping never fails. */
     if (tern__stream_watch(s, tern__stream_wanted(s)) < 0)
         tern__stream_watch(s, 0);
+}
+
+/*
+ * Step 4: what the kernel took of the send, or why it took nothing. The
+ * bytes complete their requests in order; the rest goes in the next send
+ * (the flush), unless the queue was failed meanwhile (send_fail) or the
+ * send failed: then the queue fails with that status, as a sendmsg's
+ * error fails it. -ECANCELED not asked for (the thread that submitted it
+ * exited) is no failure: the next send carries on.
+ */
+void tern__write_sent(struct tern__stream *s, const struct tern__done *d)
+{
+    s->send_on = false;
+    TERN_DECREMENT(s->loop->io_count);
+    s->loop->sends--; /* counted with send_on, which was set */
+    if (d->res > 0) {
+        if (s->wq->fds != NULL) /* the kernel took them with the first byte */
+            tern__wreq_fds_close(s->wq);
+        advance(s, (size_t)d->res);
+    }
+    int fail = s->send_fail;
+    s->send_fail = 0;
+    /* (A send in the kernel never meets -EAGAIN or -EINTR: it waits for
+     * room by itself.) */
+    if (fail == 0 && d->res < 0 && d->res != -ECANCELED)
+        fail = d->res;
+    if (fail != 0)
+        tern__write_fail(s, fail);
+    if (s->state & TERN__S_CLOSING)
+        tern__stream_owe(s); /* the close callback waited for this */
+    else
+        tern__write_flush(s);
 }
 
 void tern__write_maybe_shutdown(struct tern__stream *s)
@@ -278,6 +348,11 @@ int tern__write_queue(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigne
         return -EINVAL;
     if ((s->state & TERN__S_SHUT_ASKED) || s->write_error != 0)
         return -EPIPE;
+    /* A socket on a backend that sends: room for what its sends point at,
+     * kept from its first write to its end. */
+    if ((s->loop->backend.completes & TERN__DO_SEND) && !s->not_socket && s->send_area == NULL &&
+        (s->send_area = tern__malloc(sizeof(*s->send_area))) == NULL)
+        return -ENOMEM;
     struct tern__wreq *w =
         tern__malloc(sizeof(*w) + nbufs * sizeof(struct iovec) + nfds * sizeof(int));
     if (w == NULL)
