@@ -38,6 +38,7 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op);
 static int stream_cancel(tern_loop *loop, struct tern__op *op);
 static void stream_free(tern_loop *loop, struct tern__op *op);
 static int stream_close(struct tern__stream *s);
+static void stream_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d);
 
 const struct tern__op_class tern__stream_class = {
     .name = "stream",
@@ -46,7 +47,7 @@ const struct tern__op_class tern__stream_class = {
     .free = stream_free,
     .refable = true,
     .kind = TERN__KIND_STREAM,
-    .completed = tern__stream_recv_completed,
+    .completed = stream_completed,
 };
 
 /* For an adopted descriptor; sockets tern creates get the flags at birth. */
@@ -212,7 +213,7 @@ static void stream_io(struct tern__stream *s, unsigned events)
 static bool owes(const struct tern__stream *s)
 {
     return s->connect_due || s->read_due || s->done != NULL || s->shut_due || s->drain_due ||
-           s->backoff_due ||
+           s->backoff_due || tern__listener_waiting(s) ||
            ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
             tern__stream_recv_waiting(s));
 }
@@ -243,6 +244,8 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     s->io_revents = 0;
     if (ev != 0)
         stream_io(s, ev);
+    if (tern__listener_waiting(s))
+        tern__listener_deliver(s);
     if (tern__stream_recv_waiting(s))
         recv_deliver(s);
     if (s->connect_due) {
@@ -287,6 +290,16 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     }
 }
 
+/* Step 4: a completion of the backend's receive, or of a listener's accept. */
+static void stream_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d)
+{
+    struct tern__stream *s = (struct tern__stream *)op;
+    if (s->kind == TERN__LISTENER)
+        tern__listener_completed(s, d);
+    else
+        tern__stream_recv_completed(loop, op, d);
+}
+
 /* Close: the shared body of tern_stream_close and the cancel hook. */
 static int stream_close(struct tern__stream *s)
 {
@@ -295,6 +308,7 @@ static int stream_close(struct tern__stream *s)
     s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
     tern__stream_watch(s, 0);
     (void)tern__stream_recv_sync(s); /* cancelled before its descriptor closes */
+    (void)tern__listener_sync(s);   /* likewise; what it accepted closes below */
     tern__stream_recv_drop(s);
     tern__stream_stop_aux(s);
     tern__tty_restore(s);

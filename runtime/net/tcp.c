@@ -56,6 +56,8 @@ static void deadline_expired(tern_loop *loop, struct tern__op *op)
     if (s->kind == TERN__LISTENER && !(s->state & TERN__S_CONNECTING)) {
         s->state &= ~TERN__S_BACKOFF;
         tern__stream_rewatch(s);
+        if (tern__listener_waiting(s))
+            tern__stream_owe(s); /* accepted before the back-off, handed out now */
     } else {
         connect_done(s, -ETIMEDOUT);
     }
@@ -165,7 +167,7 @@ int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlo
     }
     s->accept_cb = cb;
     s->accept_arg = arg;
-    if ((rc = tern__stream_watch(s, TERN_READABLE)) < 0) {
+    if ((rc = tern__listener_start(s)) < 0) {
         tern__stream_discard(s);
         close(fd);
         return rc;
@@ -226,6 +228,110 @@ void tern__tcp_accept_ready(struct tern__stream *s)
         else if (rc == 0)
             c->unix_sock = s->unix_sock; /* accepted from tern_unix_listen */
         if (rc < 0) {
+            backoff(s, rc);
+            return;
+        }
+        s->accept_cb(loop, s->op.id, 0, c->op.id, s->accept_arg);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Accepting through the backend (TERN__DO_ACCEPT)                     */
+/* ------------------------------------------------------------------ */
+
+int tern__listener_sync(struct tern__stream *s)
+{
+    tern_loop *loop = s->loop;
+    struct tern__backend *b = &loop->backend;
+    bool want = (b->completes & TERN__DO_ACCEPT) && s->fd >= 0 &&
+                !(s->state & (TERN__S_CLOSING | TERN__S_BACKOFF));
+    if (want == s->accept_on)
+        return 0;
+    if (!want) {
+        (void)b->ops->accept(b, s->fd, s->op.id, false); /* a stop is never refused */
+        s->accept_on = false;
+        TERN_DECREMENT(loop->io_count);
+        return 0;
+    }
+    int rc = b->ops->accept(b, s->fd, s->op.id, true);
+    if (rc < 0)
+        return rc;
+    s->accept_on = true;
+    loop->io_count++; /* the kernel has something to report: ask it */
+    return 0;
+}
+
+int tern__listener_start(struct tern__stream *s)
+{
+    /* Refused (the backend's queue is full, or it cannot after all):
+     * readiness takes the connections instead, and the next rewatch (the
+     * end of a back-off) asks again. */
+    (void)tern__listener_sync(s);
+    return tern__stream_watch(s, tern__stream_wanted(s));
+}
+
+/*
+ * Step 4: a connection waits in the ring for the dispatch (an accept
+ * callback is step 2's); the accept's end is a failure accept4 would have
+ * met. Never for a closing listener, or one backing off: stopping the
+ * accept cancels it, and the backend closes what comes after.
+ */
+void tern__listener_completed(struct tern__stream *s, const struct tern__done *d)
+{
+    tern_loop *loop = s->loop;
+    if (d->res >= 0) {
+        if (tern__fds_push(s, d->res)) {
+            tern__stream_owe(s);
+            return;
+        }
+        close(d->res); /* the peer sees a reset; the listener backs off */
+        backoff(s, -ENOMEM);
+        return;
+    }
+    TERN_INSIST(d->final && s->accept_on);
+    s->accept_on = false;
+    TERN_DECREMENT(loop->io_count);
+    if (d->res == -EOPNOTSUPP || accept_retryable(-d->res))
+        tern__stream_rewatch(s); /* again, or by readiness once the backend cannot */
+    else
+        backoff(s, d->res);
+}
+
+/* The head of the ring: the oldest connection not yet handed out. */
+static int listener_take(struct tern__stream *s)
+{
+    int fd = s->rfds[s->rfds_head];
+    s->rfds_head = (s->rfds_head + 1) % s->rfds_cap;
+    s->rfds_len--;
+    return fd;
+}
+
+/*
+ * Step 2: hand out the connections the backend accepted, in order, as
+ * readiness accepts them: at most a batch per dispatch, each past the
+ * fault seam accept4 passes, and a record that cannot be made closes the
+ * connection and backs off. The callback may close the listener (which
+ * closes what is left) or make it back off.
+ */
+void tern__listener_deliver(struct tern__stream *s)
+{
+    tern_loop *loop = s->loop;
+    for (int i = 0; i < ACCEPT_BATCH && tern__listener_waiting(s); i++) {
+        int rc = tern__stream_fault();
+        if (rc == 0)
+            rc = tern__fd_fault(); /* both seams accept4 passes, in its order */
+        if (rc == -EAGAIN || rc == -EWOULDBLOCK)
+            return; /* still waiting: the dispatch comes again (owes) */
+        int fd = listener_take(s);
+        if (rc < 0 && accept_retryable(-rc)) {
+            close(fd); /* as if it died in the queue */
+            continue;
+        }
+        struct tern__stream *c = NULL;
+        if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) == 0)
+            c->unix_sock = s->unix_sock;
+        if (rc < 0) {
+            close(fd);
             backoff(s, rc);
             return;
         }
@@ -309,7 +415,7 @@ static void listen_next(struct tern__stream *s, int last)
             continue;
         }
         s->fd = fd;
-        int rc = tern__stream_watch(s, TERN_READABLE);
+        int rc = tern__listener_start(s);
         if (rc == 0) {
             connect_done(s, 0);
             return;
