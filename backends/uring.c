@@ -70,6 +70,15 @@
  * - The kernel writes into tern's memory until an entry's last completion,
  *   so close cancels every entry left and reaps until none is, before the
  *   buffers are unmapped and the ring closed.
+ *
+ * And a second (TERN__DO_ACCEPT): a listener's multishot accept, an entry
+ * of the same table (no buffers). Each connection is a completion with its
+ * new descriptor; one the kernel accepted after the core's cancel is
+ * closed here when reaped, and a wait is owed until the cancelled entry's
+ * last completion is, so nothing accepted stays open. A failure ends it
+ * (the core backs off or starts it again); an end that is not one is
+ * submitted again here. -EINVAL is a kernel without multishot accept: the
+ * capability is cleared and the core accepts by readiness.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -165,6 +174,7 @@ struct uring {
     uint32_t rwait;            /* submit again on the next wait (list head) */
     uint32_t rstarved;         /* submit again once a buffer is back (list head) */
     uint32_t rcancel;          /* cancels the queue could not take (list head) */
+    uint32_t astopped;         /* cancelled accepts whose last completion is still to come */
     bool *owes;                /* the backend's `owes`: set while either list is not empty */
     uint32_t *recv_of;         /* per fd (nslots): its current receive entry, or NONE */
     struct io_uring_buf_ring *br;
@@ -529,6 +539,12 @@ static void queue_cancel(struct uring *u, uint32_t idx)
 {
     int rc = 0;
     struct rentry *e = &u->rentries[idx];
+    if (e->accept && !e->cancelled && !e->waiting) {
+        /* What it accepted meanwhile is closed when reaped: a wait is owed
+         * even with nothing else to wait for. */
+        u->astopped++;
+        *u->owes = true;
+    }
     e->cancelled = true;
     if (e->waiting)
         return; /* not in the kernel: freed where the wait list is walked */
@@ -661,6 +677,7 @@ static bool take_accept(struct uring *u, const struct io_uring_cqe *cqe, struct 
     if (more)
         return true;
     if (e->cancelled) {
+        u->astopped--;
         rentry_free(u, idx);
     } else if (retry) {
         rentry_wait(u, idx, &u->rwait);
@@ -747,7 +764,7 @@ static int queue_owed(struct uring *u)
         if (e->cancel_owed)
             return -EBUSY; /* back on the list */
     }
-    *u->owes = false;
+    *u->owes = u->astopped > 0;
     return 0;
 }
 

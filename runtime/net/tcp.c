@@ -20,6 +20,9 @@
  *  - A non-blocking connect reports its outcome as writability; SO_ERROR
  *    says whether it worked. On loopback a refused connect can also fail
  *    inside connect() itself, so both paths lead to the next address.
+ *  - On a completion backend (TERN__DO_ACCEPT) the kernel accepts with one
+ *    multishot accept per listener; the connections wait in the listener's
+ *    `rfds` ring for its dispatch, which hands them out as readiness does.
  *  - Numeric hosts are turned into addresses on the loop thread with
  *    AI_NUMERICHOST (no lookup can block); only names go to the pool.
  */
@@ -263,11 +266,10 @@ int tern__listener_sync(struct tern__stream *s)
 
 int tern__listener_start(struct tern__stream *s)
 {
-    /* Refused (the backend's queue is full, or it cannot after all):
-     * readiness takes the connections instead, and the next rewatch (the
-     * end of a back-off) asks again. */
-    (void)tern__listener_sync(s);
-    return tern__stream_watch(s, tern__stream_wanted(s));
+    /* Refused (no memory, the backend's queue full): the listen is
+     * refused and changes nothing, as a watch that cannot start is. */
+    int rc = tern__listener_sync(s);
+    return rc < 0 ? rc : tern__stream_watch(s, tern__stream_wanted(s));
 }
 
 /*
@@ -309,8 +311,10 @@ static int listener_take(struct tern__stream *s)
 /*
  * Step 2: hand out the connections the backend accepted, in order, as
  * readiness accepts them: at most a batch per dispatch, each past the
- * fault seam accept4 passes, and a record that cannot be made closes the
- * connection and backs off. The callback may close the listener (which
+ * fault seam accept4 passes. A failure injected there is one before the
+ * call, so the connection stays where it is (first in the ring) as it
+ * stays in the kernel's queue; a record that cannot be made closes it and
+ * backs off, as by readiness. The callback may close the listener (which
  * closes what is left) or make it back off.
  */
 void tern__listener_deliver(struct tern__stream *s)
@@ -322,16 +326,17 @@ void tern__listener_deliver(struct tern__stream *s)
             rc = tern__fd_fault(); /* both seams accept4 passes, in its order */
         if (rc == -EAGAIN || rc == -EWOULDBLOCK)
             return; /* still waiting: the dispatch comes again (owes) */
-        int fd = listener_take(s);
-        if (rc < 0 && accept_retryable(-rc)) {
-            close(fd); /* as if it died in the queue */
+        if (rc < 0 && accept_retryable(-rc))
             continue;
-        }
         struct tern__stream *c = NULL;
-        if (rc == 0 && (rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) == 0)
-            c->unix_sock = s->unix_sock;
+        if (rc == 0) {
+            int fd = listener_take(s);
+            if ((rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) < 0)
+                close(fd); /* the peer sees a reset */
+            else
+                c->unix_sock = s->unix_sock;
+        }
         if (rc < 0) {
-            close(fd);
             backoff(s, rc);
             return;
         }
