@@ -18,6 +18,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -218,8 +219,7 @@ Test(uring_accept, a_unix_listener_accepts_with_no_accept_call_of_its_own)
     (void)unlink(path);
     static struct server s;
     memset(&s, 0, sizeof s);
-    cr_assert_eq(tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT, on_accept, &s,
-                                  &s.listener),
+    cr_assert_eq(tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT, on_accept, &s, &s.listener),
                  0);
     deny_accept(ENOSYS);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -274,6 +274,36 @@ Test(uring_accept, many_connections_come_in_one_wait_and_go_out_a_batch_a_turn)
         cr_assert_eq(mine.sin_port, peer.sin_port, "connection %d out of order", i);
     }
     close_all(loop, &s, c, MANY);
+    loop_free_clean(loop);
+}
+
+static void *turn_once(void *arg)
+{
+    tern_loop_run_once(arg, 0);
+    return NULL;
+}
+
+/*
+ * The accept was submitted by a thread that has exited since (a loop may
+ * be run by one thread after another), which ends it with -ECANCELED that
+ * no one asked for: the backend submits it again, and the listener goes
+ * on accepting with no notice.
+ */
+Test(uring_accept, an_accept_submitted_by_a_thread_that_exited_goes_on)
+{
+    tern_loop *loop = uring_loop();
+    static struct server s;
+    listen_tcp(loop, &s);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, turn_once, loop), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    int c[2];
+    for (int i = 0; i < 2; i++) {
+        c[i] = dial(&s);
+        cr_assert(run_until_count(loop, &s.accepted, (unsigned)i + 1, 10 * MS, 500));
+    }
+    cr_assert_eq(atomic_load(&s.backoffs), 0);
+    close_all(loop, &s, c, 2);
     loop_free_clean(loop);
 }
 
@@ -465,7 +495,7 @@ Test(uring_accept, a_kernel_without_multishot_accept_leaves_listeners_on_readine
  */
 struct fault_case {
     unsigned mask;
-    int err; /* the stream seam's error, when mask is TERN__FAULT_STREAM */
+    int err;    /* the stream seam's error, when mask is TERN__FAULT_STREAM */
     int notice; /* the back-off notice's status, 0 for none */
     unsigned accepted;
 };

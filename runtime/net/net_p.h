@@ -229,8 +229,8 @@ ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len);
 /* Keep the descriptors a receive brought (ctl: its control data) for
  * tern_unix_take_fd: 0, or -ENOMEM when some had to be closed. */
 int tern__unix_keep_fds(struct tern__stream *s, const void *ctl, size_t ctllen);
-/* Keep fd at the tail of the stream's `rfds` ring; false (not kept) when
- * out of memory. */
+/* stream_recv.c: keep fd at the tail of the stream's `rfds` ring; false
+ * (not kept) when out of memory. */
 bool tern__fds_push(struct tern__stream *s, int fd);
 void tern__unix_close_fds(struct tern__stream *s);
 
@@ -280,9 +280,10 @@ void tern__tcp_accept_ready(struct tern__stream *s);
 /*
  * A listener on a completion backend's accept (TERN__DO_ACCEPT): the
  * connections the kernel accepted wait in the stream's `rfds` ring until
- * the listener's dispatch hands them out. Sync starts or cancels the
- * accept as the listener's state asks (0, or the backend's -errno: the
- * listener then accepts by readiness); start is sync, then the watch.
+ * the listener's dispatch hands them out. Sync (stream_recv.c) starts or
+ * cancels the accept as the listener's state asks (0, or the backend's
+ * -errno: the listener then accepts by readiness); start is sync, then
+ * the watch, and refuses the listen when either fails.
  */
 int tern__listener_sync(struct tern__stream *s);
 int tern__listener_start(struct tern__stream *s);

@@ -308,7 +308,7 @@ static int stream_close(struct tern__stream *s)
     s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
     tern__stream_watch(s, 0);
     (void)tern__stream_recv_sync(s); /* cancelled before its descriptor closes */
-    (void)tern__listener_sync(s);   /* likewise; what it accepted closes below */
+    (void)tern__listener_sync(s);    /* likewise; what it accepted closes below */
     tern__stream_recv_drop(s);
     tern__stream_stop_aux(s);
     tern__tty_restore(s);

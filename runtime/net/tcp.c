@@ -242,28 +242,6 @@ void tern__tcp_accept_ready(struct tern__stream *s)
 /* Accepting through the backend (TERN__DO_ACCEPT)                     */
 /* ------------------------------------------------------------------ */
 
-int tern__listener_sync(struct tern__stream *s)
-{
-    tern_loop *loop = s->loop;
-    struct tern__backend *b = &loop->backend;
-    bool want = (b->completes & TERN__DO_ACCEPT) && s->fd >= 0 &&
-                !(s->state & (TERN__S_CLOSING | TERN__S_BACKOFF));
-    if (want == s->accept_on)
-        return 0;
-    if (!want) {
-        (void)b->ops->accept(b, s->fd, s->op.id, false); /* a stop is never refused */
-        s->accept_on = false;
-        TERN_DECREMENT(loop->io_count);
-        return 0;
-    }
-    int rc = b->ops->accept(b, s->fd, s->op.id, true);
-    if (rc < 0)
-        return rc;
-    s->accept_on = true;
-    loop->io_count++; /* the kernel has something to report: ask it */
-    return 0;
-}
-
 int tern__listener_start(struct tern__stream *s)
 {
     /* Refused (no memory, the backend's queue full): the listen is
@@ -290,8 +268,7 @@ void tern__listener_completed(struct tern__stream *s, const struct tern__done *d
         backoff(s, -ENOMEM);
         return;
     }
-    TERN_INSIST(d->final && s->accept_on);
-    s->accept_on = false;
+    s->accept_on = false; /* a failure is final (backend.h) */
     TERN_DECREMENT(loop->io_count);
     if (d->res == -EOPNOTSUPP || accept_retryable(-d->res))
         tern__stream_rewatch(s); /* again, or by readiness once the backend cannot */

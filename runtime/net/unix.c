@@ -248,25 +248,6 @@ int tern_unix_write_fds(tern_loop *loop, tern_id id, const tern_buf *bufs, unsig
 /* Passing descriptors: the reading side                               */
 /* ------------------------------------------------------------------ */
 
-bool tern__fds_push(struct tern__stream *s, int fd)
-{
-    if (s->rfds_len == s->rfds_cap) {
-        unsigned cap = s->rfds_cap ? s->rfds_cap * 2 : 8;
-        int *v = tern__malloc(cap * sizeof(int));
-        if (v == NULL)
-            return false;
-        for (unsigned i = 0; i < s->rfds_len; i++)
-            v[i] = s->rfds[(s->rfds_head + i) % s->rfds_cap];
-        tern__free(s->rfds);
-        s->rfds = v;
-        s->rfds_cap = cap;
-        s->rfds_head = 0;
-    }
-    s->rfds[(s->rfds_head + s->rfds_len) % s->rfds_cap] = fd;
-    s->rfds_len++;
-    return true;
-}
-
 ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len)
 {
     union tern__fds_cmsg cbuf;
