@@ -866,8 +866,10 @@ static void drain_receives(struct uring *u, struct tern__backend *b)
             if (!(cqe->user_data & RECV) || (cqe->user_data & CONTROL))
                 continue;
             struct rentry *e = &u->rentries[(uint32_t)cqe->user_data];
-            if (e->accept && cqe->res >= 0)
-                close(cqe->res); /* accepted before the cancel: nobody's now */
+            if (e->accept) { /* cancelled: what it accepted is closed there */
+                (void)take_accept(u, cqe, b, (uint32_t)cqe->user_data);
+                continue;
+            }
             if (cqe->flags & IORING_CQE_F_MORE)
                 continue;
             e->cancelled = true;

@@ -292,18 +292,26 @@ static void *turn_once(void *arg)
 Test(uring_accept, an_accept_submitted_by_a_thread_that_exited_goes_on)
 {
     tern_loop *loop = uring_loop();
-    static struct server s;
+    int before = count_open_fds();
+    static struct server s, u;
     listen_tcp(loop, &s);
+    listen_tcp(loop, &u);
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, turn_once, loop), 0);
     cr_assert_eq(pthread_join(t, NULL), 0);
+    /* Both ends are reaped here; one listener closes before its accept
+     * is submitted again, and is never submitted. */
+    tern_loop_run_once(loop, 0);
+    cr_assert_eq(tern_stream_close(loop, u.listener), 0);
     int c[2];
     for (int i = 0; i < 2; i++) {
         c[i] = dial(&s);
         cr_assert(run_until_count(loop, &s.accepted, (unsigned)i + 1, 10 * MS, 500));
     }
     cr_assert_eq(atomic_load(&s.backoffs), 0);
+    cr_assert_eq(atomic_load(&u.closed), 1);
     close_all(loop, &s, c, 2);
+    cr_assert_eq(count_open_fds_settled(), before, "a descriptor was left open");
     loop_free_clean(loop);
 }
 
