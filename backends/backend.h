@@ -24,8 +24,9 @@ struct tern__fired {
  * (struct tern__backend's `completes`, set once the backend can).
  */
 enum {
-    TERN__DO_RECV = 1u << 0, /* ops->recv: a stream socket's multishot receive */
-    TERN__DO_SEND = 1u << 1, /* ops->send: a stream socket's send of its queued writes */
+    TERN__DO_RECV = 1u << 0,   /* ops->recv: a stream socket's multishot receive */
+    TERN__DO_SEND = 1u << 1,   /* ops->send: a stream socket's send of its queued writes */
+    TERN__DO_ACCEPT = 1u << 2, /* ops->accept: a listening socket's multishot accept */
 };
 
 /*
@@ -35,7 +36,8 @@ enum {
  */
 struct tern__done {
     uint64_t token;
-    int32_t res;      /* bytes received (> 0), 0 at the end of the stream, or -errno */
+    int32_t res;      /* bytes received (> 0), 0 at the end of the stream, or -errno;
+                       * an accept's: the new descriptor (>= 0, the core's), or -errno */
     uint32_t buf;     /* res > 0: the provided buffer holding the bytes... */
     const void *data; /* ...at this address, until ops->recycle(buf) */
     const void *ctl;  /* a receive with room for control data: what came (cmsghdrs)... */
@@ -134,6 +136,23 @@ struct tern__backend_ops {
      * goes with the next wait.
      */
     void (*send_cancel)(struct tern__backend *b, int fd, uint64_t token);
+    /*
+     * Optional (b->completes & TERN__DO_ACCEPT): start (on) or cancel the
+     * multishot accept on listening socket fd, queued like modify's
+     * changes. Each connection comes as a completion {token, res = its new
+     * descriptor, non-blocking and close-on-exec, now the caller's}, not
+     * final; a failure comes as a final one {res = -errno} and ends the
+     * accept (the caller starts it again, or backs off). The kernel ending
+     * it by itself for no failure is not reported: the backend submits it
+     * again. A kernel that refuses multishot accept ends the first with
+     * -EOPNOTSUPP and clears TERN__DO_ACCEPT: the caller accepts by
+     * readiness from then on. A connection the kernel accepted after the
+     * cancel is closed by the backend, never reported (nor leaked); nothing
+     * comes after a cancel. At most one accept (or receive) per fd.
+     * Returns 0 or -errno; a cancel is never refused (one the queue
+     * cannot take goes with the next wait).
+     */
+    int (*accept)(struct tern__backend *b, int fd, uint64_t token, bool on);
 };
 
 /*
@@ -193,6 +212,13 @@ bool tern__kqueue_user_wake(bool on);
  * queue in overflow makes the kernel refuse it. No effect without io_uring.
  */
 void tern__uring_refuse_entries(unsigned n);
+
+/*
+ * Test seam: the io_uring backend's next n multishot accepts carry a flag
+ * this kernel does not know, so the kernel refuses them (-EINVAL) as one
+ * without multishot accept does. No effect without io_uring.
+ */
+void tern__uring_refuse_accepts(unsigned n);
 
 /* Look a backend up by name; NULL picks the best built one. */
 const struct tern__backend_ops *tern__backend_find(const char *name);

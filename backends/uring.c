@@ -71,6 +71,15 @@
  *   so close cancels every entry left and reaps until none is, before the
  *   buffers are unmapped and the ring closed.
  *
+ * And a listener's accept (TERN__DO_ACCEPT): a listener's multishot accept, an entry
+ * of the same table (no buffers). Each connection is a completion with its
+ * new descriptor; one the kernel accepted after the core's cancel is
+ * closed here when reaped, and a wait is owed until the cancelled entry's
+ * last completion is, so nothing accepted stays open. A failure ends it
+ * (the core backs off or starts it again); an end that is not one is
+ * submitted again here. -EINVAL is a kernel without multishot accept: the
+ * capability is cleared and the core accepts by readiness.
+ *
  * And a stream's sends (TERN__DO_SEND): one IORING_OP_SEND or SENDMSG per
  * call, its user_data the caller's token under the SEND tag, reported once
  * in the done array (`sent`). The backend keeps no table for them: the
@@ -135,6 +144,7 @@ struct rentry {
     bool cancelled;   /* the core stopped it: its end is not reported */
     bool waiting;     /* in the resubmit list */
     bool cancel_owed; /* in the rcancel list: its cancel waits for room in the queue */
+    bool accept;      /* a multishot accept (TERN__DO_ACCEPT), not a receive */
 };
 
 struct slot {
@@ -175,6 +185,7 @@ struct uring {
     uint32_t rwait;            /* submit again on the next wait (list head) */
     uint32_t rstarved;         /* submit again once a buffer is back (list head) */
     uint32_t rcancel;          /* cancels the queue could not take (list head) */
+    uint32_t astopped;         /* cancelled accepts whose last completion is still to come */
     bool *owes;                /* the backend's `owes`: set while either list is not empty */
     uint32_t *recv_of;         /* per fd (nslots): its current receive entry, or NONE */
     struct io_uring_buf_ring *br;
@@ -352,7 +363,7 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    b->completes = TERN__DO_RECV | (sends_offered(&u->ring) ? TERN__DO_SEND : 0);
+    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | (sends_offered(&u->ring) ? TERN__DO_SEND : 0);
     u->owes = &b->owes;
     b->nbufs = NBUFS;
     b->done = u->done;
@@ -472,6 +483,26 @@ static uint64_t recv_data(uint32_t idx, uint32_t gen)
     return RECV | (uint64_t)(gen & GEN_MASK) << 32 | idx;
 }
 
+/* Test seam (backend.h): the next so many accepts carry a flag the kernel
+ * does not know, which it refuses as one without multishot accept does. */
+static _Atomic unsigned accept_refusals;
+
+void tern__uring_refuse_accepts(unsigned n)
+{
+    atomic_store_explicit(&accept_refusals, n, memory_order_relaxed);
+}
+
+/* Accepted sockets are made as accept4 makes them today (platform.c). */
+static void prep_accept(struct io_uring_sqe *sqe, int fd)
+{
+    io_uring_prep_multishot_accept(sqe, fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    unsigned refuse = atomic_load_explicit(&accept_refusals, memory_order_relaxed);
+    if (__builtin_expect(refuse != 0, 0)) {
+        atomic_store_explicit(&accept_refusals, refuse - 1, memory_order_relaxed);
+        sqe->ioprio |= 1u << 15; /* no accept flag yet */
+    }
+}
+
 static int queue_recv(struct uring *u, uint32_t idx)
 {
     int rc = 0;
@@ -480,6 +511,11 @@ static int queue_recv(struct uring *u, uint32_t idx)
     if (sqe == NULL)
         return rc;
     e->gen = (e->gen + 1) & GEN_MASK;
+    if (e->accept) {
+        prep_accept(sqe, e->fd);
+        io_uring_sqe_set_data64(sqe, recv_data(idx, e->gen));
+        return 0;
+    }
     if (e->msg.msg_controllen > 0)
         io_uring_prep_recvmsg_multishot(sqe, e->fd, &e->msg, MSG_CMSG_CLOEXEC);
     else
@@ -528,6 +564,12 @@ static void queue_cancel(struct uring *u, uint32_t idx)
 {
     int rc = 0;
     struct rentry *e = &u->rentries[idx];
+    if (e->accept && !e->cancelled && !e->waiting) {
+        /* What it accepted meanwhile is closed when reaped: a wait is owed
+         * even with nothing else to wait for. */
+        u->astopped++;
+        *u->owes = true;
+    }
     e->cancelled = true;
     if (e->waiting)
         return; /* not in the kernel: freed where the wait list is walked */
@@ -547,29 +589,28 @@ static void queue_cancel(struct uring *u, uint32_t idx)
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 }
 
-static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room)
+/* Cancel fd's receive or accept, at once. */
+static void entry_stop(struct uring *u, int fd)
 {
-    struct uring *u = b->state;
-    require_not_forked(u);
+    TERN_INSIST((size_t)fd < u->nslots && u->recv_of[fd] != NONE);
+    queue_cancel(u, u->recv_of[fd]);
+    u->recv_of[fd] = NONE;
+    submit_now(u);
+}
+
+static int entry_start(struct uring *u, int fd, uint64_t token, size_t ctl_room, bool accept)
+{
     int rc;
-    if (!on) {
-        TERN_INSIST((size_t)fd < u->nslots && u->recv_of[fd] != NONE);
-        queue_cancel(u, u->recv_of[fd]);
-        u->recv_of[fd] = NONE;
-        submit_now(u);
-        return 0;
-    }
-    if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
-        if (rc == -EOPNOTSUPP)
-            b->completes &= ~TERN__DO_RECV;
-        return rc;
-    }
     TERN_INSIST(u->recv_of[fd] == NONE);
     uint32_t idx;
     if ((rc = rentry_new(u, &idx)) < 0)
         return rc;
-    u->rentries[idx] = (struct rentry){
-        .token = token, .fd = fd, .gen = u->rentries[idx].gen, .next = NONE, .live = true};
+    u->rentries[idx] = (struct rentry){.token = token,
+                                       .fd = fd,
+                                       .gen = u->rentries[idx].gen,
+                                       .next = NONE,
+                                       .live = true,
+                                       .accept = accept};
     u->rentries[idx].msg.msg_controllen = ctl_room;
     if ((rc = queue_recv(u, idx)) < 0) {
         u->rentries[idx].next = u->rfree;
@@ -580,6 +621,35 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, 
     u->rlive++;
     u->recv_of[fd] = idx;
     return 0;
+}
+
+static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc;
+    if (!on) {
+        entry_stop(u, fd);
+        return 0;
+    }
+    if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
+        if (rc == -EOPNOTSUPP)
+            b->completes &= ~TERN__DO_RECV;
+        return rc;
+    }
+    return entry_start(u, fd, token, ctl_room, false);
+}
+
+static int uring_accept(struct tern__backend *b, int fd, uint64_t token, bool on)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    if (!on) {
+        entry_stop(u, fd);
+        return 0;
+    }
+    int rc = grow_slots(u, fd);
+    return rc < 0 ? rc : entry_start(u, fd, token, 0, true);
 }
 
 static void uring_recycle(struct tern__backend *b, uint32_t bid)
@@ -607,6 +677,47 @@ static bool decode_msg(struct rentry *e, struct tern__done *d)
     return len > 0;
 }
 
+/*
+ * An accept's completion: a connection, or the accept's end. A connection
+ * accepted after the core's cancel is nobody's: closed here. An end with
+ * no failure, or cancelled by no one (the submitting thread exited), is
+ * submitted again; -EINVAL is a kernel without multishot accept (a tern
+ * listener always listens).
+ */
+static bool take_accept(struct uring *u, const struct io_uring_cqe *cqe, struct tern__backend *b,
+                        uint32_t idx)
+{
+    struct rentry *e = &u->rentries[idx];
+    bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    int32_t res = cqe->res;
+    bool retry = res >= 0 || res == -ECANCELED;
+    if (e->cancelled) {
+        if (res >= 0)
+            close(res);
+    } else if ((res >= 0 || !retry) && b->ndone == DONE_MAX) {
+        return false; /* left in the queue for the next wait */
+    } else if (res >= 0) {
+        u->done[b->ndone++] = (struct tern__done){.token = e->token, .res = res};
+    }
+    if (more)
+        return true;
+    if (e->cancelled) {
+        u->astopped--;
+        rentry_free(u, idx);
+    } else if (retry) {
+        rentry_wait(u, idx, &u->rwait);
+    } else {
+        if (res == -EINVAL) {
+            b->completes &= ~TERN__DO_ACCEPT;
+            res = -EOPNOTSUPP;
+        }
+        u->done[b->ndone++] = (struct tern__done){.token = e->token, .res = res, .final = true};
+        u->recv_of[e->fd] = NONE;
+        rentry_free(u, idx);
+    }
+    return true;
+}
+
 /* A receive's completion: into the done array; false when that is full. */
 static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct tern__backend *b)
 {
@@ -614,6 +725,8 @@ static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct te
     uint32_t gen = (uint32_t)(cqe->user_data >> 32) & GEN_MASK;
     struct rentry *e = &u->rentries[idx];
     TERN_INSIST(idx < u->nrentries && e->live && e->gen == gen);
+    if (e->accept)
+        return take_accept(u, cqe, b, idx);
     bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
     bool filled = cqe->res > 0 && (cqe->flags & IORING_CQE_F_BUFFER);
     if ((filled || (!more && !e->cancelled)) && b->ndone == DONE_MAX)
@@ -682,7 +795,7 @@ static int queue_owed(struct uring *u)
         if (e->cancel_owed)
             return -EBUSY; /* back on the list */
     }
-    *u->owes = false;
+    *u->owes = u->astopped > 0;
     return 0;
 }
 
@@ -830,10 +943,15 @@ static void drain_receives(struct uring *u, struct tern__backend *b)
         io_uring_for_each_cqe(&u->ring, head, cqe)
         {
             seen++;
-            if (!(cqe->user_data & RECV) || (cqe->user_data & CONTROL) ||
-                (cqe->flags & IORING_CQE_F_MORE))
+            if (!(cqe->user_data & RECV) || (cqe->user_data & CONTROL))
                 continue;
             struct rentry *e = &u->rentries[(uint32_t)cqe->user_data];
+            if (e->accept) { /* cancelled: what it accepted is closed there */
+                (void)take_accept(u, cqe, b, (uint32_t)cqe->user_data);
+                continue;
+            }
+            if (cqe->flags & IORING_CQE_F_MORE)
+                continue;
             e->cancelled = true;
             rentry_free(u, (uint32_t)cqe->user_data);
         }
@@ -979,4 +1097,5 @@ const struct tern__backend_ops tern__backend_uring = {
     .recycle = uring_recycle,
     .send = uring_send,
     .send_cancel = uring_send_cancel,
+    .accept = uring_accept,
 };

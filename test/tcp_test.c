@@ -335,6 +335,17 @@ BACKEND_TEST(tcp, a_thousand_concurrent_connections)
 
 BACKEND_TEST(tcp, emfile_on_accept_backs_off_logs_once_and_keeps_serving)
 {
+    /* A limit a little above what is open now, set before the listener:
+     * io_uring's accept applies the limit in force when it is submitted
+     * (as a server's, set at its start, is), accept4 the one at the call. */
+    struct rlimit old, r;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest = dup(0);
+    cr_assert_geq(lowest, 0);
+    close(lowest);
+    r = old;
+    r.rlim_cur = (rlim_t)lowest + 64;
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &r), 0);
     tern_loop *loop = loop_new_backend(backend);
     static struct server srv;
     server_start(loop, &srv, TERN_TCP_BACKLOG_DEFAULT);
@@ -347,27 +358,24 @@ BACKEND_TEST(tcp, emfile_on_accept_backs_off_logs_once_and_keeps_serving)
     cr_assert_eq(dup2(logfd, 2), 2);
 
     for (int round = 0; round < 2; round++) {
-        /* A connection waits in the kernel's queue... */
+        /* The process has no descriptor left (every one below the limit
+         * is taken) when a connection comes... */
         struct sockaddr_in a = {.sin_family = AF_INET,
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                                 .sin_port = htons((uint16_t)srv.port)};
         int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int fill[160], nfill = 0, f;
+        while (nfill < 160 && (f = dup(0)) >= 0)
+            fill[nfill++] = f;
+        cr_assert_lt(nfill, 160);
+        /* ...and waits in the kernel's queue. */
         cr_assert_eq(connect(cfd, (struct sockaddr *)&a, sizeof(a)), 0);
-        /* ...and the process has no descriptor left for it: the limit is
-         * set to the lowest free descriptor number. */
-        struct rlimit old, r;
-        cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
-        int lowest = dup(0);
-        cr_assert_geq(lowest, 0);
-        close(lowest);
-        r = old;
-        r.rlim_cur = (rlim_t)lowest;
-        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &r), 0);
         unsigned before = atomic_load(&srv.backoffs);
         cr_assert(run_until_count(loop, &srv.backoffs, before + 1, 10 * MS, 1000));
         cr_assert_eq(srv.backoff_status, -EMFILE);
         cr_assert_eq(atomic_load(&srv.accepted), (unsigned)round);
-        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+        while (nfill > 0)
+            close(fill[--nfill]);
         /* After the back-off the same connection is accepted and served. */
         cr_assert(run_until_count(loop, &srv.accepted, (unsigned)round + 1, 10 * MS, 3000));
         cr_assert_eq(write(cfd, "ping", 4), 4);
@@ -392,6 +400,7 @@ BACKEND_TEST(tcp, emfile_on_accept_backs_off_logs_once_and_keeps_serving)
     cr_assert_eq(lines, 1, "the listener logs once, not per failure: <%s>", log);
     close_listener(loop, &srv);
     loop_free_clean(loop);
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
 }
 
 BACKEND_TEST(tcp, reuseport_lets_two_listeners_share_a_port)

@@ -86,6 +86,7 @@ struct tern__stream {
     bool read_due;
     /* reading through the backend's receive (stream_recv.c) */
     bool recv_on;      /* a receive is submitted for fd */
+    bool accept_on;    /* a listener: the backend's accept is submitted for fd (tcp.c) */
     bool recv_end_due; /* its end came (recv_end: 0 or -errno), owed after the bytes */
     int recv_end;
     uint32_t land_head; /* the bytes it brought, in order: buffer ids (loop->landed) */
@@ -185,7 +186,7 @@ static inline unsigned tern__stream_wanted(const struct tern__stream *s)
     if ((s->state & TERN__S_CLOSING) || s->fd < 0)
         return 0;
     if (s->kind == TERN__LISTENER)
-        return (s->state & TERN__S_BACKOFF) ? 0 : TERN_READABLE;
+        return (s->state & TERN__S_BACKOFF) || s->accept_on ? 0 : TERN_READABLE;
     if (s->state & TERN__S_CONNECTING)
         return TERN_WRITABLE;
     unsigned ev = 0;
@@ -248,6 +249,9 @@ ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len);
 /* Keep the descriptors a receive brought (ctl: its control data) for
  * tern_unix_take_fd: 0, or -ENOMEM when some had to be closed. */
 int tern__unix_keep_fds(struct tern__stream *s, const void *ctl, size_t ctllen);
+/* stream_recv.c: keep fd at the tail of the stream's `rfds` ring; false
+ * (not kept) when out of memory. */
+bool tern__fds_push(struct tern__stream *s, int fd);
 void tern__unix_close_fds(struct tern__stream *s);
 
 /* tty.c: put a TTY back the way tern_tty_set_mode found it. */
@@ -293,6 +297,24 @@ void tern__stream_recv_drop(struct tern__stream *s);
 
 /* tcp.c: the watcher callback's listener and connect halves. */
 void tern__tcp_accept_ready(struct tern__stream *s);
+/*
+ * A listener on a completion backend's accept (TERN__DO_ACCEPT): the
+ * connections the kernel accepted wait in the stream's `rfds` ring until
+ * the listener's dispatch hands them out. Sync (stream_recv.c) starts or
+ * cancels the accept as the listener's state asks (0, or the backend's
+ * -errno: the listener then accepts by readiness); start is sync, then
+ * the watch, and refuses the listen when either fails.
+ */
+int tern__listener_sync(struct tern__stream *s);
+int tern__listener_start(struct tern__stream *s);
+void tern__listener_completed(struct tern__stream *s, const struct tern__done *d);
+/* Step 2: hand out what waits; whether any still waits to go. */
+void tern__listener_deliver(struct tern__stream *s);
+static inline bool tern__listener_waiting(const struct tern__stream *s)
+{
+    return s->kind == TERN__LISTENER && s->rfds_len > 0 &&
+           !(s->state & (TERN__S_CLOSING | TERN__S_BACKOFF));
+}
 void tern__tcp_connect_ready(struct tern__stream *s, unsigned events);
 
 #endif

@@ -213,7 +213,7 @@ static void stream_io(struct tern__stream *s, unsigned events)
 static bool owes(const struct tern__stream *s)
 {
     return s->connect_due || s->read_due || s->done != NULL || (s->shut_due && !s->send_on) ||
-           s->drain_due || s->backoff_due ||
+           s->drain_due || s->backoff_due || tern__listener_waiting(s) ||
            ((s->state & (TERN__S_READING | TERN__S_CLOSING)) == TERN__S_READING &&
             tern__stream_recv_waiting(s));
 }
@@ -244,6 +244,8 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     s->io_revents = 0;
     if (ev != 0)
         stream_io(s, ev);
+    if (tern__listener_waiting(s))
+        tern__listener_deliver(s);
     if (tern__stream_recv_waiting(s))
         recv_deliver(s);
     if (s->connect_due) {
@@ -290,11 +292,14 @@ static void stream_dispatch(tern_loop *loop, struct tern__op *op)
     }
 }
 
-/* Step 4: a completion of the backend's, a send's or a receive's. */
+/* Step 4: a completion of the backend's: a send's, a receive's, or a listener's accept. */
 static void stream_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d)
 {
+    struct tern__stream *s = (struct tern__stream *)op;
     if (d->sent)
-        tern__write_sent((struct tern__stream *)op, d);
+        tern__write_sent(s, d);
+    else if (s->kind == TERN__LISTENER)
+        tern__listener_completed(s, d);
     else
         tern__stream_recv_completed(loop, op, d);
 }
@@ -307,6 +312,7 @@ static int stream_close(struct tern__stream *s)
     s->state = (s->state & ~TERN__S_READING) | TERN__S_CLOSING;
     tern__stream_watch(s, 0);
     (void)tern__stream_recv_sync(s); /* cancelled before its descriptor closes */
+    (void)tern__listener_sync(s);    /* likewise; what it accepted closes below */
     tern__stream_recv_drop(s);
     tern__stream_stop_aux(s);
     tern__tty_restore(s);

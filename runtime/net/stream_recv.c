@@ -159,3 +159,49 @@ void tern__stream_recv_drop(struct tern__stream *s)
     }
     s->recv_end_due = false;
 }
+
+/*
+ * A listener on the backend's accept (tcp.c has the rest): here, beside
+ * the receive's sync, so the files that rewatch and close a stream need
+ * not call into tcp.c.
+ */
+int tern__listener_sync(struct tern__stream *s)
+{
+    tern_loop *loop = s->loop;
+    struct tern__backend *b = &loop->backend;
+    bool want = (b->completes & TERN__DO_ACCEPT) && s->fd >= 0 &&
+                !(s->state & (TERN__S_CLOSING | TERN__S_BACKOFF));
+    if (want == s->accept_on)
+        return 0;
+    if (!want) {
+        (void)b->ops->accept(b, s->fd, s->op.id, false); /* a stop is never refused */
+        s->accept_on = false;
+        TERN_DECREMENT(loop->io_count);
+        return 0;
+    }
+    int rc = b->ops->accept(b, s->fd, s->op.id, true);
+    if (rc < 0)
+        return rc;
+    s->accept_on = true;
+    loop->io_count++; /* the kernel has something to report: ask it */
+    return 0;
+}
+
+bool tern__fds_push(struct tern__stream *s, int fd)
+{
+    if (s->rfds_len == s->rfds_cap) {
+        unsigned cap = s->rfds_cap ? s->rfds_cap * 2 : 8;
+        int *v = tern__malloc(cap * sizeof(int));
+        if (v == NULL)
+            return false;
+        for (unsigned i = 0; i < s->rfds_len; i++)
+            v[i] = s->rfds[(s->rfds_head + i) % s->rfds_cap];
+        tern__free(s->rfds);
+        s->rfds = v;
+        s->rfds_cap = cap;
+        s->rfds_head = 0;
+    }
+    s->rfds[(s->rfds_head + s->rfds_len) % s->rfds_cap] = fd;
+    s->rfds_len++;
+    return true;
+}

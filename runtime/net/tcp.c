@@ -20,6 +20,9 @@
  *  - A non-blocking connect reports its outcome as writability; SO_ERROR
  *    says whether it worked. On loopback a refused connect can also fail
  *    inside connect() itself, so both paths lead to the next address.
+ *  - On a completion backend (TERN__DO_ACCEPT) the kernel accepts with one
+ *    multishot accept per listener; the connections wait in the listener's
+ *    `rfds` ring for its dispatch, which hands them out as readiness does.
  *  - Numeric hosts are turned into addresses on the loop thread with
  *    AI_NUMERICHOST (no lookup can block); only names go to the pool.
  */
@@ -56,6 +59,8 @@ static void deadline_expired(tern_loop *loop, struct tern__op *op)
     if (s->kind == TERN__LISTENER && !(s->state & TERN__S_CONNECTING)) {
         s->state &= ~TERN__S_BACKOFF;
         tern__stream_rewatch(s);
+        if (tern__listener_waiting(s))
+            tern__stream_owe(s); /* accepted before the back-off, handed out now */
     } else {
         connect_done(s, -ETIMEDOUT);
     }
@@ -165,7 +170,7 @@ int tern_tcp_listen(tern_loop *loop, const char *host, unsigned port, int backlo
     }
     s->accept_cb = cb;
     s->accept_arg = arg;
-    if ((rc = tern__stream_watch(s, TERN_READABLE)) < 0) {
+    if ((rc = tern__listener_start(s)) < 0) {
         tern__stream_discard(s);
         close(fd);
         return rc;
@@ -225,6 +230,89 @@ void tern__tcp_accept_ready(struct tern__stream *s)
             close(fd); /* the peer sees a reset; the listener backs off */
         else if (rc == 0)
             c->unix_sock = s->unix_sock; /* accepted from tern_unix_listen */
+        if (rc < 0) {
+            backoff(s, rc);
+            return;
+        }
+        s->accept_cb(loop, s->op.id, 0, c->op.id, s->accept_arg);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Accepting through the backend (TERN__DO_ACCEPT)                     */
+/* ------------------------------------------------------------------ */
+
+int tern__listener_start(struct tern__stream *s)
+{
+    /* Refused (no memory, the backend's queue full): the listen is
+     * refused and changes nothing, as a watch that cannot start is. */
+    int rc = tern__listener_sync(s);
+    return rc < 0 ? rc : tern__stream_watch(s, tern__stream_wanted(s));
+}
+
+/*
+ * Step 4: a connection waits in the ring for the dispatch (an accept
+ * callback is step 2's); the accept's end is a failure accept4 would have
+ * met. Never for a closing listener, or one backing off: stopping the
+ * accept cancels it, and the backend closes what comes after.
+ */
+void tern__listener_completed(struct tern__stream *s, const struct tern__done *d)
+{
+    tern_loop *loop = s->loop;
+    if (d->res >= 0) {
+        if (tern__fds_push(s, d->res)) {
+            tern__stream_owe(s);
+            return;
+        }
+        close(d->res); /* the peer sees a reset; the listener backs off */
+        backoff(s, -ENOMEM);
+        return;
+    }
+    s->accept_on = false; /* a failure is final (backend.h) */
+    TERN_DECREMENT(loop->io_count);
+    if (d->res == -EOPNOTSUPP || accept_retryable(-d->res))
+        tern__stream_rewatch(s); /* again, or by readiness once the backend cannot */
+    else
+        backoff(s, d->res);
+}
+
+/* The head of the ring: the oldest connection not yet handed out. */
+static int listener_take(struct tern__stream *s)
+{
+    int fd = s->rfds[s->rfds_head];
+    s->rfds_head = (s->rfds_head + 1) % s->rfds_cap;
+    s->rfds_len--;
+    return fd;
+}
+
+/*
+ * Step 2: hand out the connections the backend accepted, in order, as
+ * readiness accepts them: at most a batch per dispatch, each past the
+ * fault seam accept4 passes. A failure injected there is one before the
+ * call, so the connection stays where it is (first in the ring) as it
+ * stays in the kernel's queue; a record that cannot be made closes it and
+ * backs off, as by readiness. The callback may close the listener (which
+ * closes what is left) or make it back off.
+ */
+void tern__listener_deliver(struct tern__stream *s)
+{
+    tern_loop *loop = s->loop;
+    for (int i = 0; i < ACCEPT_BATCH && tern__listener_waiting(s); i++) {
+        int rc = tern__stream_fault();
+        if (rc == 0)
+            rc = tern__fd_fault(); /* both seams accept4 passes, in its order */
+        if (rc == -EAGAIN || rc == -EWOULDBLOCK)
+            return; /* still waiting: the dispatch comes again (owes) */
+        if (rc < 0 && accept_retryable(-rc))
+            continue;
+        struct tern__stream *c = NULL;
+        if (rc == 0) {
+            int fd = listener_take(s);
+            if ((rc = tern__stream_new(loop, TERN__STREAM, fd, &c)) < 0)
+                close(fd); /* the peer sees a reset */
+            else
+                c->unix_sock = s->unix_sock;
+        }
         if (rc < 0) {
             backoff(s, rc);
             return;
@@ -309,7 +397,7 @@ static void listen_next(struct tern__stream *s, int last)
             continue;
         }
         s->fd = fd;
-        int rc = tern__stream_watch(s, TERN_READABLE);
+        int rc = tern__listener_start(s);
         if (rc == 0) {
             connect_done(s, 0);
             return;

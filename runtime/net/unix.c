@@ -114,7 +114,7 @@ int tern_unix_listen(tern_loop *loop, const char *path, int backlog, tern_accept
         s->unix_sock = true;
         s->accept_cb = cb;
         s->accept_arg = arg;
-        if ((rc = tern__stream_watch(s, TERN_READABLE)) < 0)
+        if ((rc = tern__listener_start(s)) < 0)
             tern__stream_discard(s);
     }
     if (rc < 0) {
@@ -248,26 +248,6 @@ int tern_unix_write_fds(tern_loop *loop, tern_id id, const tern_buf *bufs, unsig
 /* Passing descriptors: the reading side                               */
 /* ------------------------------------------------------------------ */
 
-/* Keep fd in the ring; false (fd not kept) when out of memory. */
-static bool rfds_push(struct tern__stream *s, int fd)
-{
-    if (s->rfds_len == s->rfds_cap) {
-        unsigned cap = s->rfds_cap ? s->rfds_cap * 2 : 8;
-        int *v = tern__malloc(cap * sizeof(int));
-        if (v == NULL)
-            return false;
-        for (unsigned i = 0; i < s->rfds_len; i++)
-            v[i] = s->rfds[(s->rfds_head + i) % s->rfds_cap];
-        tern__free(s->rfds);
-        s->rfds = v;
-        s->rfds_cap = cap;
-        s->rfds_head = 0;
-    }
-    s->rfds[(s->rfds_head + s->rfds_len) % s->rfds_cap] = fd;
-    s->rfds_len++;
-    return true;
-}
-
 ssize_t tern__unix_recv(struct tern__stream *s, void *buf, size_t len)
 {
     union tern__fds_cmsg cbuf;
@@ -299,7 +279,7 @@ static void keep_fd(int fd, void *arg)
 #ifndef MSG_CMSG_CLOEXEC
     (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
 #endif
-    if (!rfds_push(k->s, fd)) {
+    if (!tern__fds_push(k->s, fd)) {
         close(fd);
         k->lost = true;
     }
@@ -327,7 +307,8 @@ int tern_unix_take_fd(tern_loop *loop, tern_id id)
     struct tern__stream *s = tern__stream_get(loop, id);
     if (s == NULL)
         return -ENOENT;
-    if (s->rfds_len == 0)
+    /* A listener's ring holds the connections it has yet to hand out. */
+    if (s->rfds_len == 0 || s->kind != TERN__STREAM)
         return -EAGAIN;
     int fd = s->rfds[s->rfds_head];
     s->rfds_head = (s->rfds_head + 1) % s->rfds_cap;

@@ -236,6 +236,8 @@ void tern__stream_rewatch(struct tern__stream *s)
 {
     if (!tern__stream_recv_idle(s))
         (void)tern__stream_recv_sync(s); /* a stream that stopped reading stops its receive */
+    if (s->kind == TERN__LISTENER)
+        (void)tern__listener_sync(s); /* refused: it accepts by readiness meanwhile */
     unsigned want = tern__stream_wanted(s);
     if (want == 0 && !(s->state & TERN__S_CLOSING) && s->fd >= 0)
         return;
