@@ -74,7 +74,6 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -89,6 +88,7 @@
 #include "backend.h"
 #include "check.h"
 #include "fault.h"
+#include "os_thread.h"
 #include "platform.h"
 #include "tern.h"
 

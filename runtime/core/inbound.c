@@ -18,13 +18,13 @@
 #define _LGPL_SOURCE
 #endif
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <urcu/wfcqueue.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
 #include "probe.h"
 #include "testing.h"
 #include "wake.h"

@@ -6,7 +6,6 @@
 #ifndef TERN_INBOUND_H
 #define TERN_INBOUND_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,6 +13,7 @@
 #include <urcu/wfcqueue.h>
 
 #include "inbound_block.h"
+#include "os_thread.h"
 #include "tern.h"
 
 /*
@@ -25,7 +25,7 @@
  */
 #define TERN__CANCEL_RESERVE 65536u
 struct tern__cancel_reserve {
-    pthread_mutex_t lock;
+    tern__mutex_t lock;
     struct tern__inbound *nodes; /* TERN__CANCEL_RESERVE records */
     struct cds_wfcq_node *spare; /* given back, linked through node.next */
     unsigned carved;             /* nodes[0..carved) have been handed out */
