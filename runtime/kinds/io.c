@@ -240,7 +240,8 @@ static bool valid_events(unsigned events)
     return events != 0 && (events & ~(unsigned)(TERN_READABLE | TERN_WRITABLE)) == 0;
 }
 
-int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void *arg, tern_id *idp)
+int tern_io_start(tern_loop *loop, tern_os_sock_t fd, unsigned events, tern_io_cb cb, void *arg,
+                  tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
