@@ -101,21 +101,12 @@ void tern__free(void *p)
     free(p);
 }
 
-int tern__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+int tern__thread_create(tern__thread_t *t, void *(*fn)(void *), void *arg)
 {
     if (tern__fault_hit(TERN__FAULT_THREAD))
         return -EAGAIN;
-    /*
-     * The new thread inherits the creator's mask; block everything around
-     * the create so signals meant for a loop's signalfd never land on a
-     * pool worker, then restore the caller's mask.
-     */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(t, NULL, fn, arg);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return -rc;
+    /* Every signal blocked on the new thread (os_thread.h). */
+    return tern__thread_start(t, fn, arg);
 }
 
 int tern__fd_fault(void)
@@ -131,14 +122,14 @@ void tern__fault_fs_errno(int err)
 /* The hold: none, armed (the next call is held), or a call is held. */
 enum { HOLD_NONE, HOLD_ARMED, HOLD_HELD };
 static _Atomic int hold = HOLD_NONE;
-static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static tern__mutex_t hold_lock = TERN__MUTEX_INIT;
+static tern__cond_t hold_cond = TERN__COND_INIT;
 
 void tern__fault_fs_hold(void)
 {
-    pthread_mutex_lock(&hold_lock);
+    tern__mutex_lock(&hold_lock);
     atomic_store(&hold, HOLD_ARMED);
-    pthread_mutex_unlock(&hold_lock);
+    tern__mutex_unlock(&hold_lock);
 }
 
 bool tern__fault_fs_held(void)
@@ -148,22 +139,22 @@ bool tern__fault_fs_held(void)
 
 void tern__fault_fs_release(void)
 {
-    pthread_mutex_lock(&hold_lock);
+    tern__mutex_lock(&hold_lock);
     atomic_store(&hold, HOLD_NONE);
-    pthread_cond_broadcast(&hold_cond);
-    pthread_mutex_unlock(&hold_lock);
+    tern__cond_broadcast(&hold_cond);
+    tern__mutex_unlock(&hold_lock);
 }
 
 /* The first caller to find the hold armed takes it and waits for release. */
 static void hold_here(void)
 {
-    pthread_mutex_lock(&hold_lock);
+    tern__mutex_lock(&hold_lock);
     if (atomic_load(&hold) == HOLD_ARMED) {
         atomic_store(&hold, HOLD_HELD);
         while (atomic_load(&hold) == HOLD_HELD)
-            pthread_cond_wait(&hold_cond, &hold_lock);
+            tern__cond_wait(&hold_cond, &hold_lock);
     }
-    pthread_mutex_unlock(&hold_lock);
+    tern__mutex_unlock(&hold_lock);
 }
 
 int tern__fs_fault(void)

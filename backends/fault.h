@@ -11,15 +11,16 @@
 #ifndef TERN_FAULT_H
 #define TERN_FAULT_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "os_thread.h"
+
 enum tern__fault_site {
     TERN__FAULT_ALLOC = 1u << 0,  /* malloc, calloc, realloc */
-    TERN__FAULT_THREAD = 1u << 1, /* pthread_create */
+    TERN__FAULT_THREAD = 1u << 1, /* tern__thread_start */
     TERN__FAULT_FD = 1u << 2,     /* eventfd, epoll_create, signalfd, socket, accept, pipe, open */
     TERN__FAULT_FS = 1u << 3,     /* each system call of a file request (runtime/fs*.c) */
     TERN__FAULT_NET = 1u << 4,    /* each system call of a UDP socket (runtime/net/udp*.c) */
@@ -66,7 +67,7 @@ void tern__free_lazy(void *p, size_t n, size_t size);
  * helpers see the signals on the loop thread only). Returns 0 or a
  * negative errno (-EAGAIN on injection).
  */
-int tern__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+int tern__thread_create(tern__thread_t *t, void *(*fn)(void *), void *arg);
 
 /*
  * Called just before a descriptor is created: 0 to go ahead, or -EMFILE

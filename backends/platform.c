@@ -204,7 +204,7 @@ bool tern__wake_take(const struct tern__wake *w)
 /* Threads and clocks                                                  */
 /* ------------------------------------------------------------------ */
 
-int tern__cond_init(pthread_cond_t *c)
+int tern__cond_init(tern__cond_t *c)
 {
 #ifdef TERN_HAVE_CONDATTR_SETCLOCK
     pthread_condattr_t attr;
@@ -221,7 +221,7 @@ int tern__cond_init(pthread_cond_t *c)
 #endif
 }
 
-struct timespec tern__cond_deadline(uint64_t ns)
+tern__deadline_t tern__cond_deadline(uint64_t ns)
 {
     struct timespec t;
 #ifdef TERN_HAVE_CONDATTR_SETCLOCK
@@ -380,7 +380,7 @@ static void close_pipe(struct tern__sigsource *s)
 {
     /* Re-block first, so this thread cannot take the signal (and die by
      * its default action) between the two steps below. */
-    if (s->mask_changed && pthread_equal(s->owner, pthread_self()))
+    if (s->mask_changed && tern__thread_equal(s->owner, tern__thread_self()))
         set_mask(SIG_BLOCK, s->signo);
     sigaction(s->signo, &s->old_action, NULL);
     atomic_store(&pipe_of[s->signo], 0);
@@ -407,7 +407,7 @@ int tern__sigsource_open(struct tern__sigsource *s, int signo, bool by_backend)
                                   .signo = signo,
                                   .fd = -1,
                                   .wfd = -1,
-                                  .owner = pthread_self()};
+                                  .owner = tern__thread_self()};
     if (s->kind == TERN__SIG_PIPE)
         return open_pipe(s);
     /*
@@ -497,7 +497,7 @@ void tern__sigsource_close(struct tern__sigsource *s)
     consume_pending(s->signo);
     /* Only the thread that blocked the signal can unblock it for itself;
      * a loop freed from another thread leaves that thread's mask alone. */
-    if (s->mask_changed && pthread_equal(s->owner, pthread_self()))
+    if (s->mask_changed && tern__thread_equal(s->owner, tern__thread_self()))
         set_mask(SIG_UNBLOCK, s->signo);
 }
 
@@ -650,5 +650,5 @@ static void forks_count_child(void)
 
 __attribute__((constructor)) static void forks_handler(void)
 {
-    pthread_atfork(NULL, NULL, forks_count_child);
+    tern__atfork(NULL, NULL, forks_count_child);
 }

@@ -16,7 +16,6 @@
 #ifndef TERN_PLATFORM_H
 #define TERN_PLATFORM_H
 
-#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +23,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
+
+#include "os_thread.h"
 
 /* ------------------------------------------------------------------ */
 /* The wake-up object                                                  */
@@ -96,18 +97,7 @@ int tern__socket_nosigpipe(int fd);
 /* Threads and clocks                                                  */
 /* ------------------------------------------------------------------ */
 
-/*
- * tern__cond_init: a condition variable whose timed waits measure
- * CLOCK_MONOTONIC where pthread_condattr_setclock exists (so a clock step
- * does not stretch or cut a wait), CLOCK_REALTIME elsewhere (macOS).
- */
-int tern__cond_init(pthread_cond_t *c);
-
-/*
- * tern__cond_deadline: the absolute time, in the clock tern__cond_init
- * chose, ns nanoseconds from now: what pthread_cond_timedwait takes.
- */
-struct timespec tern__cond_deadline(uint64_t ns);
+/* tern__cond_init and tern__cond_deadline: backends/os_thread.h. */
 
 /* tern__thread_name: name the calling thread (15 characters at most); a
  * no-op where the system cannot. Names show in top -H, gdb, perf. */
@@ -189,7 +179,7 @@ struct tern__sigsource {
     int fd;            /* watched for readability */
     int wfd;           /* the pipe's write end (TERN__SIG_PIPE only) */
     bool mask_changed; /* we blocked (or, for the pipe, unblocked) it in `owner` */
-    pthread_t owner;
+    tern__thread_t owner;
     struct sigaction old_action; /* TERN__SIG_PIPE: the disposition to restore */
 };
 

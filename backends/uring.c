@@ -91,7 +91,6 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -106,6 +105,7 @@
 #include "backend.h"
 #include "check.h"
 #include "fault.h"
+#include "os_thread.h"
 #include "platform.h"
 #include "tern.h"
 

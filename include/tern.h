@@ -39,7 +39,27 @@ extern "C" {
 struct addrinfo;
 struct sockaddr;
 
-typedef uint64_t tern_id;           /* never 0, never reused in a process */
+typedef uint64_t tern_id; /* never 0, never reused in a process */
+
+/*
+ * The system's own handles, as the API takes them. On POSIX both are the
+ * plain int descriptor they always were (so the Linux API and ABI are
+ * unchanged); on Windows a socket is a SOCKET (tern_os_sock_t, an unsigned
+ * pointer-sized integer, as winsock2.h defines it) and a file, pipe or
+ * console is a HANDLE (tern_os_fd_t, a pointer), each without pulling
+ * <windows.h> into this header. A readiness watch (tern_io_start,
+ * tern_wait_fd) takes a socket; a stream and the file requests take a
+ * handle (a SOCKET is a kernel handle on Windows, so a stream of one is
+ * opened with it cast). The Windows build is not there yet: docs/design.md,
+ * "The OS seam".
+ */
+#ifdef _WIN32
+typedef uintptr_t tern_os_sock_t; /* SOCKET */
+typedef void *tern_os_fd_t;       /* HANDLE */
+#else
+typedef int tern_os_sock_t; /* a descriptor */
+typedef int tern_os_fd_t;   /* a descriptor */
+#endif
 typedef struct tern_loop tern_loop; /* opaque */
 typedef struct tern_job tern_job;   /* opaque, seen by a work function */
 
@@ -430,7 +450,8 @@ TERN_EXTERN int tern_timer_stop(tern_loop *loop, tern_id id);
 
 enum { TERN_READABLE = 1, TERN_WRITABLE = 2, TERN_HANGUP = 4, TERN_ERROR = 8 };
 
-typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, int fd, unsigned events, void *arg);
+typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, tern_os_sock_t fd, unsigned events,
+                           void *arg);
 
 /*
  * tern_io_start: watch fd for events (TERN_READABLE | TERN_WRITABLE),
@@ -446,8 +467,8 @@ typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, int fd, unsigned events,
  * Ownership: the fd stays the caller's; stop the watcher before closing it.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void *arg,
-                              tern_id *idp);
+TERN_EXTERN int tern_io_start(tern_loop *loop, tern_os_sock_t fd, unsigned events, tern_io_cb cb,
+                              void *arg, tern_id *idp);
 
 /*
  * tern_io_modify: change the events a watcher waits for.

@@ -244,22 +244,22 @@ void tern__bounded_wake_one(struct tern__pool *p)
      * worker clears `waking`. If they all left meanwhile, clear it here:
      * left set with nobody to clear it, no submission would wake again.
      */
-    pthread_mutex_lock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
     if (atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0) {
 #ifdef TERN_FIGURES
         tern__pool_wake_at = tern__ticks(); /* the woken worker's wake latency starts */
 #endif
-        pthread_cond_signal(&p->park_cond);
+        tern__cond_signal(&p->park_cond);
     } else
         atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_unlock(&p->park_lock);
 }
 
 void tern__bounded_wake_all(struct tern__pool *p)
 {
-    pthread_mutex_lock(&p->park_lock);
-    pthread_cond_broadcast(&p->park_cond);
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
+    tern__cond_broadcast(&p->park_cond);
+    tern__mutex_unlock(&p->park_lock);
 }
 
 /*

@@ -15,12 +15,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "clock.h"
 #include "env.h"
+#include "os_thread.h"
 #include "pool_p.h"
 #include "worker.h"
 
@@ -68,7 +68,7 @@ int tern__pool_config_check(const tern_pool_config *c)
     return 0;
 }
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static tern__once_t once = TERN__ONCE_INIT;
 static tern_pool_config from_env; /* the defaults with every good variable applied */
 static tern_pool_watch watch_env; /* the same for the watchdog */
 static char bad[160];             /* "" or the first bad variable, described */
@@ -153,13 +153,13 @@ static void read_env(void)
 
 void tern__pool_env_apply(tern_pool_config *cfg)
 {
-    pthread_once(&once, read_env);
+    tern__once(&once, read_env);
     *cfg = from_env;
 }
 
 int tern__pool_env_check(void)
 {
-    pthread_once(&once, read_env);
+    tern__once(&once, read_env);
     if (bad[0] == '\0')
         return 0;
     if (!atomic_exchange_explicit(&bad_reported, true, memory_order_relaxed))
@@ -169,13 +169,13 @@ int tern__pool_env_check(void)
 
 void tern__pool_watch_load(void)
 {
-    pthread_once(&once, read_env);
+    tern__once(&once, read_env);
 }
 
 void tern_pool_watch_init(tern_pool_watch *w)
 {
     TERN_REQUIRE(w != NULL);
-    pthread_once(&once, read_env);
+    tern__once(&once, read_env);
     *w = watch_env;
 }
 
@@ -184,7 +184,7 @@ int tern_pool_watch_set(const tern_pool_watch *w)
     TERN_REQUIRE(w != NULL);
     if (watch_check(w) < 0)
         return -EINVAL;
-    pthread_once(&once, read_env); /* so the environment never overwrites this later */
+    tern__once(&once, read_env); /* so the environment never overwrites this later */
     watch_store(w);
     return 0;
 }

@@ -64,15 +64,15 @@ void tern__pool_hold(void)
     struct tern__pool *p = tern__pool_current_settled();
     if (p == NULL)
         return; /* no worker runs anything, and any started from now on holds */
-    pthread_mutex_lock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
     /* Overflow workers are bounded workers too, counted under the same lock. */
     while (p->held + atomic_load_explicit(&p->sleepers, memory_order_relaxed) <
                p->nthreads + p->overflow_alive &&
            !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
-        struct timespec until = tern__cond_deadline(RECOUNT_NS);
-        pthread_cond_timedwait(&p->quiet_cond, &p->park_lock, &until);
+        tern__deadline_t until = tern__cond_deadline(RECOUNT_NS);
+        (void)tern__cond_timedwait(&p->quiet_cond, &p->park_lock, &until);
     }
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_unlock(&p->park_lock);
 }
 
 void tern__pool_unhold(void)
@@ -93,14 +93,14 @@ bool tern__pool_on_bounded_worker(void)
     if (p == NULL)
         return false;
     /* A scan, not a thread-local: it runs once per pause, never per job. */
-    pthread_t self = pthread_self();
+    tern__thread_t self = tern__thread_self();
     for (unsigned i = 0; i < p->nthreads; i++)
-        if (pthread_equal(p->threads[i], self))
+        if (tern__thread_equal(p->threads[i], self))
             return true;
-    pthread_mutex_lock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
     bool found = false;
     for (unsigned i = 0; i < TERN__MAX_OVERFLOW && !found; i++)
-        found = p->overflow[i].alive && pthread_equal(p->overflow[i].thread, self);
-    pthread_mutex_unlock(&p->park_lock);
+        found = p->overflow[i].alive && tern__thread_equal(p->overflow[i].thread, self);
+    tern__mutex_unlock(&p->park_lock);
     return found;
 }

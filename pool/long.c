@@ -42,7 +42,7 @@ static void *long_main(void *argp)
     struct tern__pool *p = a.pool;
     struct tern__long_worker *w = a.w;
 
-    pthread_mutex_lock(&p->long_lock);
+    tern__mutex_lock(&p->long_lock);
     for (;;) {
         struct tern__work *job = w->job;
         if (job != NULL) {
@@ -52,10 +52,10 @@ static void *long_main(void *argp)
              * never reads 0 while a job is on its way to a worker.
              */
             w->job = NULL;
-            pthread_mutex_unlock(&p->long_lock);
+            tern__mutex_unlock(&p->long_lock);
             if (tern__work_claim(job))
                 tern__work_run(job, TERN__MAX_THREADS);
-            pthread_mutex_lock(&p->long_lock);
+            tern__mutex_lock(&p->long_lock);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
             /* A worker told to exit (shutdown took the lists) must not re-park. */
             if (!w->exit)
@@ -64,28 +64,28 @@ static void *long_main(void *argp)
         }
         if (w->exit)
             break;
-        struct timespec until = tern__cond_deadline(p->cfg.long_idle_timeout_ns);
-        int rc = pthread_cond_timedwait(&w->cond, &p->long_lock, &until);
-        if (rc == ETIMEDOUT && w->job == NULL && !w->exit) {
+        tern__deadline_t until = tern__cond_deadline(p->cfg.long_idle_timeout_ns);
+        bool timed_out = tern__cond_timedwait(&w->cond, &p->long_lock, &until);
+        if (timed_out && w->job == NULL && !w->exit) {
             /* Retire: nobody will join us, so detach and free ourselves. */
             cds_list_del(&w->parked_node); /* idle, so parked */
             cds_list_del(&w->all_node);
             TERN_DECREMENT(p->long_count);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
-            pthread_mutex_unlock(&p->long_lock);
-            pthread_detach(pthread_self());
-            pthread_cond_destroy(&w->cond);
+            tern__mutex_unlock(&p->long_lock);
+            tern__thread_detach(tern__thread_self());
+            tern__cond_destroy(&w->cond);
             free(w);
             return NULL;
         }
     }
-    pthread_mutex_unlock(&p->long_lock);
+    tern__mutex_unlock(&p->long_lock);
     return NULL; /* joined by tern__long_stop */
 }
 
 int tern__long_init(struct tern__pool *p)
 {
-    pthread_mutex_init(&p->long_lock, NULL);
+    tern__mutex_init(&p->long_lock);
     CDS_INIT_LIST_HEAD(&p->long_parked);
     CDS_INIT_LIST_HEAD(&p->long_all);
     p->long_count = 0;
@@ -101,22 +101,22 @@ static void hand_over(struct tern__long_worker *w, struct tern__work *job)
 
 int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal *cause)
 {
-    pthread_mutex_lock(&p->long_lock);
+    tern__mutex_lock(&p->long_lock);
     if (!cds_list_empty(&p->long_parked)) {
         struct tern__long_worker *w =
             cds_list_first_entry(&p->long_parked, struct tern__long_worker, parked_node);
         cds_list_del(&w->parked_node);
         hand_over(w, job);
-        pthread_cond_signal(&w->cond);
-        pthread_mutex_unlock(&p->long_lock);
+        tern__cond_signal(&w->cond);
+        tern__mutex_unlock(&p->long_lock);
         return 0;
     }
     if (p->long_count >= p->cfg.long_threads_max) {
-        pthread_mutex_unlock(&p->long_lock);
+        tern__mutex_unlock(&p->long_lock);
         return -EAGAIN; /* counted by the client (runtime/jobs/job.c, refuse) */
     }
     p->long_count++; /* hold the place under the lock (the ceiling holds) */
-    pthread_mutex_unlock(&p->long_lock);
+    tern__mutex_unlock(&p->long_lock);
 
     int rc = -ENOMEM;
     struct tern__long_worker *w = tern__calloc(1, sizeof(*w));
@@ -125,7 +125,7 @@ int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal
         (void)tern__cond_init(&w->cond);
         *a = (struct long_arg){p, w};
         /* Link before the thread exists so shutdown can always find it. */
-        pthread_mutex_lock(&p->long_lock);
+        tern__mutex_lock(&p->long_lock);
         cds_list_add(&w->all_node, &p->long_all);
         hand_over(w, job);
         rc = tern__thread_create(&w->thread, long_main, a);
@@ -140,17 +140,17 @@ int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal
              */
             atomic_fetch_add_explicit(&tern__pool_stats.long_threads, 1, memory_order_relaxed);
         }
-        pthread_mutex_unlock(&p->long_lock);
+        tern__mutex_unlock(&p->long_lock);
         if (rc == 0)
             return 0;
         *cause = TERN_REFUSED_THREADS; /* below the ceiling, but no thread */
-        pthread_cond_destroy(&w->cond);
+        tern__cond_destroy(&w->cond);
     }
     free(w);
     free(a);
-    pthread_mutex_lock(&p->long_lock);
+    tern__mutex_lock(&p->long_lock);
     TERN_DECREMENT(p->long_count);
-    pthread_mutex_unlock(&p->long_lock);
+    tern__mutex_unlock(&p->long_lock);
     return rc;
 }
 
@@ -158,7 +158,7 @@ void tern__long_stop(struct tern__pool *p)
 {
     /* Take every worker; their parked links die with the list (none re-parks). */
     CDS_LIST_HEAD(all);
-    pthread_mutex_lock(&p->long_lock);
+    tern__mutex_lock(&p->long_lock);
     cds_list_splice(&p->long_all, &all);
     CDS_INIT_LIST_HEAD(&p->long_all);
     CDS_INIT_LIST_HEAD(&p->long_parked);
@@ -166,13 +166,13 @@ void tern__long_stop(struct tern__pool *p)
     cds_list_for_each_entry(w, &all, all_node)
     {
         w->exit = true;
-        pthread_cond_signal(&w->cond);
+        tern__cond_signal(&w->cond);
     }
-    pthread_mutex_unlock(&p->long_lock);
+    tern__mutex_unlock(&p->long_lock);
     cds_list_for_each_entry_safe(w, next, &all, all_node)
     {
-        pthread_join(w->thread, NULL);
-        pthread_cond_destroy(&w->cond);
+        tern__thread_join(w->thread, NULL);
+        tern__cond_destroy(&w->cond);
         free(w);
         TERN_DECREMENT(p->long_count);
         TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
@@ -181,5 +181,5 @@ void tern__long_stop(struct tern__pool *p)
 
 void tern__long_destroy(struct tern__pool *p)
 {
-    pthread_mutex_destroy(&p->long_lock);
+    tern__mutex_destroy(&p->long_lock);
 }

@@ -35,14 +35,14 @@ int tern__lookup_init(struct tern__pool *p)
     p->lookups_waiting = tern__calloc_lazy(p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
     if (p->lookups_waiting == NULL)
         return -ENOMEM;
-    pthread_mutex_init(&p->lookup_lock, NULL);
+    tern__mutex_init(&p->lookup_lock);
     return 0;
 }
 
 void tern__lookup_destroy(struct tern__pool *p)
 {
     TERN_INSIST(p->lookups_len == 0 && p->lookups_active == 0);
-    pthread_mutex_destroy(&p->lookup_lock);
+    tern__mutex_destroy(&p->lookup_lock);
     tern__free_lazy(p->lookups_waiting, p->lookups_cap_alloc, sizeof(*p->lookups_waiting));
 }
 
@@ -59,7 +59,7 @@ static struct tern__work *pop_waiting(struct tern__pool *p)
 
 void tern__lookup_run(struct tern__pool *p, struct tern__work *job, unsigned worker)
 {
-    pthread_mutex_lock(&p->lookup_lock);
+    tern__mutex_lock(&p->lookup_lock);
     if (p->lookups_active >= p->lookups_cap) {
         /*
          * Over the cap: set it aside. It keeps its queue slot (the
@@ -68,29 +68,29 @@ void tern__lookup_run(struct tern__pool *p, struct tern__work *job, unsigned wor
         TERN_INSIST(p->lookups_len < p->lookups_cap_alloc);
         p->lookups_waiting[(p->lookups_first + p->lookups_len) % p->lookups_cap_alloc] = job;
         p->lookups_len++;
-        pthread_mutex_unlock(&p->lookup_lock);
+        tern__mutex_unlock(&p->lookup_lock);
         return;
     }
     p->lookups_active++;
-    pthread_mutex_unlock(&p->lookup_lock);
+    tern__mutex_unlock(&p->lookup_lock);
 
     while (job != NULL) {
         if (tern__queue_claim(job))
             (void)tern__work_run(job, worker); /* the worker counts as busy already */
-        pthread_mutex_lock(&p->lookup_lock);
+        tern__mutex_lock(&p->lookup_lock);
         job = pop_waiting(p);
         if (job == NULL)
             TERN_DECREMENT(p->lookups_active);
-        pthread_mutex_unlock(&p->lookup_lock);
+        tern__mutex_unlock(&p->lookup_lock);
     }
 }
 
 void tern__lookup_drain(struct tern__pool *p, void (*fn)(struct tern__work *job))
 {
     for (;;) {
-        pthread_mutex_lock(&p->lookup_lock);
+        tern__mutex_lock(&p->lookup_lock);
         struct tern__work *job = pop_waiting(p);
-        pthread_mutex_unlock(&p->lookup_lock);
+        tern__mutex_unlock(&p->lookup_lock);
         if (job == NULL)
             return;
         fn(job);

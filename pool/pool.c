@@ -19,7 +19,6 @@
  * to a freed pool.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +27,7 @@
 #include "fault.h"
 #include "long.h"
 #include "lookup.h"
+#include "os_thread.h"
 #include "platform.h"
 #include "pool.h"
 #include "pool_p.h"
@@ -41,7 +41,7 @@ _Atomic size_t tern__pool_record_bytes;
 /* Shutdown waits by polling, every 200 µs: it is not a hot path. */
 #define SHUTDOWN_POLL_NS 200000
 
-static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__mutex_t start_lock = TERN__MUTEX_INIT;
 static struct tern__pool *_Atomic current;
 static _Atomic unsigned hist_workers; /* bounded histograms in use */
 static uint64_t generation;           /* pool starts, ever; under start_lock */
@@ -63,10 +63,10 @@ static bool same_config(const tern_pool_config *a, const tern_pool_config *b)
 /* Whether cfg differs from the running pool's (false when none runs). */
 bool tern__pool_config_conflicts(const tern_pool_config *cfg)
 {
-    pthread_mutex_lock(&start_lock);
+    tern__mutex_lock(&start_lock);
     struct tern__pool *p = atomic_load_explicit(&current, memory_order_relaxed);
     bool conflict = p != NULL && !same_config(&p->cfg, cfg);
-    pthread_mutex_unlock(&start_lock);
+    tern__mutex_unlock(&start_lock);
     return conflict;
 }
 
@@ -143,9 +143,9 @@ struct tern__pool *tern__pool_current(void)
 struct tern__pool *tern__pool_current_settled(void)
 {
     /* Rare (once per exclusive-mode hold): start_lock is never held across a wait. */
-    pthread_mutex_lock(&start_lock);
+    tern__mutex_lock(&start_lock);
     struct tern__pool *p = atomic_load_explicit(&current, memory_order_relaxed);
-    pthread_mutex_unlock(&start_lock);
+    tern__mutex_unlock(&start_lock);
     return p;
 }
 
@@ -163,14 +163,14 @@ static int pool_get(const tern_pool_config *cfg, struct tern__pool **poolp)
         tern_pool_config_init(&defaults);
         cfg = &defaults;
     }
-    pthread_mutex_lock(&start_lock);
+    tern__mutex_lock(&start_lock);
     int rc = 0;
     p = atomic_load_explicit(&current, memory_order_relaxed);
     if (p == NULL)
         rc = start_locked(cfg, &p);
     else if (!same_config(&p->cfg, cfg))
         rc = -EINVAL;
-    pthread_mutex_unlock(&start_lock);
+    tern__mutex_unlock(&start_lock);
     if (rc == 0)
         *poolp = p;
     return rc;
@@ -412,10 +412,10 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
         atomic_store_explicit(&tern__pool_closing, false, memory_order_seq_cst);
         return -ETIMEDOUT;
     }
-    pthread_mutex_lock(&start_lock);
+    tern__mutex_lock(&start_lock);
     atomic_store_explicit(&current, NULL, memory_order_release);
     shape_set(NULL);
-    pthread_mutex_unlock(&start_lock);
+    tern__mutex_unlock(&start_lock);
     tern__watch_stop(p); /* first: it starts overflow workers, which the bounded stop joins */
     tern__bounded_stop(p);
     tern__long_stop(p);
@@ -531,20 +531,20 @@ static void after_fork_child(void)
         atomic_store_explicit(&hist_workers, 0, memory_order_relaxed);
         atomic_store_explicit(&ever_started, false, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&start_lock);
+    tern__mutex_unlock(&start_lock);
 }
 
 static void before_fork(void)
 {
-    pthread_mutex_lock(&start_lock);
+    tern__mutex_lock(&start_lock);
 }
 
 static void after_fork_parent(void)
 {
-    pthread_mutex_unlock(&start_lock);
+    tern__mutex_unlock(&start_lock);
 }
 
 __attribute__((constructor)) static void install_fork_handlers(void)
 {
-    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    tern__atfork(before_fork, after_fork_parent, after_fork_child);
 }

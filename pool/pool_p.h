@@ -37,7 +37,6 @@
 #ifndef TERN_POOL_P_H
 #define TERN_POOL_P_H
 
-#include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -47,6 +46,7 @@
 #include <urcu/list.h>
 
 #include "check.h"
+#include "os_thread.h"
 #include "ring.h"
 #include "sizes.h"
 #include "tern.h"
@@ -54,8 +54,8 @@
 struct tern__work;
 
 struct tern__long_worker {
-    pthread_t thread;
-    pthread_cond_t cond;
+    tern__thread_t thread;
+    tern__cond_t cond;
     struct tern__work *job;           /* handed over under long_lock */
     bool exit;                        /* told to exit (shutdown), under long_lock */
     struct cds_list_head parked_node; /* on long_parked while idle */
@@ -76,8 +76,8 @@ struct tern__pool {
     _Atomic bool exiting;
     /* Off the line above: workers write the lock as they park, and every
      * submission reads `sleepers` and `spinners`. */
-    alignas(TERN_CACHELINE) pthread_mutex_t park_lock;
-    pthread_cond_t park_cond;
+    alignas(TERN_CACHELINE) tern__mutex_t park_lock;
+    tern__cond_t park_cond;
     /*
      * Holders (gate.c) wait here, under park_lock, for the workers to be
      * held or asleep; each worker that arrives at the gate broadcasts it.
@@ -85,8 +85,8 @@ struct tern__pool {
      * pool's own wake-all (release, exit) reaches them too; a submission's
      * signal that lands on a held worker is not lost: the release wakes all.
      */
-    pthread_cond_t quiet_cond;
-    pthread_t *threads;
+    tern__cond_t quiet_cond;
+    tern__thread_t *threads;
     unsigned nthreads;
     unsigned held; /* workers holding at the pause gate (worker.c), under park_lock */
 
@@ -95,7 +95,7 @@ struct tern__pool {
      * line: every loop's long submission takes it, and bounded workers
      * write park_lock's line as they park.
      */
-    alignas(TERN_CACHELINE) pthread_mutex_t long_lock;
+    alignas(TERN_CACHELINE) tern__mutex_t long_lock;
     struct cds_list_head long_parked, long_all; /* cds_lists of tern__long_worker */
     unsigned long_count;                        /* threads alive, under long_lock */
 
@@ -104,19 +104,19 @@ struct tern__pool {
      * while a bounded job is stalled. Under park_lock.
      */
     struct {
-        pthread_t thread;
+        tern__thread_t thread;
         bool alive; /* started and not retired (joined by the stop) */
     } overflow[TERN__MAX_OVERFLOW];
     unsigned overflow_alive;
 
     /* The watchdog thread (watchdog.c). watch_lock is a leaf. */
-    pthread_t watch_thread;
-    pthread_mutex_t watch_lock;
-    pthread_cond_t watch_cond;
+    tern__thread_t watch_thread;
+    tern__mutex_t watch_lock;
+    tern__cond_t watch_cond;
     bool watch_exit; /* under watch_lock */
 
     /* Name lookups beyond the cap wait here (lookup.c). Leaf lock. */
-    pthread_mutex_t lookup_lock;
+    tern__mutex_t lookup_lock;
     unsigned lookups_active, lookups_cap;
     struct tern__work **lookups_waiting;
     unsigned lookups_len, lookups_cap_alloc, lookups_first;

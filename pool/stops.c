@@ -17,49 +17,49 @@
  * Lock: stops_lock is a leaf, held by the stopped thread only while it
  * waits on stops_cond (never across a call into the pool).
  */
-#include <pthread.h>
 
+#include "os_thread.h"
 #include "stops.h"
 
 _Atomic unsigned tern__stops_armed;
 
-static pthread_mutex_t stops_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t stops_cond = PTHREAD_COND_INITIALIZER;
+static tern__mutex_t stops_lock = TERN__MUTEX_INIT;
+static tern__cond_t stops_cond = TERN__COND_INIT;
 static unsigned stopped[TERN__STOP_COUNT]; /* threads waiting at each point, under stops_lock */
 
 void tern__stop_at(enum tern__stop_point point)
 {
     unsigned bit = 1u << point;
-    pthread_mutex_lock(&stops_lock);
+    tern__mutex_lock(&stops_lock);
     if (atomic_load_explicit(&tern__stops_armed, memory_order_relaxed) & bit) {
         stopped[point]++;
-        pthread_cond_broadcast(&stops_cond);
+        tern__cond_broadcast(&stops_cond);
         while (atomic_load_explicit(&tern__stops_armed, memory_order_relaxed) & bit)
-            pthread_cond_wait(&stops_cond, &stops_lock);
+            tern__cond_wait(&stops_cond, &stops_lock);
         stopped[point]--;
     }
-    pthread_mutex_unlock(&stops_lock);
+    tern__mutex_unlock(&stops_lock);
 }
 
 void tern__stop_arm(enum tern__stop_point point)
 {
-    pthread_mutex_lock(&stops_lock);
+    tern__mutex_lock(&stops_lock);
     atomic_fetch_or_explicit(&tern__stops_armed, 1u << point, memory_order_relaxed);
-    pthread_mutex_unlock(&stops_lock);
+    tern__mutex_unlock(&stops_lock);
 }
 
 void tern__stop_release(enum tern__stop_point point)
 {
-    pthread_mutex_lock(&stops_lock);
+    tern__mutex_lock(&stops_lock);
     atomic_fetch_and_explicit(&tern__stops_armed, ~(1u << point), memory_order_relaxed);
-    pthread_cond_broadcast(&stops_cond);
-    pthread_mutex_unlock(&stops_lock);
+    tern__cond_broadcast(&stops_cond);
+    tern__mutex_unlock(&stops_lock);
 }
 
 unsigned tern__stop_waiting(enum tern__stop_point point)
 {
-    pthread_mutex_lock(&stops_lock);
+    tern__mutex_lock(&stops_lock);
     unsigned n = stopped[point];
-    pthread_mutex_unlock(&stops_lock);
+    tern__mutex_unlock(&stops_lock);
     return n;
 }

@@ -97,19 +97,19 @@ static void *watch_main(void *argp)
     struct watch_arg *a = argp;
     struct tern__pool *p = a->pool;
     struct sample *samples = a->samples;
-    pthread_mutex_lock(&p->watch_lock);
+    tern__mutex_lock(&p->watch_lock);
     while (!p->watch_exit) {
         uint64_t stall_ns =
             atomic_load_explicit(&tern__pool_watch_now.stall_ns, memory_order_relaxed);
-        struct timespec until = tern__cond_deadline(look_every(stall_ns));
-        int rc = pthread_cond_timedwait(&p->watch_cond, &p->watch_lock, &until);
-        if (rc != ETIMEDOUT || p->watch_exit || stall_ns == 0)
+        tern__deadline_t until = tern__cond_deadline(look_every(stall_ns));
+        bool timed_out = tern__cond_timedwait(&p->watch_cond, &p->watch_lock, &until);
+        if (!timed_out || p->watch_exit || stall_ns == 0)
             continue;
-        pthread_mutex_unlock(&p->watch_lock);
+        tern__mutex_unlock(&p->watch_lock);
         look(p, samples, stall_ns);
-        pthread_mutex_lock(&p->watch_lock);
+        tern__mutex_lock(&p->watch_lock);
     }
-    pthread_mutex_unlock(&p->watch_lock);
+    tern__mutex_unlock(&p->watch_lock);
     free(a);
     return NULL;
 }
@@ -122,25 +122,25 @@ int tern__watch_start(struct tern__pool *p)
     if (a == NULL)
         return -ENOMEM;
     a->pool = p;
-    pthread_mutex_init(&p->watch_lock, NULL);
+    tern__mutex_init(&p->watch_lock);
     (void)tern__cond_init(&p->watch_cond);
     p->watch_exit = false;
     int rc = tern__thread_create(&p->watch_thread, watch_main, a);
     if (rc < 0) {
         free(a);
-        pthread_cond_destroy(&p->watch_cond);
-        pthread_mutex_destroy(&p->watch_lock);
+        tern__cond_destroy(&p->watch_cond);
+        tern__mutex_destroy(&p->watch_lock);
     }
     return rc;
 }
 
 void tern__watch_stop(struct tern__pool *p)
 {
-    pthread_mutex_lock(&p->watch_lock);
+    tern__mutex_lock(&p->watch_lock);
     p->watch_exit = true;
-    pthread_cond_signal(&p->watch_cond);
-    pthread_mutex_unlock(&p->watch_lock);
-    pthread_join(p->watch_thread, NULL);
-    pthread_cond_destroy(&p->watch_cond);
-    pthread_mutex_destroy(&p->watch_lock);
+    tern__cond_signal(&p->watch_cond);
+    tern__mutex_unlock(&p->watch_lock);
+    tern__thread_join(p->watch_thread, NULL);
+    tern__cond_destroy(&p->watch_cond);
+    tern__mutex_destroy(&p->watch_lock);
 }

@@ -299,14 +299,14 @@ static void hold(struct tern__pool *p, bool *busy)
     bool online = held_by_rcu();
     if (online)
         urcu_qsbr_thread_offline();
-    pthread_mutex_lock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
     p->held++;
-    pthread_cond_broadcast(&p->quiet_cond);
+    tern__cond_broadcast(&p->quiet_cond);
     while (atomic_load_explicit(&tern__pool_holds, memory_order_relaxed) != 0 &&
            !atomic_load_explicit(&p->exiting, memory_order_relaxed))
-        pthread_cond_wait(&p->park_cond, &p->park_lock);
+        tern__cond_wait(&p->park_cond, &p->park_lock);
     p->held--;
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_unlock(&p->park_lock);
     if (online)
         urcu_qsbr_thread_online();
 }
@@ -335,24 +335,24 @@ static void note_wake(struct tern__worker_figures *fig)
 /* Park until signalled, or for at most timeout_ns (0: no limit); true if the time ran out. */
 static bool park(struct tern__pool *p, uint64_t timeout_ns, struct tern__worker_figures *fig)
 {
-    int rc = 0;
-    pthread_mutex_lock(&p->park_lock);
+    bool timed_out = false;
+    tern__mutex_lock(&p->park_lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
     if (!work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed)) {
         FIGURE_ADD(fig->parks, 1);
         if (timeout_ns == 0) {
-            pthread_cond_wait(&p->park_cond, &p->park_lock);
+            tern__cond_wait(&p->park_cond, &p->park_lock);
         } else {
-            struct timespec until = tern__cond_deadline(timeout_ns);
-            rc = pthread_cond_timedwait(&p->park_cond, &p->park_lock, &until);
+            tern__deadline_t until = tern__cond_deadline(timeout_ns);
+            timed_out = tern__cond_timedwait(&p->park_cond, &p->park_lock, &until);
         }
         note_wake(fig);
     }
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_unlock(&p->park_lock);
     /* `tern__pool_waking` is cleared by the caller, once it counts as busy. */
-    return rc == ETIMEDOUT;
+    return timed_out;
 }
 
 /*
@@ -474,16 +474,16 @@ static unsigned run_taken(struct tern__pool *p, struct worker *w, struct tern__w
  */
 static bool overflow_retire(struct tern__pool *p, int slot)
 {
-    pthread_mutex_lock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
     bool go = !work_waiting(p) && !atomic_load_explicit(&p->exiting, memory_order_relaxed);
     if (go) {
         p->overflow[slot].alive = false;
         TERN_DECREMENT(p->overflow_alive);
         TERN_ATOMIC_DECREMENT(tern__pool_stats.overflow_now, memory_order_relaxed);
         atomic_fetch_add_explicit(&tern__pool_stats.overflow_retired, 1, memory_order_relaxed);
-        pthread_detach(pthread_self());
+        tern__thread_detach(tern__thread_self());
     }
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_unlock(&p->park_lock);
     return go;
 }
 
@@ -627,7 +627,7 @@ int tern__bounded_start(struct tern__pool *p)
     figures_reset();
     p->max_spinners = max_spinners(sysconf(_SC_NPROCESSORS_ONLN));
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
-    pthread_mutex_init(&p->park_lock, NULL);
+    tern__mutex_init(&p->park_lock);
     (void)tern__cond_init(&p->park_cond); /* monotonic: overflow workers park for a time */
     (void)tern__cond_init(&p->quiet_cond);
 
@@ -651,7 +651,7 @@ int tern__bounded_start(struct tern__pool *p)
 
 int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
 {
-    pthread_mutex_lock(&p->park_lock);
+    tern__mutex_lock(&p->park_lock);
     int slot = -1;
     if (p->overflow_alive < max && !atomic_load_explicit(&p->exiting, memory_order_relaxed))
         for (int i = 0; i < TERN__MAX_OVERFLOW && slot < 0; i++)
@@ -678,7 +678,7 @@ int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
     } else if (slot >= 0) {
         rc = -ENOMEM;
     }
-    pthread_mutex_unlock(&p->park_lock);
+    tern__mutex_unlock(&p->park_lock);
     return rc;
 }
 
@@ -686,17 +686,17 @@ int tern__bounded_overflow_start(struct tern__pool *p, unsigned max)
 static void overflow_join(struct tern__pool *p)
 {
     for (int i = 0; i < TERN__MAX_OVERFLOW; i++) {
-        pthread_mutex_lock(&p->park_lock);
+        tern__mutex_lock(&p->park_lock);
         bool alive = p->overflow[i].alive;
-        pthread_mutex_unlock(&p->park_lock);
+        tern__mutex_unlock(&p->park_lock);
         if (!alive)
             continue;
-        pthread_join(p->overflow[i].thread, NULL);
-        pthread_mutex_lock(&p->park_lock);
+        tern__thread_join(p->overflow[i].thread, NULL);
+        tern__mutex_lock(&p->park_lock);
         p->overflow[i].alive = false;
         TERN_DECREMENT(p->overflow_alive);
         TERN_ATOMIC_DECREMENT(tern__pool_stats.overflow_now, memory_order_relaxed);
-        pthread_mutex_unlock(&p->park_lock);
+        tern__mutex_unlock(&p->park_lock);
     }
 }
 
@@ -705,12 +705,12 @@ void tern__bounded_stop(struct tern__pool *p)
     atomic_store_explicit(&p->exiting, true, memory_order_release);
     tern__bounded_wake_all(p);
     for (unsigned i = 0; i < p->nthreads; i++)
-        pthread_join(p->threads[i], NULL);
+        tern__thread_join(p->threads[i], NULL);
     overflow_join(p);
     p->nthreads = 0;
-    pthread_cond_destroy(&p->park_cond);
-    pthread_cond_destroy(&p->quiet_cond);
-    pthread_mutex_destroy(&p->park_lock);
+    tern__cond_destroy(&p->park_cond);
+    tern__cond_destroy(&p->quiet_cond);
+    tern__mutex_destroy(&p->park_lock);
     tern__ring_destroy(&p->queue);
     free(p->threads);
     p->threads = NULL;

@@ -160,8 +160,8 @@ TERN_EXTERN int tern_fs_open(tern_loop *loop, const char *path, int flags, unsig
  * tern_fs_close: close(2). The descriptor is released whatever cb says.
  * Requires: fd >= 0 (else -EBADF).
  */
-TERN_EXTERN int tern_fs_close(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb,
-                              void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_close(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts,
+                              tern_fs_cb cb, void *arg, tern_id *idp);
 /*
  * tern_fs_read: pread(2) of up to len bytes at offset into buf.
  * Requires: fd >= 0 (-EBADF); buf != NULL, offset >= 0, len <= SSIZE_MAX
@@ -169,31 +169,33 @@ TERN_EXTERN int tern_fs_close(tern_loop *loop, int fd, const tern_fs_options *op
  * Returns: as above. cb: res->value is the bytes read, 0 at end of file.
  * Ownership: buf stays the caller's and must stay valid until cb runs.
  */
-TERN_EXTERN int tern_fs_read(tern_loop *loop, int fd, void *buf, size_t len, int64_t offset,
-                             const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_read(tern_loop *loop, tern_os_fd_t fd, void *buf, size_t len,
+                             int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                             tern_id *idp);
 /*
  * tern_fs_readv: preadv(2).
  * Requires: fd >= 0 (-EBADF); iov != NULL, iovcnt 1..IOV_MAX, no NULL
  *     base with a length, total <= SSIZE_MAX, offset >= 0 (-EINVAL).
  * Ownership: the iovec array is copied; the buffers it names are not.
  */
-TERN_EXTERN int tern_fs_readv(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt,
-                              int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                              tern_id *idp);
+TERN_EXTERN int tern_fs_readv(tern_loop *loop, tern_os_fd_t fd, const struct iovec *iov,
+                              unsigned iovcnt, int64_t offset, const tern_fs_options *opts,
+                              tern_fs_cb cb, void *arg, tern_id *idp);
 /*
  * tern_fs_write: pwrite(2) of len bytes from buf at offset; cb's
  * res->value is the bytes written (a short write is reported, not continued).
  * Requires and Ownership: as tern_fs_read.
  */
-TERN_EXTERN int tern_fs_write(tern_loop *loop, int fd, const void *buf, size_t len, int64_t offset,
-                              const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_write(tern_loop *loop, tern_os_fd_t fd, const void *buf, size_t len,
+                              int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                              tern_id *idp);
 /*
  * tern_fs_writev: pwritev(2).
  * Requires and Ownership: as tern_fs_readv.
  */
-TERN_EXTERN int tern_fs_writev(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt,
-                               int64_t offset, const tern_fs_options *opts, tern_fs_cb cb,
-                               void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_writev(tern_loop *loop, tern_os_fd_t fd, const struct iovec *iov,
+                               unsigned iovcnt, int64_t offset, const tern_fs_options *opts,
+                               tern_fs_cb cb, void *arg, tern_id *idp);
 /*
  * tern_fs_stat, tern_fs_lstat: stat(2), lstat(2) into cb's res->st.
  * Requires: path != NULL, shorter than PATH_MAX.
@@ -207,17 +209,17 @@ TERN_EXTERN int tern_fs_lstat(tern_loop *loop, const char *path, const tern_fs_o
  * res->st, fsync(2), fdatasync(2).
  * Requires: fd >= 0 (-EBADF).
  */
-TERN_EXTERN int tern_fs_fstat(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb,
-                              void *arg, tern_id *idp);
-TERN_EXTERN int tern_fs_fsync(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb,
-                              void *arg, tern_id *idp);
-TERN_EXTERN int tern_fs_fdatasync(tern_loop *loop, int fd, const tern_fs_options *opts,
+TERN_EXTERN int tern_fs_fstat(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts,
+                              tern_fs_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_fsync(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts,
+                              tern_fs_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_fdatasync(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts,
                                   tern_fs_cb cb, void *arg, tern_id *idp);
 /*
  * tern_fs_ftruncate: ftruncate(2) to length.
  * Requires: fd >= 0 (-EBADF); length >= 0 (-EINVAL).
  */
-TERN_EXTERN int tern_fs_ftruncate(tern_loop *loop, int fd, int64_t length,
+TERN_EXTERN int tern_fs_ftruncate(tern_loop *loop, tern_os_fd_t fd, int64_t length,
                                   const tern_fs_options *opts, tern_fs_cb cb, void *arg,
                                   tern_id *idp);
 /*
@@ -251,9 +253,10 @@ TERN_EXTERN int tern_fs_list(tern_loop *loop, const char *path, const tern_fs_op
  * Requires: fd_in, fd_out >= 0 (-EBADF); offsets >= 0, len <= SSIZE_MAX
  *     (-EINVAL).
  */
-TERN_EXTERN int tern_fs_copy_range(tern_loop *loop, int fd_in, int64_t off_in, int fd_out,
-                                   int64_t off_out, size_t len, const tern_fs_options *opts,
-                                   tern_fs_cb cb, void *arg, tern_id *idp);
+TERN_EXTERN int tern_fs_copy_range(tern_loop *loop, tern_os_fd_t fd_in, int64_t off_in,
+                                   tern_os_fd_t fd_out, int64_t off_out, size_t len,
+                                   const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                                   tern_id *idp);
 /*
  * tern_fs_sendfile: sendfile(2): up to len bytes of in_fd from in_offset
  * to out_fd (a socket or a file) at its current position. cb's res->value

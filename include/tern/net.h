@@ -211,7 +211,7 @@ TERN_EXTERN int tern_tcp_keepalive(tern_loop *loop, tern_id id, bool on, unsigne
  * Ownership: on success the stream owns fd and closes it when it closes.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_stream_open(tern_loop *loop, int fd, tern_id *idp);
+TERN_EXTERN int tern_stream_open(tern_loop *loop, tern_os_fd_t fd, tern_id *idp);
 
 /*
  * tern_stream_read_start: call cb with data as it arrives, one read per

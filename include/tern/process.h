@@ -29,8 +29,8 @@ typedef enum tern_stdio_kind {
 
 typedef struct tern_stdio {
     tern_stdio_kind kind;
-    int fd;         /* TERN_STDIO_FD: the descriptor the child gets */
-    tern_id stream; /* TERN_STDIO_STREAM: set by tern_process_spawn on success */
+    tern_os_fd_t fd; /* TERN_STDIO_FD: the descriptor the child gets */
+    tern_id stream;  /* TERN_STDIO_STREAM: set by tern_process_spawn on success */
 } tern_stdio;
 
 enum {

@@ -46,7 +46,7 @@ extern "C" {
  * Ownership: fd stays the caller's; it must stay open until done starts.
  * Threads: loop-only.
  */
-TERN_EXTERN int tern_wait_fd(tern_loop *loop, int fd, tern_done_fn done, void *arg,
+TERN_EXTERN int tern_wait_fd(tern_loop *loop, tern_os_sock_t fd, tern_done_fn done, void *arg,
                              const tern_job_options *opts, tern_id *idp);
 
 /*

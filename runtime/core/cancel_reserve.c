@@ -5,17 +5,17 @@
  * foreign cancels and step 1's drain take it, never a post.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
 
 int tern__cancel_reserve_init(struct tern__cancel_reserve *r)
 {
     r->nodes = tern__calloc_lazy(TERN__CANCEL_RESERVE, sizeof(*r->nodes));
     if (r->nodes == NULL)
         return -ENOMEM;
-    pthread_mutex_init(&r->lock, NULL);
+    tern__mutex_init(&r->lock);
     r->spare = NULL;
     r->carved = 0;
     return 0;
@@ -25,7 +25,7 @@ void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r)
 {
     if (r->nodes == NULL)
         return; /* tern_loop_new failed before the reserve was made */
-    pthread_mutex_destroy(&r->lock);
+    tern__mutex_destroy(&r->lock);
     tern__free_lazy(r->nodes, TERN__CANCEL_RESERVE, sizeof(*r->nodes));
     r->nodes = NULL;
 }
@@ -34,20 +34,20 @@ void tern__cancel_reserve_destroy(struct tern__cancel_reserve *r)
 struct tern__inbound *tern__cancel_node_get(struct tern__cancel_reserve *r)
 {
     struct tern__inbound *in = NULL;
-    pthread_mutex_lock(&r->lock);
+    tern__mutex_lock(&r->lock);
     if (r->spare != NULL) {
         in = caa_container_of(r->spare, struct tern__inbound, node);
         r->spare = r->spare->next;
     } else if (r->carved < TERN__CANCEL_RESERVE)
         in = &r->nodes[r->carved++];
-    pthread_mutex_unlock(&r->lock);
+    tern__mutex_unlock(&r->lock);
     return in;
 }
 
 void tern__cancel_node_put(struct tern__cancel_reserve *r, struct tern__inbound *in)
 {
-    pthread_mutex_lock(&r->lock);
+    tern__mutex_lock(&r->lock);
     in->node.next = r->spare;
     r->spare = &in->node;
-    pthread_mutex_unlock(&r->lock);
+    tern__mutex_unlock(&r->lock);
 }

@@ -19,11 +19,11 @@
 #define _LGPL_SOURCE
 #endif
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
 #include "probe.h"
 #include "testing.h"
 #include "wake.h"

@@ -6,12 +6,12 @@
 #ifndef TERN_INBOUND_H
 #define TERN_INBOUND_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "inbound_block.h"
+#include "os_thread.h"
 #include "tern.h"
 
 /*
@@ -23,7 +23,7 @@
  */
 #define TERN__CANCEL_RESERVE 65536u
 struct tern__cancel_reserve {
-    pthread_mutex_t lock;
+    tern__mutex_t lock;
     struct tern__inbound *nodes; /* TERN__CANCEL_RESERVE records */
     tern__wfq_node *spare;       /* given back, linked through node.next */
     unsigned carved;             /* nodes[0..carved) have been handed out */

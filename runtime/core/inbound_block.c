@@ -5,7 +5,6 @@
  * travel in, so a burst pays the shared lines once per run.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -14,6 +13,7 @@
 #include "check.h"
 #include "fault.h"
 #include "inbound_block.h"
+#include "os_thread.h"
 #include "platform.h"
 #include "testing.h"
 
@@ -71,8 +71,8 @@ static _Thread_local unsigned carved TLS; /* units of `carving` handed out */
 /* Units of `carving` skipped to start a run on a fresh line: the
  * producer's to give back, with its hold, when it retires the block. */
 static _Thread_local unsigned skipped TLS;
-static pthread_key_t carving_key;
-static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
+static tern__tls_key_t carving_key;
+static tern__once_t carving_once = TERN__ONCE_INIT;
 
 /*
  * Spent blocks wait on a process-wide list for the next producer that
@@ -88,7 +88,7 @@ static pthread_once_t carving_once = PTHREAD_ONCE_INIT;
  */
 #define SPARE_MAX 1024u
 #define SPARE_CEILING 16384u
-static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__mutex_t spare_lock = TERN__MUTEX_INIT;
 static struct node_block *spare;
 static unsigned spare_len;
 static unsigned spare_bound = SPARE_MAX;
@@ -138,24 +138,24 @@ static void block_release(struct node_block *b, unsigned n)
     if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
         return;
     struct node_block *gone = NULL;
-    pthread_mutex_lock(&spare_lock);
+    tern__mutex_lock(&spare_lock);
     spare_push(b);
     if (--b->slab->slab_out == 0 && spare_len > spare_bound)
         gone = slab_retire(b->slab);
-    pthread_mutex_unlock(&spare_lock);
+    tern__mutex_unlock(&spare_lock);
     if (gone != NULL)
         tern__unmap(gone, (size_t)SLAB_BLOCKS * BLOCK_SIZE);
 }
 
 static struct node_block *block_get(void)
 {
-    pthread_mutex_lock(&spare_lock);
+    tern__mutex_lock(&spare_lock);
     struct node_block *b = spare;
     if (b != NULL) {
         spare_unlink(b);
         b->slab->slab_out++;
     }
-    pthread_mutex_unlock(&spare_lock);
+    tern__mutex_unlock(&spare_lock);
     if (b != NULL)
         return b;
     struct node_block *slab = tern__map_populated((size_t)SLAB_BLOCKS * BLOCK_SIZE);
@@ -164,25 +164,25 @@ static struct node_block *block_get(void)
     for (unsigned i = 0; i < SLAB_BLOCKS; i++)
         slab_block(slab, i)->slab = slab;
     slab->slab_out = 1; /* the first block, returned */
-    pthread_mutex_lock(&spare_lock);
+    tern__mutex_lock(&spare_lock);
     unsigned mapped = ++slabs_mapped * SLAB_BLOCKS;
     if (slab_unmapped && spare_bound < mapped)
         spare_bound = mapped < SPARE_CEILING ? mapped : SPARE_CEILING;
     for (unsigned i = SLAB_BLOCKS - 1; i > 0; i--)
         spare_push(slab_block(slab, i));
-    pthread_mutex_unlock(&spare_lock);
+    tern__mutex_unlock(&spare_lock);
     return slab;
 }
 
 /* fork(): never let the child inherit the spare lock held by a vanished thread. */
 static void spare_before_fork(void)
 {
-    pthread_mutex_lock(&spare_lock);
+    tern__mutex_lock(&spare_lock);
 }
 
 static void spare_after_fork(void)
 {
-    pthread_mutex_unlock(&spare_lock);
+    tern__mutex_unlock(&spare_lock);
 }
 
 static void run_forget(void);
@@ -191,13 +191,13 @@ static void run_forget(void);
  * of the parent's, must never be extended there. */
 static void spare_after_fork_child(void)
 {
-    pthread_mutex_unlock(&spare_lock);
+    tern__mutex_unlock(&spare_lock);
     run_forget();
 }
 
 __attribute__((constructor)) static void spare_fork_handlers(void)
 {
-    pthread_atfork(spare_before_fork, spare_after_fork, spare_after_fork_child);
+    tern__atfork(spare_before_fork, spare_after_fork, spare_after_fork_child);
 }
 
 /*
@@ -233,7 +233,7 @@ static void carving_exit(void *arg)
 
 static void carving_init(void)
 {
-    pthread_key_create(&carving_key, carving_exit);
+    tern__tls_create(&carving_key, carving_exit);
 }
 
 /* Where the next run's first record would go: the next line's first unit. */
@@ -268,11 +268,11 @@ static struct tern__inbound *head_alloc(void)
         if (b == NULL)
             return NULL;
         atomic_init(&b->refs, (unsigned)BLOCK_UNITS + 1);
-        pthread_once(&carving_once, carving_init);
+        tern__once(&carving_once, carving_init);
         if (carving != NULL)
             block_release(carving, 1 + skipped + (unsigned)(BLOCK_UNITS - carved));
         else
-            pthread_setspecific(carving_key, b); /* any non-NULL value arms the destructor */
+            tern__tls_set(carving_key, b); /* any non-NULL value arms the destructor */
         carving = b;
         carved = 0;
         skipped = 0;
@@ -297,11 +297,11 @@ void tern__inbound_drop_block(void)
 
 void tern__inbound_blocks(struct tern__test_blocks *b)
 {
-    pthread_mutex_lock(&spare_lock);
+    tern__mutex_lock(&spare_lock);
     b->spare = spare_len;
     b->mapped = slabs_mapped * SLAB_BLOCKS;
     b->bound = spare_bound;
-    pthread_mutex_unlock(&spare_lock);
+    tern__mutex_unlock(&spare_lock);
     b->spare_max = SPARE_MAX;
     b->spare_ceiling = SPARE_CEILING;
     b->slab = SLAB_BLOCKS;

@@ -12,43 +12,43 @@
  * at exit.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
 
 #define GEN_BURN (TERN__GEN_LIMIT / 2)
 
-struct tern__numbers tern__timer_numbers = {.lock = PTHREAD_MUTEX_INITIALIZER,
+struct tern__numbers tern__timer_numbers = {.lock = TERN__MUTEX_INIT,
                                             .limit = UINT32_C(1) << TERN__TIMER_NO_BITS};
-struct tern__numbers tern__job_numbers = {.lock = PTHREAD_MUTEX_INITIALIZER,
+struct tern__numbers tern__job_numbers = {.lock = TERN__MUTEX_INIT,
                                           .limit = UINT32_C(1) << TERN__JOB_NO_BITS};
 
 /* fork(): never let the child inherit a lock held by a vanished thread. */
 static void before_fork(void)
 {
-    pthread_mutex_lock(&tern__timer_numbers.lock);
-    pthread_mutex_lock(&tern__job_numbers.lock);
+    tern__mutex_lock(&tern__timer_numbers.lock);
+    tern__mutex_lock(&tern__job_numbers.lock);
 }
 
 static void after_fork(void)
 {
-    pthread_mutex_unlock(&tern__job_numbers.lock);
-    pthread_mutex_unlock(&tern__timer_numbers.lock);
+    tern__mutex_unlock(&tern__job_numbers.lock);
+    tern__mutex_unlock(&tern__timer_numbers.lock);
 }
 
 __attribute__((constructor)) static void numbers_fork_handlers(void)
 {
-    pthread_atfork(before_fork, after_fork, after_fork);
+    tern__atfork(before_fork, after_fork, after_fork);
 }
 
 static void release(struct tern__numbers *r)
 {
-    pthread_mutex_lock(&r->lock);
+    tern__mutex_lock(&r->lock);
     free(r->back);
     r->back = NULL;
     r->back_len = r->back_cap = 0;
-    pthread_mutex_unlock(&r->lock);
+    tern__mutex_unlock(&r->lock);
 }
 
 /* Give the lists back at exit, so the process ends valgrind-clean. */
@@ -61,7 +61,7 @@ __attribute__((destructor)) static void numbers_free(void)
 int tern__numbers_take(struct tern__numbers *r, uint32_t *no, uint32_t *floor)
 {
     int rc = 0;
-    pthread_mutex_lock(&r->lock);
+    tern__mutex_lock(&r->lock);
     if (r->back_len > 0) {
         struct tern__numbers_returned back = r->back[--r->back_len];
         *no = back.no;
@@ -72,7 +72,7 @@ int tern__numbers_take(struct tern__numbers *r, uint32_t *no, uint32_t *floor)
     } else {
         rc = -ENOMEM;
     }
-    pthread_mutex_unlock(&r->lock);
+    tern__mutex_unlock(&r->lock);
     return rc;
 }
 
@@ -80,7 +80,7 @@ void tern__numbers_give_back(struct tern__numbers *r, uint32_t no, uint32_t floo
 {
     if (floor > GEN_BURN)
         return; /* burned: never handed out again */
-    pthread_mutex_lock(&r->lock);
+    tern__mutex_lock(&r->lock);
     if (r->back_len == r->back_cap) {
         size_t ncap = r->back_cap ? 2 * r->back_cap : 64;
         /* A failure here only burns the number. */
@@ -92,5 +92,5 @@ void tern__numbers_give_back(struct tern__numbers *r, uint32_t no, uint32_t floo
     }
     if (r->back_len < r->back_cap)
         r->back[r->back_len++] = (struct tern__numbers_returned){no, floor};
-    pthread_mutex_unlock(&r->lock);
+    tern__mutex_unlock(&r->lock);
 }

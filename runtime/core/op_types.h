@@ -19,11 +19,11 @@
 #ifndef TERN_OP_TYPES_H
 #define TERN_OP_TYPES_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "os_thread.h"
 #include "tern.h"
 
 struct tern__op;
@@ -313,7 +313,7 @@ struct tern__numbers_returned {
 };
 
 struct tern__numbers {
-    pthread_mutex_t lock;
+    tern__mutex_t lock;
     uint32_t fresh; /* numbers below it have been handed out */
     uint32_t limit; /* numbers stay below it */
     struct tern__numbers_returned *back;

@@ -13,14 +13,14 @@
  * offline afterwards — it finds it online and leaves it online.
  */
 #define _LGPL_SOURCE /* for the reader's `registered` flag */
-#include <pthread.h>
 
 #include <urcu-qsbr.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
 
-static pthread_key_t rcu_key;
-static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+static tern__tls_key_t rcu_key;
+static tern__once_t rcu_once = TERN__ONCE_INIT;
 static _Thread_local bool ours;       /* tern registered this thread */
 static _Thread_local unsigned depth;  /* RCU loops this thread runs, nested */
 static _Thread_local bool app_online; /* registered by the application */
@@ -33,7 +33,7 @@ static void thread_exit(void *arg)
 
 static void key_init(void)
 {
-    pthread_key_create(&rcu_key, thread_exit);
+    tern__tls_create(&rcu_key, thread_exit);
 }
 
 void tern__rcu_enter(tern_loop *loop)
@@ -46,9 +46,9 @@ void tern__rcu_enter(tern_loop *loop)
     }
     app_online = false;
     if (!ours) {
-        pthread_once(&rcu_once, key_init);
-        urcu_qsbr_register_thread();        /* registers online */
-        pthread_setspecific(rcu_key, loop); /* any non-NULL value arms the destructor */
+        tern__once(&rcu_once, key_init);
+        urcu_qsbr_register_thread();  /* registers online */
+        tern__tls_set(rcu_key, loop); /* any non-NULL value arms the destructor */
         ours = true;
     } else {
         urcu_qsbr_thread_online();

@@ -6,9 +6,9 @@
  * its final drain (admit.h).
  * The lowest file of the loop: everything that checks a rule calls here.
  */
-#include <pthread.h>
 
 #include "check.h"
+#include "os_thread.h"
 #include "thread.h"
 
 _Thread_local char tern__thread_anchor __attribute__((tls_model("initial-exec")));

@@ -37,10 +37,10 @@
  *   million a second.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
 #include "testing.h"
 #include "timer_table.h"
 

@@ -222,13 +222,13 @@ int tern_fs_open(tern_loop *loop, const char *path, int flags, unsigned mode,
     return path_request(loop, TERN__FS_OPEN, path, NULL, flags, mode, opts, cb, arg, idp);
 }
 
-int tern_fs_close(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                  tern_id *idp)
+int tern_fs_close(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts, tern_fs_cb cb,
+                  void *arg, tern_id *idp)
 {
     return fd_request(loop, TERN__FS_CLOSE, fd, 0, opts, cb, arg, idp);
 }
 
-int tern_fs_read(tern_loop *loop, int fd, void *buf, size_t len, int64_t offset,
+int tern_fs_read(tern_loop *loop, tern_os_fd_t fd, void *buf, size_t len, int64_t offset,
                  const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp)
 {
     if (buf == NULL)
@@ -237,13 +237,14 @@ int tern_fs_read(tern_loop *loop, int fd, void *buf, size_t len, int64_t offset,
     return vector_request(loop, TERN__FS_READ, fd, &v, 1, offset, opts, cb, arg, idp);
 }
 
-int tern_fs_readv(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt, int64_t offset,
-                  const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp)
+int tern_fs_readv(tern_loop *loop, tern_os_fd_t fd, const struct iovec *iov, unsigned iovcnt,
+                  int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
+                  tern_id *idp)
 {
     return vector_request(loop, TERN__FS_READ, fd, iov, iovcnt, offset, opts, cb, arg, idp);
 }
 
-int tern_fs_write(tern_loop *loop, int fd, const void *buf, size_t len, int64_t offset,
+int tern_fs_write(tern_loop *loop, tern_os_fd_t fd, const void *buf, size_t len, int64_t offset,
                   const tern_fs_options *opts, tern_fs_cb cb, void *arg, tern_id *idp)
 {
     if (buf == NULL)
@@ -252,7 +253,7 @@ int tern_fs_write(tern_loop *loop, int fd, const void *buf, size_t len, int64_t 
     return vector_request(loop, TERN__FS_WRITE, fd, &v, 1, offset, opts, cb, arg, idp);
 }
 
-int tern_fs_writev(tern_loop *loop, int fd, const struct iovec *iov, unsigned iovcnt,
+int tern_fs_writev(tern_loop *loop, tern_os_fd_t fd, const struct iovec *iov, unsigned iovcnt,
                    int64_t offset, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
                    tern_id *idp)
 {
@@ -271,25 +272,25 @@ int tern_fs_lstat(tern_loop *loop, const char *path, const tern_fs_options *opts
     return path_request(loop, TERN__FS_LSTAT, path, NULL, 0, 0, opts, cb, arg, idp);
 }
 
-int tern_fs_fstat(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                  tern_id *idp)
+int tern_fs_fstat(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts, tern_fs_cb cb,
+                  void *arg, tern_id *idp)
 {
     return fd_request(loop, TERN__FS_FSTAT, fd, 0, opts, cb, arg, idp);
 }
 
-int tern_fs_fsync(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                  tern_id *idp)
+int tern_fs_fsync(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts, tern_fs_cb cb,
+                  void *arg, tern_id *idp)
 {
     return fd_request(loop, TERN__FS_FSYNC, fd, 0, opts, cb, arg, idp);
 }
 
-int tern_fs_fdatasync(tern_loop *loop, int fd, const tern_fs_options *opts, tern_fs_cb cb,
+int tern_fs_fdatasync(tern_loop *loop, tern_os_fd_t fd, const tern_fs_options *opts, tern_fs_cb cb,
                       void *arg, tern_id *idp)
 {
     return fd_request(loop, TERN__FS_FDATASYNC, fd, 0, opts, cb, arg, idp);
 }
 
-int tern_fs_ftruncate(tern_loop *loop, int fd, int64_t length, const tern_fs_options *opts,
+int tern_fs_ftruncate(tern_loop *loop, tern_os_fd_t fd, int64_t length, const tern_fs_options *opts,
                       tern_fs_cb cb, void *arg, tern_id *idp)
 {
     return fd_request(loop, TERN__FS_FTRUNCATE, fd, length, opts, cb, arg, idp);
@@ -345,9 +346,9 @@ static int copy_request(tern_loop *loop, uint8_t op, int fd_in, int64_t off_in, 
     return submit(loop, r, idp);
 }
 
-int tern_fs_copy_range(tern_loop *loop, int fd_in, int64_t off_in, int fd_out, int64_t off_out,
-                       size_t len, const tern_fs_options *opts, tern_fs_cb cb, void *arg,
-                       tern_id *idp)
+int tern_fs_copy_range(tern_loop *loop, tern_os_fd_t fd_in, int64_t off_in, tern_os_fd_t fd_out,
+                       int64_t off_out, size_t len, const tern_fs_options *opts, tern_fs_cb cb,
+                       void *arg, tern_id *idp)
 {
     return copy_request(loop, TERN__FS_COPY, fd_in, off_in, fd_out, off_out, len, opts, cb, arg,
                         idp);

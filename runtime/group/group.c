@@ -71,7 +71,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +79,8 @@
 #include <urcu-qsbr.h>
 
 #include "loop_p.h"
+#include "os_thread.h"
+#include "platform.h"
 #include "testing.h"
 
 #define GROUP_MAGIC 0x67726f75u /* "grou" */
@@ -120,7 +121,7 @@ struct member {
     tern_loop *loop;
     unsigned index;
     int cpu; /* pin to this CPU; -1: do not pin */
-    pthread_t thread;
+    tern__thread_t thread;
     /* loop-only (the member's thread, or any thread before start) */
     struct teardown *teardown;
     unsigned teardown_len, teardown_cap;
@@ -148,8 +149,8 @@ struct tern_group {
     void *stall_arg;
     unsigned setup_len, setup_cap;
 
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* broadcast on every change below */
+    tern__mutex_t lock;
+    tern__cond_t cond; /* broadcast on every change below */
     /* under lock */
     enum group_state state;
     bool go, start_failed;
@@ -235,8 +236,8 @@ int tern_group_new(tern_group **groupp, const tern_group_options *opts)
         return rc;
     }
     snprintf(g->name, sizeof(g->name), "%s", o.name != NULL ? o.name : "tern");
-    pthread_mutex_init(&g->lock, NULL);
-    pthread_cond_init(&g->cond, NULL);
+    tern__mutex_init(&g->lock);
+    tern__cond_init(&g->cond);
     g->state = STATE_NEW;
     g->stall_after = TERN_GROUP_STALL_DEFAULT_NS;
     g->magic = GROUP_MAGIC;
@@ -364,10 +365,10 @@ static void park_locked(struct member *m)
         unsigned gen = g->pause_gen;
         m->parked_gen = gen;
         g->parked++;
-        pthread_cond_broadcast(&g->cond);
+        tern__cond_broadcast(&g->cond);
         bool online = rcu_pause();
         while (g->pauser != 0 && g->pause_gen == gen)
-            pthread_cond_wait(&g->cond, &g->lock);
+            tern__cond_wait(&g->cond, &g->lock);
         rcu_unpause(online);
     }
 }
@@ -382,18 +383,18 @@ int tern_group_pause(tern_group *group)
     if (tern__pool_on_bounded_worker())
         TERN_FATAL("tern_group_pause", "called from a bounded pool job: exclusive mode waits "
                                        "for every bounded job to end, this one included");
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     if (g->state == STATE_NEW) {
-        pthread_mutex_unlock(&g->lock);
+        tern__mutex_unlock(&g->lock);
         return -EINVAL;
     }
     for (;;) {
         if (g->state != STATE_RUNNING) {
-            pthread_mutex_unlock(&g->lock);
+            tern__mutex_unlock(&g->lock);
             return -ESHUTDOWN;
         }
         if (g->pauser == me) {
-            pthread_mutex_unlock(&g->lock);
+            tern__mutex_unlock(&g->lock);
             return -EDEADLK;
         }
         if (g->pauser == 0)
@@ -403,18 +404,18 @@ int tern_group_pause(tern_group *group)
         if (self != NULL)
             park_locked(self);
         else
-            pthread_cond_wait(&g->cond, &g->lock);
+            tern__cond_wait(&g->cond, &g->lock);
     }
     g->pauser = me;
     g->pause_gen++;
     g->parked = 0;
     atomic_fetch_or_explicit(&g->signal, SIG_PAUSE, memory_order_relaxed);
-    pthread_cond_broadcast(&g->cond); /* members waiting at the setup barrier park */
+    tern__cond_broadcast(&g->cond); /* members waiting at the setup barrier park */
     kick(g, self);
     unsigned need = g->n - (self != NULL ? 1 : 0);
     while (g->parked < need)
-        pthread_cond_wait(&g->cond, &g->lock);
-    pthread_mutex_unlock(&g->lock);
+        tern__cond_wait(&g->cond, &g->lock);
+    tern__mutex_unlock(&g->lock);
     tern__pool_hold();
     return 0;
 }
@@ -423,18 +424,18 @@ int tern_group_resume(tern_group *group)
 {
     REQUIRE_GROUP(group);
     tern_group *g = group;
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     bool mine = g->pauser == tern__thread_token();
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
     if (!mine)
         TERN_FATAL("tern_group_resume", "called by a thread that does not hold the group's "
                                         "exclusive mode (only the thread that paused resumes)");
     tern__pool_unhold();
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     g->pauser = 0;
     atomic_fetch_and_explicit(&g->signal, ~(unsigned)SIG_PAUSE, memory_order_relaxed);
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
+    tern__cond_broadcast(&g->cond);
+    tern__mutex_unlock(&g->lock);
     return 0;
 }
 
@@ -455,7 +456,7 @@ int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_fn done, void
     b->done = done;
     b->arg = arg;
     atomic_init(&b->left, g->n);
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     int rc = g->state == STATE_RUNNING ? 0 : g->state == STATE_NEW ? -EINVAL : -ESHUTDOWN;
     if (rc == 0) {
         for (unsigned i = 0; i < g->n; i++) {
@@ -470,7 +471,7 @@ int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_fn done, void
         }
         kick(g, NULL);
     }
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
     if (rc < 0)
         free(b);
     return rc;
@@ -484,11 +485,11 @@ int tern_group_broadcast(tern_group *group, tern_group_fn fn, tern_fn done, void
 static void run_inbox(struct member *m)
 {
     tern_group *g = m->group;
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     struct inbox_node *n = m->inbox_head;
     m->inbox_head = m->inbox_tail = NULL;
     atomic_store_explicit(&m->inbox_full, false, memory_order_relaxed);
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
     while (n != NULL) {
         struct inbox_node *next = n->next;
         struct broadcast *b = n->b;
@@ -511,14 +512,14 @@ int tern_group_shutdown(tern_group *group)
 {
     REQUIRE_GROUP(group);
     tern_group *g = group;
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     if (g->state == STATE_NEW || g->state == STATE_RUNNING) {
         g->state = STATE_SHUTDOWN;
         atomic_fetch_or_explicit(&g->signal, SIG_SHUTDOWN, memory_order_relaxed);
-        pthread_cond_broadcast(&g->cond); /* pausers waiting their turn: refused now */
+        tern__cond_broadcast(&g->cond); /* pausers waiting their turn: refused now */
         kick(g, NULL);
     }
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
     return 0;
 }
 
@@ -571,15 +572,15 @@ static bool idle_wait(struct member *m)
 {
     tern_group *g = m->group;
     tern_loop *loop = m->loop;
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     if (tern__inbound_pending(loop) || m->inbox_head != NULL) {
-        pthread_mutex_unlock(&g->lock);
+        tern__mutex_unlock(&g->lock);
         return false;
     }
     m->idle = true;
     g->idle++;
     try_finish(g);
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
     for (;;) {
         atomic_store_explicit(&loop->wake_state, TERN__WAKE_PARKING, memory_order_seq_cst);
         atomic_thread_fence(memory_order_seq_cst);
@@ -601,18 +602,18 @@ static bool idle_wait(struct member *m)
              * try_finish is still kicking the loops, this one perhaps
              * among them, under the lock. The caller frees the loop
              * next: wait until that kick is over. */
-            pthread_mutex_lock(&g->lock);
-            pthread_mutex_unlock(&g->lock);
+            tern__mutex_lock(&g->lock);
+            tern__mutex_unlock(&g->lock);
             return true;
         }
         if (tern__inbound_pending(loop)) {
-            pthread_mutex_lock(&g->lock);
+            tern__mutex_lock(&g->lock);
             bool finished = g->state == STATE_FINISHED;
             if (!finished) {
                 m->idle = false;
                 g->idle--;
             }
-            pthread_mutex_unlock(&g->lock);
+            tern__mutex_unlock(&g->lock);
             return finished;
         }
     }
@@ -661,9 +662,9 @@ static void run_member(struct member *m)
         unsigned sig = atomic_load_explicit(&g->signal, memory_order_relaxed);
         if (TERN_UNLIKELY(sig != 0)) {
             if (sig & SIG_PAUSE) {
-                pthread_mutex_lock(&g->lock);
+                tern__mutex_lock(&g->lock);
                 park_locked(m);
-                pthread_mutex_unlock(&g->lock);
+                tern__mutex_unlock(&g->lock);
             }
             if ((sig & SIG_SHUTDOWN) && !m->teardown_posted) {
                 if (m->shutdown_seen == 0)
@@ -696,18 +697,18 @@ static void run_setup(struct member *m)
     tern_group *g = m->group;
     for (unsigned i = 0; i < g->setup_len; i++)
         g->setup[i].fn(m->loop, m->index, g->setup[i].arg);
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     if (--g->setup_left == 0)
-        pthread_cond_broadcast(&g->cond);
+        tern__cond_broadcast(&g->cond);
     while (g->setup_left > 0) {
         park_locked(m);
         if (g->setup_left == 0)
             break;
         bool online = rcu_pause();
-        pthread_cond_wait(&g->cond, &g->lock);
+        tern__cond_wait(&g->cond, &g->lock);
         rcu_unpause(online);
     }
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
 }
 
 static void *member_main(void *arg)
@@ -716,7 +717,7 @@ static void *member_main(void *arg)
     tern_group *g = m->group;
     char name[16];
     snprintf(name, sizeof(name), "%s-%u", g->name, m->index);
-    pthread_setname_np(pthread_self(), name);
+    tern__thread_name(name);
     if (m->cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -724,11 +725,11 @@ static void *member_main(void *arg)
         /* Best effort: an unpinned member still runs correctly. */
         (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
     }
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     while (!g->go && !g->start_failed)
-        pthread_cond_wait(&g->cond, &g->lock);
+        tern__cond_wait(&g->cond, &g->lock);
     bool go = g->go;
-    pthread_mutex_unlock(&g->lock);
+    tern__mutex_unlock(&g->lock);
     if (!go)
         return NULL;
 
@@ -760,7 +761,7 @@ int tern_group_start(tern_group *group)
     for (made = 0; made < g->n; made++)
         if ((rc = tern__thread_create(&g->m[made].thread, member_main, &g->m[made])) < 0)
             break;
-    pthread_mutex_lock(&g->lock);
+    tern__mutex_lock(&g->lock);
     if (rc < 0)
         g->start_failed = true;
     else {
@@ -769,15 +770,15 @@ int tern_group_start(tern_group *group)
         if (g->state == STATE_NEW)
             g->state = STATE_RUNNING;
     }
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
+    tern__cond_broadcast(&g->cond);
+    tern__mutex_unlock(&g->lock);
     if (rc < 0) {
         /* The threads made so far leave without touching their loops. */
         for (unsigned i = 0; i < made; i++)
-            pthread_join(g->m[i].thread, NULL);
-        pthread_mutex_lock(&g->lock);
+            tern__thread_join(g->m[i].thread, NULL);
+        tern__mutex_lock(&g->lock);
         g->start_failed = false;
-        pthread_mutex_unlock(&g->lock);
+        tern__mutex_unlock(&g->lock);
         return rc;
     }
     g->started = true;
@@ -794,7 +795,7 @@ int tern_group_wait(tern_group *group)
     if (!g->started || g->waited)
         return -EINVAL;
     for (unsigned i = 0; i < g->n; i++)
-        pthread_join(g->m[i].thread, NULL);
+        tern__thread_join(g->m[i].thread, NULL);
     g->waited = true;
     return 0;
 }
@@ -814,8 +815,8 @@ void tern_group_free(tern_group *group)
         TERN_INSIST(m->inbox_head == NULL); /* broadcasts are accepted only while running */
     }
     free(g->setup);
-    pthread_cond_destroy(&g->cond);
-    pthread_mutex_destroy(&g->lock);
+    tern__cond_destroy(&g->cond);
+    tern__mutex_destroy(&g->lock);
     /* Volatile: the block is freed next, so a plain store is dead to the
      * compiler, and a later call on the freed group must fail its check. */
     *(volatile unsigned *)&g->magic = 0;

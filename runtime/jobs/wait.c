@@ -99,7 +99,7 @@ static const struct tern__op_class wait_class = {
  * Every refusal and error happens before the descriptor is watched or any
  * count moves, so a refused wait leaves nothing behind.
  */
-int tern_wait_fd(tern_loop *loop, int fd, tern_done_fn done, void *arg,
+int tern_wait_fd(tern_loop *loop, tern_os_sock_t fd, tern_done_fn done, void *arg,
                  const tern_job_options *opts, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);

@@ -15,11 +15,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "admit.h"
 #include "loop_p.h"
+#include "os_thread.h"
 
 struct watcher {
     struct tern__op op;
@@ -33,7 +33,7 @@ struct watcher {
 /* The process-wide registry (G4)                                      */
 /* ------------------------------------------------------------------ */
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__mutex_t registry_lock = TERN__MUTEX_INIT;
 static tern_loop **registry; /* fd -> owning loop; guarded by registry_lock */
 static unsigned registry_len;
 static unsigned registry_used; /* freed when it drops to 0, so exits are valgrind-clean */
@@ -41,7 +41,7 @@ static unsigned registry_used; /* freed when it drops to 0, so exits are valgrin
 static int fd_claim(int fd, tern_loop *loop)
 {
     int rc = 0;
-    pthread_mutex_lock(&registry_lock);
+    tern__mutex_lock(&registry_lock);
     if ((unsigned)fd >= registry_len) {
         unsigned n = registry_len ? registry_len : 256;
         while (n <= (unsigned)fd)
@@ -63,13 +63,13 @@ static int fd_claim(int fd, tern_loop *loop)
         registry_used++;
     }
 out:
-    pthread_mutex_unlock(&registry_lock);
+    tern__mutex_unlock(&registry_lock);
     return rc;
 }
 
 static void fd_release(int fd)
 {
-    pthread_mutex_lock(&registry_lock);
+    tern__mutex_lock(&registry_lock);
     TERN_INSIST((unsigned)fd < registry_len && registry[fd] != NULL);
     registry[fd] = NULL;
     if (--registry_used == 0) {
@@ -77,7 +77,7 @@ static void fd_release(int fd)
         registry = NULL;
         registry_len = 0;
     }
-    pthread_mutex_unlock(&registry_lock);
+    tern__mutex_unlock(&registry_lock);
 }
 
 /*
@@ -89,12 +89,12 @@ static void fd_release(int fd)
  */
 static void registry_before_fork(void)
 {
-    pthread_mutex_lock(&registry_lock);
+    tern__mutex_lock(&registry_lock);
 }
 
 static void registry_after_fork_parent(void)
 {
-    pthread_mutex_unlock(&registry_lock);
+    tern__mutex_unlock(&registry_lock);
 }
 
 static void registry_after_fork_child(void)
@@ -102,12 +102,12 @@ static void registry_after_fork_child(void)
     free(registry);
     registry = NULL;
     registry_len = registry_used = 0;
-    pthread_mutex_unlock(&registry_lock);
+    tern__mutex_unlock(&registry_lock);
 }
 
 __attribute__((constructor)) static void registry_fork_handlers(void)
 {
-    pthread_atfork(registry_before_fork, registry_after_fork_parent, registry_after_fork_child);
+    tern__atfork(registry_before_fork, registry_after_fork_parent, registry_after_fork_child);
 }
 
 /* ------------------------------------------------------------------ */
@@ -240,7 +240,8 @@ static bool valid_events(unsigned events)
     return events != 0 && (events & ~(unsigned)(TERN_READABLE | TERN_WRITABLE)) == 0;
 }
 
-int tern_io_start(tern_loop *loop, int fd, unsigned events, tern_io_cb cb, void *arg, tern_id *idp)
+int tern_io_start(tern_loop *loop, tern_os_sock_t fd, unsigned events, tern_io_cb cb, void *arg,
+                  tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);

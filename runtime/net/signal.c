@@ -44,7 +44,6 @@
  * (for SIGTERM, death) a moment later.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -55,6 +54,7 @@
 
 #include "admit.h"
 #include "net_p.h"
+#include "os_thread.h"
 
 #define SIGNALS_PER_READY 16 /* reads of the source per readiness */
 
@@ -75,7 +75,7 @@ struct tern__signal {
     void *arg;
 };
 
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__mutex_t table_lock = TERN__MUTEX_INIT;
 static struct tern__signal *watchers[_NSIG];   /* under table_lock: each signal's watchers */
 static struct tern__signal *by_backend[_NSIG]; /* under table_lock: backend-read readers */
 
@@ -86,12 +86,12 @@ static struct tern__signal *by_backend[_NSIG]; /* under table_lock: backend-read
  */
 static void table_before_fork(void)
 {
-    pthread_mutex_lock(&table_lock);
+    tern__mutex_lock(&table_lock);
 }
 
 static void table_after_fork_parent(void)
 {
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
 }
 
 static void table_after_fork_child(void)
@@ -100,12 +100,12 @@ static void table_after_fork_child(void)
         watchers[i] = NULL;
         by_backend[i] = NULL;
     }
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
 }
 
 __attribute__((constructor)) static void table_fork_handlers(void)
 {
-    pthread_atfork(table_before_fork, table_after_fork_parent, table_after_fork_child);
+    tern__atfork(table_before_fork, table_after_fork_parent, table_after_fork_child);
 }
 
 static void signal_dispatch(tern_loop *loop, struct tern__op *op);
@@ -141,7 +141,7 @@ static void wake_watcher(tern_loop *loop, void *arg)
  */
 static void fan_out(tern_loop *loop, struct tern__signal *reader)
 {
-    pthread_mutex_lock(&table_lock);
+    tern__mutex_lock(&table_lock);
     for (struct tern__signal *w = watchers[reader->signo]; w != NULL; w = w->next) {
         atomic_fetch_add(&w->pending, 1);
         if (w == reader)
@@ -151,7 +151,7 @@ static void fan_out(tern_loop *loop, struct tern__signal *reader)
         else if (tern_post(w->loop, wake_watcher, (void *)(uintptr_t)w->op.id) < 0)
             atomic_fetch_sub(&w->pending, 1); /* that loop is going away */
     }
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
 }
 
 /*
@@ -196,9 +196,9 @@ void tern__signal_fired(tern_loop *loop, int signo, unsigned count)
     (void)count; /* merged into one callback, as the kernel merges them */
     if (signo <= 0 || signo >= _NSIG)
         return;
-    pthread_mutex_lock(&table_lock);
+    tern__mutex_lock(&table_lock);
     struct tern__signal *w = by_backend[signo];
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
     /* Stopped since, or another loop's: the table says who reads it now. */
     if (w != NULL && w->loop == loop) {
         w->fired = true;
@@ -235,10 +235,10 @@ static int watch_source(tern_loop *loop, struct tern__signal *w, bool locked)
             return rc;
         loop->io_count++; /* the kernel has something to report: ask it */
         if (!locked)
-            pthread_mutex_lock(&table_lock);
+            tern__mutex_lock(&table_lock);
         by_backend[w->signo] = w;
         if (!locked)
-            pthread_mutex_unlock(&table_lock);
+            tern__mutex_unlock(&table_lock);
     } else if ((rc = tern__io_start(loop, &w->io, w->src.fd, TERN_READABLE)) < 0) {
         return rc;
     }
@@ -258,11 +258,11 @@ static void unwatch_source(tern_loop *loop, struct tern__signal *w, bool locked)
     (void)loop->backend.ops->signal(&loop->backend, w->signo, false);
     loop->io_count--;
     if (!locked)
-        pthread_mutex_lock(&table_lock);
+        tern__mutex_lock(&table_lock);
     if (by_backend[w->signo] == w)
         by_backend[w->signo] = NULL;
     if (!locked)
-        pthread_mutex_unlock(&table_lock);
+        tern__mutex_unlock(&table_lock);
 }
 
 /* Open w's source on its loop's thread (the one calling) and watch it. */
@@ -323,7 +323,7 @@ static bool signal_pending_anywhere(int signo)
  */
 static void stop_watcher(tern_loop *loop, struct tern__signal *w)
 {
-    pthread_mutex_lock(&table_lock);
+    tern__mutex_lock(&table_lock);
     struct tern__signal **p = &watchers[w->signo];
     while (*p != w)
         p = &(*p)->next;
@@ -361,7 +361,7 @@ static void stop_watcher(tern_loop *loop, struct tern__signal *w)
             (void)tern_post(heir->loop, take_over, (void *)(uintptr_t)heir->op.id);
         }
     }
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
     if (w->has_src)
         close_source(loop, w, false);
     /* A pending instance would take its default action once unblocked:
@@ -399,7 +399,7 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
     tern__io_init(&w->io, source_fired);
 
     /* Under the lock throughout, so two first watchers cannot both open. */
-    pthread_mutex_lock(&table_lock);
+    tern__mutex_lock(&table_lock);
     bool first = watchers[signo] == NULL;
     if (first) {
         rc = open_source(loop, w, true);
@@ -418,7 +418,7 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
         w->next = watchers[signo];
         watchers[signo] = w;
     }
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
     if (rc < 0) {
         if (w->masked_here) {
             sigset_t one;

@@ -401,7 +401,7 @@ static int stream_fd_kind(int fd)
     return -EPERM;
 }
 
-int tern_stream_open(tern_loop *loop, int fd, tern_id *idp)
+int tern_stream_open(tern_loop *loop, tern_os_fd_t fd, tern_id *idp)
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);

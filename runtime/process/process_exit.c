@@ -30,13 +30,13 @@
  * cannot be reused while tern still holds it.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "os_thread.h"
 #include "platform.h"
 #include "process_p.h"
 
@@ -89,7 +89,7 @@ struct tern__children {
 
 static _Atomic(const struct tern__wake *) slot_wake[SLOTS];
 static _Atomic int in_handler; /* handlers between their first and last slot read */
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__mutex_t table_lock = TERN__MUTEX_INIT;
 static bool installed; /* under table_lock */
 static struct sigaction previous;
 
@@ -131,7 +131,7 @@ static int install_locked(void)
 /* A slot for w (w NULL: only the handler, for the reaper). */
 static int table_join(const struct tern__wake *w)
 {
-    pthread_mutex_lock(&table_lock);
+    tern__mutex_lock(&table_lock);
     int slot = install_locked();
     if (slot < 0 || w == NULL)
         goto out;
@@ -144,7 +144,7 @@ static int table_join(const struct tern__wake *w)
         }
     }
 out:
-    pthread_mutex_unlock(&table_lock);
+    tern__mutex_unlock(&table_lock);
     return slot;
 }
 

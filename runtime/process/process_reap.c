@@ -12,13 +12,13 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "os_thread.h"
 #include "platform.h"
 #include "process_p.h"
 
@@ -27,7 +27,7 @@ struct orphan {
     int pidfd; /* -1: seen through SIGCHLD */
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__mutex_t lock = TERN__MUTEX_INIT;
 static struct orphan *orphans; /* under lock */
 static size_t n_orphans, cap_orphans;
 static bool running;                      /* under lock: the thread exists */
@@ -49,7 +49,7 @@ static void *reaper_main(void *arg)
     struct pollfd *pf = NULL;
     size_t pf_cap = 0;
     for (;;) {
-        pthread_mutex_lock(&lock);
+        tern__mutex_lock(&lock);
         for (size_t i = 0; i < n_orphans;) {
             if (reaped(&orphans[i])) {
                 if (orphans[i].pidfd >= 0)
@@ -64,7 +64,7 @@ static void *reaper_main(void *arg)
             orphans = NULL;
             cap_orphans = 0;
             running = false;
-            pthread_mutex_unlock(&lock);
+            tern__mutex_unlock(&lock);
             free(pf);
             return NULL;
         }
@@ -87,7 +87,7 @@ static void *reaper_main(void *arg)
                     fallback = true;
             }
         }
-        pthread_mutex_unlock(&lock);
+        tern__mutex_unlock(&lock);
         /*
          * Out of memory for the poll set: look again in a while. With the
          * fallback a SIGCHLD that came before this wait already signalled
@@ -106,7 +106,7 @@ static void *reaper_main(void *arg)
 
 void tern__reaper_adopt(pid_t pid, int pidfd)
 {
-    pthread_mutex_lock(&lock);
+    tern__mutex_lock(&lock);
     if (!atomic_load(&wake_open)) {
         /* Without a wake object the thread polls (below); no child is lost. */
         if (tern__wake_open(&wake) == 0)
@@ -117,7 +117,7 @@ void tern__reaper_adopt(pid_t pid, int pidfd)
         struct orphan *o = tern__realloc(orphans, cap * sizeof(*o));
         if (o == NULL) {
             /* Nowhere to keep it: end it and reap it here. */
-            pthread_mutex_unlock(&lock);
+            tern__mutex_unlock(&lock);
             (void)kill(pid, SIGKILL);
             int st;
             while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -131,24 +131,24 @@ void tern__reaper_adopt(pid_t pid, int pidfd)
     }
     orphans[n_orphans++] = (struct orphan){pid, pidfd};
     if (!running) {
-        pthread_t t;
+        tern__thread_t t;
         if (tern__thread_create(&t, reaper_main, NULL) == 0) {
-            pthread_detach(t);
+            tern__thread_detach(t);
             running = true;
         }
     }
     bool started = running;
-    pthread_mutex_unlock(&lock);
+    tern__mutex_unlock(&lock);
     if (!started) {
         /* No thread: end it and reap it now rather than leave a zombie. */
-        pthread_mutex_lock(&lock);
+        tern__mutex_lock(&lock);
         for (size_t i = 0; i < n_orphans; i++) {
             if (orphans[i].pid == pid) {
                 orphans[i] = orphans[--n_orphans];
                 break;
             }
         }
-        pthread_mutex_unlock(&lock);
+        tern__mutex_unlock(&lock);
         (void)kill(pid, SIGKILL);
         int st;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -169,8 +169,8 @@ void tern__reaper_sigchld(void)
 
 bool tern__reaper_running(void)
 {
-    pthread_mutex_lock(&lock);
+    tern__mutex_lock(&lock);
     bool r = running;
-    pthread_mutex_unlock(&lock);
+    tern__mutex_unlock(&lock);
     return r;
 }
