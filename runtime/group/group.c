@@ -80,7 +80,6 @@
 
 #include "loop_p.h"
 #include "os_thread.h"
-#include "platform.h"
 #include "testing.h"
 
 #define GROUP_MAGIC 0x67726f75u /* "grou" */
@@ -717,7 +716,7 @@ static void *member_main(void *arg)
     tern_group *g = m->group;
     char name[16];
     snprintf(name, sizeof(name), "%s-%u", g->name, m->index);
-    tern__thread_name(name);
+    pthread_setname_np(pthread_self(), name);
     if (m->cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
