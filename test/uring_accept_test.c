@@ -11,7 +11,7 @@
  * accept leaves every listener on readiness; the fault seam's sites are
  * walked on the way.
  */
-#include "loop_helpers.h"
+#include "uring_helpers.h"
 
 #include <errno.h>
 #include <linux/audit.h>
@@ -30,67 +30,14 @@
 
 #ifdef TERN_HAVE_IO_URING
 
-static bool kernel_allows_io_uring(void)
-{
-    struct {
-        uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd,
-            resv[3];
-        uint32_t sq_off[10], cq_off[10];
-    } params;
-    memset(&params, 0, sizeof params);
-    long fd = syscall(__NR_io_uring_setup, 1, &params);
-    if (fd < 0)
-        return false;
-    close((int)fd);
-    return true;
-}
-
-static tern_loop *uring_loop(void)
-{
-    if (!kernel_allows_io_uring())
-        cr_skip_test("this kernel refuses io_uring_setup to this process");
-    tern_loop_options o;
-    tern_loop_options_init(&o);
-    o.backend = "io_uring";
-    tern_loop *loop = loop_new_opts(&o);
-    cr_assert_str_eq(tern_loop_backend_name(loop), "io_uring");
-    return loop;
-}
-
-/* Make system calls a and b fail with err in this process from now on. */
-static void deny_syscalls(long a, long b, unsigned err)
-{
-#if defined(__x86_64__)
-    const uint32_t arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-    const uint32_t arch = AUDIT_ARCH_AARCH64;
-#else
-    const uint32_t arch = 0;
-    cr_skip_test("no seccomp architecture constant for this machine in the test");
-#endif
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)a, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)b, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
-                 strerror(errno));
-}
-
 static void deny_accept(unsigned err)
 {
 #ifdef __NR_accept
-    deny_syscalls(__NR_accept, __NR_accept4, err);
+    static const long nrs[] = {__NR_accept, __NR_accept4};
 #else
-    deny_syscalls(__NR_accept4, __NR_accept4, err);
+    static const long nrs[] = {__NR_accept4};
 #endif
+    deny_syscalls(nrs, sizeof nrs / sizeof nrs[0], -1, err);
 }
 
 /* A listener that keeps what it accepted, in order, and its notices. */

@@ -10,7 +10,7 @@
  * it cannot take is owed; a kernel whose probe says nothing of sends
  * writes by readiness. tern_stream_try_write stays a system call.
  */
-#include "loop_helpers.h"
+#include "uring_helpers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,74 +30,11 @@
 
 #ifdef TERN_HAVE_IO_URING
 
-static bool kernel_allows_io_uring(void)
-{
-    struct {
-        uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd,
-            resv[3];
-        uint32_t sq_off[10], cq_off[10];
-    } params;
-    memset(&params, 0, sizeof params);
-    long fd = syscall(__NR_io_uring_setup, 1, &params);
-    if (fd < 0)
-        return false;
-    close((int)fd);
-    return true;
-}
-
-/* A loop on io_uring, or the test is skipped. */
-static tern_loop *uring_loop(void)
-{
-    if (!kernel_allows_io_uring())
-        cr_skip_test("this kernel refuses io_uring_setup to this process");
-    tern_loop_options o;
-    tern_loop_options_init(&o);
-    o.backend = "io_uring";
-    tern_loop *loop = loop_new_opts(&o);
-    cr_assert_str_eq(tern_loop_backend_name(loop), "io_uring");
-    return loop;
-}
-
-/*
- * Make each of the system calls nrs fail with EPERM from now on, when its
- * first argument is fd (any first argument: fd < 0). Only tern's socket is
- * denied, so the test runner's own channel keeps working.
- */
-static void deny_syscalls(const long *nrs, unsigned n, int fd)
-{
-#if defined(__x86_64__)
-    const uint32_t arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-    const uint32_t arch = AUDIT_ARCH_AARCH64;
-#else
-    const uint32_t arch = 0;
-    cr_skip_test("no seccomp architecture constant for this machine in the test");
-#endif
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-    for (unsigned i = 0; i < n; i++) {
-        struct sock_filter code[] = {
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 3),
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-            fd < 0 ? (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, 0, 0, 0)
-                   : (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)fd, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
-        cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
-                     strerror(errno));
-    }
-}
-
 /* Every way tern could write socket fd by itself. */
 static void deny_sends(int fd)
 {
     static const long nrs[] = {__NR_sendmsg, __NR_sendto, __NR_writev, __NR_write};
-    deny_syscalls(nrs, sizeof nrs / sizeof nrs[0], fd);
+    deny_syscalls(nrs, sizeof nrs / sizeof nrs[0], fd, EPERM);
 }
 
 /* A connected pair of TCP sockets on the loopback: *ours for tern, *peer
@@ -764,7 +701,7 @@ Test(uring_send, without_the_probe_streams_write_by_readiness)
     if (!kernel_allows_io_uring())
         cr_skip_test("this kernel refuses io_uring_setup to this process");
     static const long nrs[] = {__NR_io_uring_register};
-    deny_syscalls(nrs, 1, -1);
+    deny_syscalls(nrs, 1, -1, EPERM);
     tern_loop *loop = uring_loop();
     fill_big();
     int ours, peer;

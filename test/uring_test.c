@@ -10,7 +10,7 @@
  * by the kernel before a stop come first after the restart; a loop freed
  * with receives in the kernel and bytes waiting frees everything.
  */
-#include "loop_helpers.h"
+#include "uring_helpers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,22 +124,6 @@ BACKEND_TEST(uring, a_watch_made_by_a_thread_that_exited_still_fires)
 
 #ifdef TERN_HAVE_IO_URING
 
-/* Whether this kernel lets this process make a ring at all. */
-static bool kernel_allows_io_uring(void)
-{
-    struct {
-        uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd,
-            resv[3];
-        uint32_t sq_off[10], cq_off[10];
-    } params;
-    memset(&params, 0, sizeof params);
-    long fd = syscall(__NR_io_uring_setup, 1, &params);
-    if (fd < 0)
-        return false;
-    close((int)fd);
-    return true;
-}
-
 static tern_loop *loop_asking_for(const char *backend)
 {
     tern_loop_options o;
@@ -175,32 +159,6 @@ Test(uring, asked_for_by_name_it_runs_on_io_uring_and_never_by_default)
     loop = loop_asking_for(NULL);
     cr_assert_str_eq(tern_loop_backend_name(loop), "epoll");
     loop_free_clean(loop);
-}
-
-/* Make system call nr fail with err in this process from now on. */
-static void deny_syscall(long nr, unsigned err)
-{
-#if defined(__x86_64__)
-    const uint32_t arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-    const uint32_t arch = AUDIT_ARCH_AARCH64;
-#else
-    const uint32_t arch = 0;
-    cr_skip_test("no seccomp architecture constant for this machine in the test");
-#endif
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s",
-                 strerror(errno));
 }
 
 /* Deny io_uring_setup with err, as a container's seccomp profile does
