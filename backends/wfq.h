@@ -31,15 +31,11 @@
 /*
  * TERN_WFQ_OWN (a test build's -D, never a product one) puts tern's own
  * queue under the runtime on Linux too, so the runtime's own suites can
- * run on it; liburcu's compiler.h still gives the rest of the runtime
- * the container_of it reaches through this header.
+ * run on it.
  */
 #if defined(_WIN32) || defined(TERN_WFQ_OWN)
 
 #include "mpsc.h"
-#if !defined(_WIN32)
-#include <urcu/compiler.h>
-#endif
 
 typedef struct tern__mpsc_head tern__wfq_head;
 typedef struct tern__mpsc_tail tern__wfq_tail;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "container.h"
 #include "loop_p.h"
 #include "os_thread.h"
 
@@ -36,7 +37,7 @@ struct tern__inbound *tern__cancel_node_get(struct tern__cancel_reserve *r)
     struct tern__inbound *in = NULL;
     tern__mutex_lock(&r->lock);
     if (r->spare != NULL) {
-        in = caa_container_of(r->spare, struct tern__inbound, node);
+        in = tern__container_of(r->spare, struct tern__inbound, node);
         r->spare = r->spare->next;
     } else if (r->carved < TERN__CANCEL_RESERVE)
         in = &r->nodes[r->carved++];

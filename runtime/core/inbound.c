@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "container.h"
 #include "loop_p.h"
 #include "os_thread.h"
 #include "probe.h"
@@ -332,7 +333,7 @@ void tern__inbound_drain(tern_loop *loop)
     if (took) {
         tern__wfq_for_each(&head, &tail, node)
         {
-            struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
+            struct tern__inbound *in = tern__container_of(node, struct tern__inbound, node);
             TSAN_ACQUIRE(in);
             if (tern__inbound_is_cancel(in))
                 continue;
@@ -365,7 +366,7 @@ void tern__inbound_drain(tern_loop *loop)
     if (took) {
         tern__wfq_for_each_safe(&head, &tail, node, next)
         {
-            struct tern__inbound *in = caa_container_of(node, struct tern__inbound, node);
+            struct tern__inbound *in = tern__container_of(node, struct tern__inbound, node);
             if (tern__inbound_is_cancel(in)) {
                 /* Reuse the node's link to keep the cancels in order. */
                 in->node.next = NULL;
@@ -402,7 +403,7 @@ void tern__inbound_drain(tern_loop *loop)
     atomic_fetch_add_explicit(&loop->st_posts, ran, memory_order_relaxed);
     loop->posts_ran = ran;
     while (cancels != NULL) {
-        struct tern__inbound *in = caa_container_of(cancels, struct tern__inbound, node);
+        struct tern__inbound *in = tern__container_of(cancels, struct tern__inbound, node);
         cancels = cancels->next;
         cancel_local(loop, in->u.cancel_id);
         tern__cancel_node_put(&loop->cancels, in);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "admit.h"
+#include "container.h"
 #include "heap.h"
 #include "job_p.h"
 #include "probe.h"
@@ -18,7 +19,7 @@
 
 static inline tern_job *job_of(struct tern__op *op)
 {
-    return caa_container_of(op, tern_job, op);
+    return tern__container_of(op, tern_job, op);
 }
 
 /* The test seam inside a hand-back (testing.h); NULL outside tern's tests. */
@@ -368,7 +369,7 @@ void tern__jobs_collect(tern_loop *loop)
     release_credits(loop, loop->jobs_taken, longs);
     if (behind) {
         *link = NULL;
-        loop->results_tail = caa_container_of(link, struct tern__op, ready_next);
+        loop->results_tail = tern__container_of(link, struct tern__op, ready_next);
         tern__op_ready(loop, &loop->results); /* nothing when it waits already */
     }
 }

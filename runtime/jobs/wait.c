@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "admit.h"
+#include "container.h"
 #include "heap.h"
 #include "job_p.h"
 
@@ -38,7 +39,7 @@ static void settle(tern_loop *loop, struct fd_wait *w, int status)
 
 static void wait_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    struct fd_wait *w = caa_container_of(io, struct fd_wait, io);
+    struct fd_wait *w = tern__container_of(io, struct fd_wait, io);
     if (w->status != WAIT_PENDING)
         return;
     w->events = events;

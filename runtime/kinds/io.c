@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "admit.h"
+#include "container.h"
 #include "loop_p.h"
 #include "os_thread.h"
 
@@ -201,7 +202,7 @@ static void stop_watcher(tern_loop *loop, struct watcher *w)
 
 static void watcher_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    struct watcher *w = caa_container_of(io, struct watcher, io);
+    struct watcher *w = tern__container_of(io, struct watcher, io);
     w->revents |= events;
     tern__op_ready(loop, &w->op);
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "admit.h"
+#include "container.h"
 #include "heap.h"
 #include "loop_p.h"
 #include "platform.h"
@@ -103,7 +104,7 @@ static bool emit(void *ctx, const struct tern__watch_news *news)
 /* The backend saw something on the mechanism's descriptor (step 4). */
 static void watch_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    struct watch *w = caa_container_of(io, struct watch, io);
+    struct watch *w = tern__container_of(io, struct watch, io);
     if (w->ops->note(&w->src, events) != 0)
         tern__op_ready(loop, &w->op);
 }

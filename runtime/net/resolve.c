@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "admit.h"
+#include "container.h"
 #include "job_p.h"
 #include "testing.h"
 
@@ -132,7 +133,7 @@ static void lookup_unref(struct lookup *l)
 
 static void answer_dispatch(tern_loop *loop, struct tern__op *op)
 {
-    struct lookup *l = caa_container_of(op, struct lookup, answer);
+    struct lookup *l = tern__container_of(op, struct lookup, answer);
     tern_resolve_cb cb = l->cb;
     void *cb_arg = l->arg;
     tern_nameinfo_cb name_cb = l->name_cb;
@@ -153,7 +154,7 @@ static int answer_cancel(tern_loop *loop, struct tern__op *op)
 static void answer_free(tern_loop *loop, struct tern__op *op)
 {
     (void)loop;
-    lookup_unref(caa_container_of(op, struct lookup, answer));
+    lookup_unref(tern__container_of(op, struct lookup, answer));
 }
 
 static const struct tern__op_class answer_class = {

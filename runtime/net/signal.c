@@ -53,6 +53,7 @@
 #include <urcu-qsbr.h>
 
 #include "admit.h"
+#include "container.h"
 #include "net_p.h"
 #include "os_thread.h"
 
@@ -187,7 +188,7 @@ static void signal_dispatch(tern_loop *loop, struct tern__op *op)
 static void source_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
     (void)events;
-    struct tern__signal *w = caa_container_of(io, struct tern__signal, io);
+    struct tern__signal *w = tern__container_of(io, struct tern__signal, io);
     tern__op_ready(loop, &w->op);
 }
 

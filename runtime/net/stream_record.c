@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "admit.h"
+#include "container.h"
 #include "heap.h"
 #include "job_p.h"
 #include "net_p.h"
@@ -81,7 +82,7 @@ void tern__stream_owe(struct tern__stream *s)
 /* Step 4: note what the backend reported; the stream's dispatch acts on it. */
 static void stream_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    struct tern__stream *s = caa_container_of(io, struct tern__stream, io);
+    struct tern__stream *s = tern__container_of(io, struct tern__stream, io);
     s->io_revents |= events;
     tern__op_ready(loop, &s->op);
 }

@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "container.h"
 #include "heap.h"
 #include "job_p.h"
 #include "net_p.h"
@@ -54,7 +55,7 @@ static void connect_done(struct tern__stream *s, int status);
  */
 static void deadline_expired(tern_loop *loop, struct tern__op *op)
 {
-    struct tern__stream *s = caa_container_of(op, struct tern__stream, deadline);
+    struct tern__stream *s = tern__container_of(op, struct tern__stream, deadline);
     tern__deadline_unclaim(loop);
     if (s->kind == TERN__LISTENER && !(s->state & TERN__S_CONNECTING)) {
         s->state &= ~TERN__S_BACKOFF;

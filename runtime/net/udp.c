@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "admit.h"
+#include "container.h"
 #include "udp_p.h"
 
 static void udp_dispatch(tern_loop *loop, struct tern__op *op);
@@ -52,7 +53,7 @@ const struct tern__op_class tern__udp_class = {
 /* Step 4: note what the backend reported; the dispatch acts on it. */
 static void udp_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
-    struct tern__udp *u = caa_container_of(io, struct tern__udp, io);
+    struct tern__udp *u = tern__container_of(io, struct tern__udp, io);
     u->io_revents |= events;
     tern__op_ready(loop, &u->op);
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "admit.h"
+#include "container.h"
 #include "net/net_p.h"
 #include "process_p.h"
 
@@ -40,7 +41,7 @@ struct process {
 
 static void process_exited(tern_loop *loop, struct tern__child *c, int wstatus)
 {
-    struct process *p = caa_container_of(c, struct process, child);
+    struct process *p = tern__container_of(c, struct process, child);
     p->wstatus = wstatus;
     p->state = EXITED;
     tern__child_release(loop, c);

@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "container.h"
 #include "os_thread.h"
 #include "platform.h"
 #include "process_p.h"
@@ -163,7 +164,7 @@ static void children_put(tern_loop *loop);
 static void reap_fallback(tern_loop *loop, struct tern__io *io, unsigned events)
 {
     (void)events;
-    struct tern__children *ch = caa_container_of(io, struct tern__children, io);
+    struct tern__children *ch = tern__container_of(io, struct tern__children, io);
     while (tern__wake_take(&ch->wake))
         ;
     ch->users++; /* `exited` may release the last user */
@@ -257,7 +258,7 @@ static void children_put(tern_loop *loop)
 static void pidfd_fired(tern_loop *loop, struct tern__io *io, unsigned events)
 {
     (void)events;
-    struct tern__child *c = caa_container_of(io, struct tern__child, io);
+    struct tern__child *c = tern__container_of(io, struct tern__child, io);
     int st;
     pid_t r = waitpid(c->pid, &st, WNOHANG);
     if (r != c->pid)
