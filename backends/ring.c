@@ -5,10 +5,9 @@
 #include <errno.h>
 #include <sched.h>
 
-#include <urcu/arch.h>
-
 #include "fault.h"
 #include "ring.h"
+#include "spin.h"
 
 int tern__ring_init(struct tern__ring *ring, uint64_t capacity)
 {
@@ -41,6 +40,6 @@ void tern__ring_wait_free(_Atomic uint64_t *cell, uint64_t free_cell)
         if (spins > TERN__RING_SPINS_BEFORE_YIELD)
             sched_yield();
         else
-            caa_cpu_relax();
+            tern__spin_pause();
     }
 }

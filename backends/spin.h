@@ -42,6 +42,23 @@
  */
 #define TERN__SPIN_CLOCK_EVERY 16u
 
+/*
+ * One round of a spin: the CPU's pause hint, which frees the core's
+ * shared resources for a sibling hyperthread and eases the exit from the
+ * loop, and a compiler barrier, so a loop around it reads memory afresh.
+ * x86 (mingw included) has `pause`, aarch64 `yield`; elsewhere the barrier
+ * alone, and MSVC its YieldProcessor.
+ */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define tern__spin_pause() __asm__ __volatile__("pause" ::: "memory")
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define tern__spin_pause() __asm__ __volatile__("yield" ::: "memory")
+#elif defined(__GNUC__)
+#define tern__spin_pause() __asm__ __volatile__("" ::: "memory")
+#else
+#define tern__spin_pause() YieldProcessor()
+#endif
+
 struct tern__spin {
     uint32_t credit; /* 0: park at once, but for a probe */
     uint32_t skips;  /* parks without a spin since the credit ran out */

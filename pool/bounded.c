@@ -36,11 +36,10 @@
 #include <errno.h>
 #include <sched.h>
 
-#include <urcu/arch.h>
-
 #include "bounded.h"
 #include "clock.h"
 #include "pool_p.h"
+#include "spin.h"
 #include "stops.h"
 
 /*
@@ -108,7 +107,7 @@ static uint64_t settled_now(struct tern__owed *owed)
         if (i % 64 == 0)
             sched_yield();
         else
-            caa_cpu_relax();
+            tern__spin_pause();
     }
     return settled;
 }

@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <urcu/arch.h>
 #include <urcu-qsbr.h>
 
 #include "bounded.h"
@@ -421,7 +420,7 @@ static bool spin(struct worker *w, bool *busy)
         if (i % YIELD_EVERY == 0)
             sched_yield();
         else
-            caa_cpu_relax();
+            tern__spin_pause();
         if (i % TERN__SPIN_CLOCK_EVERY == 0 && tern__clock_now() >= deadline)
             break;
     }

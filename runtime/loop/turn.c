@@ -19,12 +19,12 @@
 #include <unistd.h>
 
 #include <urcu-qsbr.h>
-#include <urcu/arch.h>
 
 #include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
 #include "probe.h"
+#include "spin.h"
 
 static void unqueue_head(tern_loop *loop)
 {
@@ -128,7 +128,7 @@ static bool spin_for_work(tern_loop *loop)
         found = tern__jobs_pending(loop) || tern__inbound_pending(loop);
         if (found)
             break;
-        caa_cpu_relax();
+        tern__spin_pause();
         if (i % TERN__SPIN_CLOCK_EVERY == 0 &&
             (tern__clock_now() >= deadline || !tern__pool_active())) {
             /* The last worker may have handed back just before it went quiet. */
