@@ -8,7 +8,7 @@
  * Idle workers retire after long_idle_timeout: the pool has no loop of
  * its own, so the deadline is the parked worker's timed wait.
  *
- * The worker lists are cds_lists (urcu/list.h), so a retiring worker
+ * The worker lists are intrusive (backends/list.h), so a retiring worker
  * unlinks itself in O(1) rather than walking the lists under long_lock.
  *
  * Lock order: long_lock is a leaf among tern's locks. A new worker is
@@ -20,9 +20,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include <urcu/list.h>
-
 #include "fault.h"
+#include "list.h"
 #include "long.h"
 #include "platform.h"
 #include "pool_p.h"
@@ -59,7 +58,7 @@ static void *long_main(void *argp)
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
             /* A worker told to exit (shutdown took the lists) must not re-park. */
             if (!w->exit)
-                cds_list_add(&w->parked_node, &p->long_parked); /* most recent first */
+                tern__list_add(&w->parked_node, &p->long_parked); /* most recent first */
             continue;
         }
         if (w->exit)
@@ -68,8 +67,8 @@ static void *long_main(void *argp)
         bool timed_out = tern__cond_timedwait(&w->cond, &p->long_lock, &until);
         if (timed_out && w->job == NULL && !w->exit) {
             /* Retire: nobody will join us, so detach and free ourselves. */
-            cds_list_del(&w->parked_node); /* idle, so parked */
-            cds_list_del(&w->all_node);
+            tern__list_del(&w->parked_node); /* idle, so parked */
+            tern__list_del(&w->all_node);
             TERN_DECREMENT(p->long_count);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_threads, memory_order_relaxed);
             tern__mutex_unlock(&p->long_lock);
@@ -86,8 +85,8 @@ static void *long_main(void *argp)
 int tern__long_init(struct tern__pool *p)
 {
     tern__mutex_init(&p->long_lock);
-    CDS_INIT_LIST_HEAD(&p->long_parked);
-    CDS_INIT_LIST_HEAD(&p->long_all);
+    tern__list_init(&p->long_parked);
+    tern__list_init(&p->long_all);
     p->long_count = 0;
     return 0;
 }
@@ -102,10 +101,10 @@ static void hand_over(struct tern__long_worker *w, struct tern__work *job)
 int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal *cause)
 {
     tern__mutex_lock(&p->long_lock);
-    if (!cds_list_empty(&p->long_parked)) {
+    if (!tern__list_empty(&p->long_parked)) {
         struct tern__long_worker *w =
-            cds_list_first_entry(&p->long_parked, struct tern__long_worker, parked_node);
-        cds_list_del(&w->parked_node);
+            tern__list_first(&p->long_parked, struct tern__long_worker, parked_node);
+        tern__list_del(&w->parked_node);
         hand_over(w, job);
         tern__cond_signal(&w->cond);
         tern__mutex_unlock(&p->long_lock);
@@ -126,11 +125,11 @@ int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal
         *a = (struct long_arg){p, w};
         /* Link before the thread exists so shutdown can always find it. */
         tern__mutex_lock(&p->long_lock);
-        cds_list_add(&w->all_node, &p->long_all);
+        tern__list_add(&w->all_node, &p->long_all);
         hand_over(w, job);
         rc = tern__thread_create(&w->thread, long_main, a);
         if (rc < 0) {
-            cds_list_del(&w->all_node);
+            tern__list_del(&w->all_node);
             TERN_ATOMIC_DECREMENT(tern__pool_stats.long_busy, memory_order_relaxed);
         } else {
             /*
@@ -157,19 +156,19 @@ int tern__long_submit(struct tern__pool *p, struct tern__work *job, tern_refusal
 void tern__long_stop(struct tern__pool *p)
 {
     /* Take every worker; their parked links die with the list (none re-parks). */
-    CDS_LIST_HEAD(all);
+    struct tern__list all;
+    tern__list_init(&all);
     tern__mutex_lock(&p->long_lock);
-    cds_list_splice(&p->long_all, &all);
-    CDS_INIT_LIST_HEAD(&p->long_all);
-    CDS_INIT_LIST_HEAD(&p->long_parked);
+    tern__list_splice(&p->long_all, &all);
+    tern__list_init(&p->long_parked);
     struct tern__long_worker *w, *next;
-    cds_list_for_each_entry(w, &all, all_node)
+    tern__list_for_each(w, &all, struct tern__long_worker, all_node)
     {
         w->exit = true;
         tern__cond_signal(&w->cond);
     }
     tern__mutex_unlock(&p->long_lock);
-    cds_list_for_each_entry_safe(w, next, &all, all_node)
+    tern__list_for_each_safe(w, next, &all, struct tern__long_worker, all_node)
     {
         tern__thread_join(w->thread, NULL);
         tern__cond_destroy(&w->cond);

@@ -43,9 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <urcu/list.h>
-
 #include "check.h"
+#include "list.h"
 #include "os_thread.h"
 #include "ring.h"
 #include "sizes.h"
@@ -56,10 +55,10 @@ struct tern__work;
 struct tern__long_worker {
     tern__thread_t thread;
     tern__cond_t cond;
-    struct tern__work *job;           /* handed over under long_lock */
-    bool exit;                        /* told to exit (shutdown), under long_lock */
-    struct cds_list_head parked_node; /* on long_parked while idle */
-    struct cds_list_head all_node;    /* on long_all while it lives */
+    struct tern__work *job;        /* handed over under long_lock */
+    bool exit;                     /* told to exit (shutdown), under long_lock */
+    struct tern__list parked_node; /* on long_parked while idle */
+    struct tern__list all_node;    /* on long_all while it lives */
 };
 
 struct tern__pool {
@@ -96,8 +95,8 @@ struct tern__pool {
      * write park_lock's line as they park.
      */
     alignas(TERN_CACHELINE) tern__mutex_t long_lock;
-    struct cds_list_head long_parked, long_all; /* cds_lists of tern__long_worker */
-    unsigned long_count;                        /* threads alive, under long_lock */
+    struct tern__list long_parked, long_all; /* lists (list.h) of tern__long_worker */
+    unsigned long_count;                     /* threads alive, under long_lock */
 
     /*
      * Overflow workers (bounded.c), started by the watchdog (watchdog.c)
