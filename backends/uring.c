@@ -257,6 +257,15 @@ static int queue_add(struct uring *u, int fd)
     return 0;
 }
 
+/* A cancel of the request whose user_data is target; its own completion
+ * comes only on failure (the target is gone already), and is dropped. */
+static void prep_cancel(struct io_uring_sqe *sqe, uint64_t target)
+{
+    io_uring_prep_cancel64(sqe, target, 0);
+    io_uring_sqe_set_data64(sqe, CONTROL);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+}
+
 /* A poll update: the new mask, and a fresh look at the descriptor. */
 static int queue_update(struct uring *u, int fd)
 {
@@ -307,9 +316,7 @@ static void queue_remove(struct uring *u, int fd)
      * while a wake-up of it is being handled fails with -EALREADY and
      * leaves a multishot poll armed, holding the file open; a cancel marks
      * it and it ends (-ECANCELED, a stale completion by then). */
-    io_uring_prep_cancel64(sqe, poll_data(fd, s->gen), 0);
-    io_uring_sqe_set_data64(sqe, CONTROL);
-    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    prep_cancel(sqe, poll_data(fd, s->gen));
     s->gen = (s->gen + 1) & GEN_MASK; /* whatever the old poll still posts is stale */
     s->armed = false;
 }
@@ -584,9 +591,7 @@ static void queue_cancel(struct uring *u, uint32_t idx)
         return;
     }
     e->cancel_owed = false;
-    io_uring_prep_cancel64(sqe, recv_data(idx, e->gen), 0);
-    io_uring_sqe_set_data64(sqe, CONTROL);
-    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    prep_cancel(sqe, recv_data(idx, e->gen));
 }
 
 /* Cancel fd's receive or accept, at once. */
@@ -776,9 +781,7 @@ static int queue_owed(struct uring *u)
         if (sqe == NULL)
             return rc;
         /* A descriptor may owe both: the poll's removal, then the send's cancel. */
-        io_uring_prep_cancel64(sqe, s->owed ? poll_data(fd, s->owed_gen) : SEND | s->owed_send, 0);
-        io_uring_sqe_set_data64(sqe, CONTROL);
-        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+        prep_cancel(sqe, s->owed ? poll_data(fd, s->owed_gen) : SEND | s->owed_send);
         if (s->owed)
             s->owed = false;
         else
@@ -872,9 +875,7 @@ static void uring_send_cancel(struct tern__backend *b, int fd, uint64_t token)
         *u->owes = true;
         return;
     }
-    io_uring_prep_cancel64(sqe, SEND | token, 0);
-    io_uring_sqe_set_data64(sqe, CONTROL);
-    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    prep_cancel(sqe, SEND | token);
     submit_now(u);
 }
 
