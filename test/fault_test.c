@@ -1937,7 +1937,9 @@ static bool step_watch_wait(uint64_t n, void *ctx)
     if (!c_ok)
         cr_assert_eq(tern_wait_call(loop, ww_call, ww_call_done, &r, NULL, NULL), 0);
     cr_assert_eq(write(p[1], "x", 1), 1);
-    cr_assert(run_until(loop, ww_waits_done, &r), "a wait was never delivered");
+    cr_assert(run_until(loop, ww_waits_done, &r),
+              "a wait was never delivered (%s, step %llu: fd wait %u, call %u)", (const char *)ctx,
+              (unsigned long long)n, atomic_load(&r.fd_done), atomic_load(&r.call_done));
     cr_assert_eq(r.fd_status, 0);
     cr_assert_eq(r.call_status, 0);
     sleep_us(25000); /* stat polling: past the file system's time-stamp tick */
