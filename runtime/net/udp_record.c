@@ -38,6 +38,30 @@ int tern__udp_watch(struct tern__udp *u, unsigned events)
     return tern__io_modify(u->loop, &u->io, events);
 }
 
+void tern__udp_recv_sync(struct tern__udp *u)
+{
+    tern_loop *loop = u->loop;
+    struct tern__backend *b = &loop->backend;
+    bool want = (b->completes & TERN__DO_UDP_RECV) && u->fd >= 0 && u->recv_len <= b->dgram_room &&
+                u->ring_error == 0 &&
+                (u->state & (TERN__U_RECEIVING | TERN__U_CLOSING)) == TERN__U_RECEIVING;
+    if (want == u->recv_on)
+        return;
+    if (!want) {
+        (void)b->ops->dgram_recv(b, u->fd, u->op.id, false); /* a stop is never refused */
+        u->recv_on = false;
+        TERN_DECREMENT(loop->io_count);
+        return;
+    }
+    if (loop->landed == NULL &&
+        (loop->landed = tern__calloc(b->nbufs, sizeof(*loop->landed))) == NULL)
+        return;
+    if (b->ops->dgram_recv(b, u->fd, u->op.id, true) < 0)
+        return;
+    u->recv_on = true;
+    loop->io_count++; /* the kernel has something to report: ask it */
+}
+
 socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa)
 {
     if (sa->sa_family != u->family)
