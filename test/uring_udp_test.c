@@ -451,11 +451,12 @@ Test(uring_udp, a_close_or_free_right_after_sending_completes_every_send_once)
 }
 
 /*
- * A queue that takes no entry: a receive's start leaves the socket
- * reading by readiness, a send goes by the socket's own call, a stop's
- * cancel is owed; every datagram still arrives and every send goes.
+ * A queue that takes no entry: a receive's start is refused (-EBUSY, as a
+ * stream's read_start is) and changes nothing, a send goes by the
+ * socket's own call, a stop's cancel is owed; every datagram still
+ * arrives and every send goes.
  */
-Test(uring_udp, a_queue_that_takes_no_entry_makes_the_socket_use_readiness)
+Test(uring_udp, a_queue_that_takes_no_entry_refuses_starts_and_sends_by_itself)
 {
     tern_loop *loop = udp_loop();
     struct sockaddr_in ta, a1;
@@ -463,6 +464,7 @@ Test(uring_udp, a_queue_that_takes_no_entry_makes_the_socket_use_readiness)
     int s1 = raw_socket(&a1);
     static struct got g;
     tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_udp_recv_start(loop, id, 256, rx_cb, &g), -EBUSY);
     cr_assert_eq(tern_udp_recv_start(loop, id, 256, rx_cb, &g), 0);
     send_numbered(s1, &ta, 0, 8);
     cr_assert(run_until_count(loop, &g.n, 1, 10 * (int64_t)MS, 200));
@@ -472,7 +474,7 @@ Test(uring_udp, a_queue_that_takes_no_entry_makes_the_socket_use_readiness)
     cr_assert_geq(send_one(loop, id, &s, 0, &numbers[0], sizeof numbers[0], &a1), 0);
     cr_assert(run_until_count(loop, &s.called, 1, 10 * (int64_t)MS, 200));
     cr_assert_eq(s.status[0], 0);
-    /* Back on the ring once asked again (a send's flush re-syncs). */
+    /* The next send goes through the ring. */
     cr_assert_geq(send_one(loop, id, &s, 1, &numbers[1], sizeof numbers[1], &a1), 0);
     cr_assert(run_until_count(loop, &s.called, 2, 10 * (int64_t)MS, 200));
     send_numbered(s1, &ta, 1, 8);

@@ -312,7 +312,7 @@ static int udp_close(struct tern__udp *u)
     tern__udp_watch(u, 0);
     /* The kernel's receive and sends are cancelled before the descriptor
      * closes; the sends' completions then complete their datagrams. */
-    tern__udp_recv_sync(u);
+    (void)tern__udp_recv_sync(u); /* a stop */
     drop_landed(u);
     if (u->ring_sends > 0)
         u->loop->backend.ops->send_cancel(&u->loop->backend, u->fd, u->op.id);
@@ -510,11 +510,10 @@ int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_re
     size_t old_len = u->recv_len;
     u->state |= TERN__U_RECEIVING;
     u->recv_len = max_len; /* decides whether the backend's buffers can hold them */
-    tern__udp_recv_sync(u);
-    if ((rc = tern__udp_watch(u, tern__udp_wanted(u))) < 0) {
+    if ((rc = tern__udp_recv_sync(u)) < 0 || (rc = tern__udp_watch(u, tern__udp_wanted(u))) < 0) {
         u->state = old;
         u->recv_len = old_len;
-        tern__udp_recv_sync(u);
+        (void)tern__udp_recv_sync(u); /* back as it was: a stop, or a start that was on */
         return rc;
     }
     u->recv_error = 0; /* a start supersedes an end not yet told */

@@ -119,9 +119,9 @@ static inline unsigned tern__udp_wanted(const struct tern__udp *u)
  * never fails). 0, or -ENOMEM and the backend's errors. */
 int tern__udp_watch(struct tern__udp *u, unsigned events);
 /* Start or stop the backend's receive (TERN__DO_UDP_RECV) as the state
- * asks: wanted while receiving into sizes its buffers hold. One that
- * cannot start leaves the socket receiving by readiness. */
-void tern__udp_recv_sync(struct tern__udp *u);
+ * asks: wanted while receiving into sizes its buffers hold. 0, or why it
+ * could not start (-ENOMEM, the backend's -EBUSY); a stop never fails. */
+int tern__udp_recv_sync(struct tern__udp *u);
 /* The length of a socket address of the socket's family, or 0. */
 socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa);
 

@@ -56,29 +56,31 @@ static void fill_msg(struct msghdr *m, struct tern__usend *r)
 
 /*
  * Hand up to a batch from the head of the queue to a backend that sends
- * (TERN__DO_UDP_SEND); false when it cannot take them (not offered, no
- * room for the messages, its queue full): the flush sends by itself.
- * Until their completions those datagrams are the kernel's to read.
+ * (TERN__DO_UDP_SEND): 1 when it took them, 0 when it cannot (not
+ * offered, no room for the messages, its queue full: the flush sends by
+ * itself), or the failure the fault seam injects into the send, as the
+ * head datagram's. Until their completions those datagrams are the
+ * kernel's to read.
  */
-static bool ring_flush(struct tern__udp *u)
+static int ring_flush(struct tern__udp *u)
 {
     tern_loop *loop = u->loop;
     struct tern__backend *b = &loop->backend;
-    if (!(b->completes & TERN__DO_UDP_SEND))
-        return false;
-    if (u->ring_msgs == NULL &&
-        (u->ring_msgs = tern__malloc(TERN_UDP_BATCH * sizeof(*u->ring_msgs))) == NULL)
-        return false;
+    if (!(b->completes & TERN__DO_UDP_SEND) || u->ring_msgs == NULL)
+        return 0;
+    int rc = tern__net_fault();
+    if (rc < 0)
+        return rc;
     unsigned n = 0;
     for (struct tern__usend *r = u->sq; r != NULL && n < TERN_UDP_BATCH; r = r->next)
         fill_msg(&u->ring_msgs[n++], r);
     int k = b->ops->send_dgrams(b, u->fd, u->op.id, u->ring_msgs, n);
     if (k < 0)
-        return false;
+        return 0;
     u->ring_sends = (unsigned)k;
     loop->io_count += (unsigned)k; /* the kernel has something to report: ask it */
     loop->sends += (unsigned)k;
-    return true;
+    return 1;
 }
 
 /* Send up to a batch from the head of the queue: how many the kernel took,
@@ -98,8 +100,12 @@ void tern__udp_flush(struct tern__udp *u)
 {
     if (u->ring_sends > 0)
         return; /* their completions flush again */
-    while (u->sq != NULL && !ring_flush(u)) {
-        int n = send_some(u);
+    while (u->sq != NULL) {
+        int n = ring_flush(u);
+        if (n > 0)
+            break; /* the kernel's until their completions */
+        if (n == 0)
+            n = send_some(u);
         if (n == -EINTR)
             continue;
         if (n == -EAGAIN || n == -EWOULDBLOCK)
@@ -124,11 +130,12 @@ void tern__udp_flush(struct tern__udp *u)
  */
 void tern__udp_rewatch(struct tern__udp *u)
 {
-    tern__udp_recv_sync(u);
+    int rc = tern__udp_recv_sync(u);
     unsigned want = tern__udp_wanted(u);
-    if (want == 0 && !(u->state & TERN__U_CLOSING))
+    if (rc == 0 && want == 0 && !(u->state & TERN__U_CLOSING))
         return;
-    int rc = tern__udp_watch(u, want);
+    if (rc == 0)
+        rc = tern__udp_watch(u, want);
     if (rc == 0)
         return;
     tern__udp_fail_all(u, rc);
@@ -249,6 +256,11 @@ int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nb
     } else if ((tolen = tern__udp_addr_len(u, to)) == 0) {
         return -EINVAL;
     }
+    /* A backend that sends: room for what its sends read, kept from the
+     * socket's first send to its end. */
+    if ((loop->backend.completes & TERN__DO_UDP_SEND) && u->ring_msgs == NULL &&
+        (u->ring_msgs = tern__malloc(TERN_UDP_BATCH * sizeof(*u->ring_msgs))) == NULL)
+        return -ENOMEM;
     struct tern__usend *r = tern__malloc(sizeof(*r) + nbufs * sizeof(struct iovec));
     if (r == NULL)
         return -ENOMEM;
