@@ -87,6 +87,17 @@
  * completion needs no lookup and a cancel names the token. The probe at
  * init decides the capability. A cancel the queue cannot take is owed
  * per descriptor, beside a poll's removal.
+ *
+ * And UDP (TERN__DO_UDP_RECV, TERN__DO_UDP_SEND): a socket's multishot
+ * recvmsg, an entry of the receives' table whose msghdr reserves room for
+ * a source address in each buffer (the kernel writes a header, the name,
+ * then as much of the datagram as fits, and says MSG_TRUNC when it did
+ * not all fit); and its sends, a batch of SENDMSGs linked so the kernel
+ * makes them in order, all under one token. A link chain split across two
+ * submits would run as two chains side by side, so a batch goes into the
+ * queue whole, after a submit if need be. A send's cancel names every
+ * request of its token (IORING_ASYNC_CANCEL_ALL), as a batch is several.
+ * Both need 6.0; the probe's IORING_OP_SEND_ZC, also 6.0's, stands for it.
  */
 #include <errno.h>
 #include <liburing.h>

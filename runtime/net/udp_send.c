@@ -12,6 +12,12 @@
  *
  * Completions are never called from inside tern_udp_send: finished sends
  * move to the `done` list and the socket's dispatch runs them in step 2.
+ *
+ * On a backend that sends (TERN__DO_UDP_SEND: io_uring) the flush hands
+ * the same batch to the backend instead, as linked sends made in order,
+ * and the next batch waits for the last completion of this one
+ * (tern__udp_sent). A send the backend cannot take is made here, as on
+ * any other backend.
  */
 #include <errno.h>
 #include <stdint.h>
