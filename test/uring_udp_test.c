@@ -451,6 +451,79 @@ Test(uring_udp, a_close_or_free_right_after_sending_completes_every_send_once)
 }
 
 /*
+ * Ten sockets' batches in one turn, more entries than the queue holds: a
+ * batch goes to the kernel whole (the queue submitted first), so every
+ * socket's datagrams still arrive in order. Then each closes while the
+ * queue takes no entry: the receive's and the sends' cancels are owed,
+ * and every send still completes once before its close callback.
+ */
+Test(uring_udp, many_batches_in_one_turn_and_owed_cancels)
+{
+    int before = count_open_fds();
+    tern_loop *loop = udp_loop();
+    struct sockaddr_in a1, ta;
+    int s1 = raw_socket(&a1);
+    int big = 4 << 20;
+    cr_assert_eq(setsockopt(s1, SOL_SOCKET, SO_RCVBUF, &big, sizeof big), 0);
+    enum { SOCKS = 10, EACH = 40 };
+    static struct sends s[SOCKS];
+    static uint32_t numbers[SOCKS][EACH];
+    tern_id ids[SOCKS];
+    for (unsigned k = 0; k < SOCKS; k++) {
+        ids[k] = tern_socket(loop, &ta);
+        cr_assert_eq(tern_udp_on_close(loop, ids[k], closed_cb, &s[k]), 0);
+    }
+    /* Queued from inside no dispatch but behind a first send each: the
+     * first goes at once, the rest wait for its completion. */
+    for (unsigned i = 0; i < EACH; i++)
+        for (unsigned k = 0; k < SOCKS; k++) {
+            numbers[k][i] = k << 16 | i;
+            cr_assert_geq(
+                send_one(loop, ids[k], &s[k], i, &numbers[k][i], sizeof numbers[k][i], &a1), 0);
+        }
+    uint64_t give_up = mono_ns() + LIVENESS_NS;
+    for (unsigned k = 0; k < SOCKS; k++)
+        while (atomic_load(&s[k].called) < EACH) {
+            cr_assert_lt(mono_ns(), give_up);
+            tern_loop_run_once(loop, 5 * (int64_t)MS);
+        }
+    static uint32_t seen[SOCKS * EACH];
+    unsigned got = drain_numbers(s1, seen, SOCKS * EACH);
+    cr_assert_eq(got, SOCKS * EACH);
+    unsigned next[SOCKS] = {0};
+    for (unsigned i = 0; i < got; i++) {
+        unsigned k = seen[i] >> 16;
+        cr_assert_eq(seen[i] & 0xffff, next[k]++, "socket %u out of order", k);
+    }
+    /* Sends in the kernel, a receive in the kernel, and no entry for the cancels. */
+    static struct got g;
+    for (unsigned k = 0; k < SOCKS; k++) {
+        cr_assert_eq(tern_udp_recv_start(loop, ids[k], 256, rx_cb, &g), 0);
+        for (unsigned i = 0; i < 8; i++)
+            cr_assert_geq(
+                send_one(loop, ids[k], &s[k], i, &numbers[k][i], sizeof numbers[k][i], &a1), 0);
+        s[k].times[0] = s[k].times[1] = s[k].times[2] = s[k].times[3] = 0;
+        s[k].times[4] = s[k].times[5] = s[k].times[6] = s[k].times[7] = 0;
+        atomic_store(&s[k].called, 0);
+    }
+    tern_loop_run_once(loop, 0);
+    for (unsigned k = 0; k < SOCKS; k++) {
+        tern__uring_refuse_entries(2);
+        cr_assert_eq(tern_udp_close(loop, ids[k]), 0);
+    }
+    tern__uring_refuse_entries(0);
+    cr_assert(run_until_nothing_live(loop));
+    for (unsigned k = 0; k < SOCKS; k++) {
+        cr_assert(s[k].closed);
+        for (unsigned i = 0; i < 8; i++)
+            cr_assert_eq(s[k].times[i], 1, "socket %u send %u", k, i);
+    }
+    loop_free_clean(loop);
+    close(s1);
+    cr_assert_eq(count_open_fds_settled(), before);
+}
+
+/*
  * A queue that takes no entry: a receive's start is refused (-EBUSY, as a
  * stream's read_start is) and changes nothing, a send goes by the
  * socket's own call, a stop's cancel is owed; every datagram still

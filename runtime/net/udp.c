@@ -263,7 +263,9 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
         } else {
             if (u->sq != NULL && (ev & (TERN_WRITABLE | TERN_ERROR)))
                 tern__udp_flush(u);
-            if (still_receiving(u) && (ev & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
+            /* Never beside the backend's receive: both would take datagrams. */
+            if (still_receiving(u) && !u->recv_on &&
+                (ev & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
                 receive(u);
         }
     }
