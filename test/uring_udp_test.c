@@ -8,8 +8,10 @@
  * stop keeps what the kernel took for the restart, in order; a receive
  * error is told and receiving goes on; a close or a loop free with
  * receives and sends in the kernel completes every send once and leaks
- * nothing; a queue that takes no entry makes the socket receive or send
- * by readiness. A receive size the buffers cannot hold reads by readiness.
+ * nothing; a queue that takes no entry refuses a receive's start and
+ * makes a send go by the socket's own call; a kernel without the probe
+ * or the buffer ring, or a receive size the buffers cannot hold, goes by
+ * readiness.
  */
 #include "uring_helpers.h"
 
@@ -563,6 +565,43 @@ Test(uring_udp, a_queue_that_takes_no_entry_refuses_starts_and_sends_by_itself)
         cr_assert_eq(g.number[i], i);
     uint32_t seen[4];
     cr_assert_eq(drain_numbers(s1, seen, 4), 2);
+    cr_assert_eq(tern_udp_close(loop, id), 0);
+    cr_assert(run_until_nothing_live(loop));
+    loop_free_clean(loop);
+    close(s1);
+}
+
+/*
+ * A kernel whose probe and buffer ring are refused (io_uring_register
+ * denied, as a filter may): the loop stays on io_uring and its UDP
+ * sockets receive and send by readiness, every datagram still arriving.
+ */
+Test(uring_udp, without_the_probe_udp_goes_by_readiness)
+{
+    static const long nrs[] = {__NR_io_uring_register};
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    deny_syscalls(nrs, 1, -1, EPERM);
+    tern_loop *loop = udp_loop();
+    struct sockaddr_in ta, a1;
+    tern_id id = tern_socket(loop, &ta);
+    int s1 = raw_socket(&a1);
+    static struct got g;
+    cr_assert_eq(tern_udp_recv_start(loop, id, 256, rx_cb, &g), 0);
+    static struct sends s;
+    static uint32_t numbers[3] = {0, 1, 2};
+    for (unsigned i = 0; i < 3; i++) {
+        send_numbered(s1, &ta, i, 8);
+        cr_assert_geq(send_one(loop, id, &s, i, &numbers[i], sizeof numbers[i], &a1), 0);
+    }
+    cr_assert(run_until_count(loop, &g.n, 3, 10 * (int64_t)MS, 200));
+    cr_assert(run_until_count(loop, &s.called, 3, 10 * (int64_t)MS, 200));
+    for (unsigned i = 0; i < 3; i++) {
+        cr_assert_eq(g.number[i], i);
+        cr_assert_eq(s.status[i], 0);
+    }
+    uint32_t seen[4];
+    cr_assert_eq(drain_numbers(s1, seen, 4), 3);
     cr_assert_eq(tern_udp_close(loop, id), 0);
     cr_assert(run_until_nothing_live(loop));
     loop_free_clean(loop);
