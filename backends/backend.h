@@ -24,9 +24,11 @@ struct tern__fired {
  * (struct tern__backend's `completes`, set once the backend can).
  */
 enum {
-    TERN__DO_RECV = 1u << 0,   /* ops->recv: a stream socket's multishot receive */
-    TERN__DO_SEND = 1u << 1,   /* ops->send: a stream socket's send of its queued writes */
-    TERN__DO_ACCEPT = 1u << 2, /* ops->accept: a listening socket's multishot accept */
+    TERN__DO_RECV = 1u << 0,     /* ops->recv: a stream socket's multishot receive */
+    TERN__DO_SEND = 1u << 1,     /* ops->send: a stream socket's send of its queued writes */
+    TERN__DO_ACCEPT = 1u << 2,   /* ops->accept: a listening socket's multishot accept */
+    TERN__DO_UDP_RECV = 1u << 3, /* ops->dgram_recv: a UDP socket's multishot receive */
+    TERN__DO_UDP_SEND = 1u << 4, /* ops->send_dgrams: a UDP socket's queued datagrams */
 };
 
 /*
@@ -42,6 +44,9 @@ struct tern__done {
     const void *data; /* ...at this address, until ops->recycle(buf) */
     const void *ctl;  /* a receive with room for control data: what came (cmsghdrs)... */
     uint32_t ctllen;  /* ...this many bytes of it, in the same buffer */
+    const void *from; /* a datagram's (res >= 0: its length, maybe 0): its source address... */
+    uint32_t fromlen; /* ...this long, in the same buffer */
+    bool truncated;   /* a datagram longer than the buffer's room: data holds its head */
     bool final;       /* the operation ended: nothing more comes for this submission */
     bool sent;        /* a send's completion (res: bytes the kernel took, or -errno) */
 };
@@ -153,6 +158,36 @@ struct tern__backend_ops {
      * cannot take goes with the next wait).
      */
     int (*accept)(struct tern__backend *b, int fd, uint64_t token, bool on);
+    /*
+     * Optional (b->completes & TERN__DO_UDP_RECV): start (on) or cancel
+     * the multishot receive on UDP socket fd, queued like modify's
+     * changes. Each datagram comes in order as a completion {token, res =
+     * its length (0 for an empty one), buf, data, from, fromlen,
+     * truncated}, not final: the first b->dgram_room bytes of it, and
+     * `truncated` when it was longer. An error comes as a final one {res
+     * = -errno} and ends the receive (the caller starts it again: an
+     * error is not a datagram socket's end). Otherwise as ops->recv: a
+     * pause for want of buffers is the backend's to resume, datagrams
+     * taken before a cancel still come, the cancel's end does not, at
+     * most one receive (or accept) per fd. Returns 0 or -errno (the
+     * caller receives by readiness instead); a cancel is never refused.
+     */
+    int (*dgram_recv)(struct tern__backend *b, int fd, uint64_t token, bool on);
+    /*
+     * Optional (b->completes & TERN__DO_UDP_SEND): queue the sends of
+     * msgs[0..n) on UDP socket fd, each as sendmsg with MSG_NOSIGNAL (its
+     * msg_name the destination, or NULL on a connected socket), made by
+     * the kernel one after the other in that order. Each has one
+     * completion {token, res: bytes sent or -errno, final, sent}, in the
+     * same order; one that failed makes those after it in the same call
+     * complete -ECANCELED, unsent. What msgs point at stays the caller's
+     * to keep untouched until its completion. The caller has at most one
+     * call's sends per token in flight; send_cancel cancels them all.
+     * Returns how many it queued (1..n: the rest go in a later call), or
+     * -EBUSY when the queue takes none (the caller sends by itself).
+     */
+    int (*send_dgrams)(struct tern__backend *b, int fd, uint64_t token, const struct msghdr *msgs,
+                       unsigned n);
 };
 
 /*
@@ -180,6 +215,7 @@ struct tern__backend {
     unsigned completes;      /* TERN__DO_* the backend performs (0: readiness only) */
     bool owes;               /* changes wait that only a wait sends: wait even with no fd */
     unsigned nbufs;          /* provided buffers: a buffer id is below this */
+    unsigned dgram_room;     /* TERN__DO_UDP_RECV: the bytes of a datagram a buffer holds */
     struct tern__done *done; /* set by each wait: the completions it reaped... */
     int ndone;               /* ...this many, consumed before the next wait */
 };

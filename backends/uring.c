@@ -87,6 +87,17 @@
  * completion needs no lookup and a cancel names the token. The probe at
  * init decides the capability. A cancel the queue cannot take is owed
  * per descriptor, beside a poll's removal.
+ *
+ * And UDP (TERN__DO_UDP_RECV, TERN__DO_UDP_SEND): a socket's multishot
+ * recvmsg, an entry of the receives' table whose msghdr reserves room for
+ * a source address in each buffer (the kernel writes a header, the name,
+ * then as much of the datagram as fits, and says MSG_TRUNC when it did
+ * not all fit); and its sends, a batch of SENDMSGs linked so the kernel
+ * makes them in order, all under one token. A link chain split across two
+ * submits would run as two chains side by side, so a batch goes into the
+ * queue whole, after a submit if need be. A send's cancel names every
+ * request of its token (IORING_ASYNC_CANCEL_ALL), as a batch is several.
+ * Both need 6.0; the probe's IORING_OP_SEND_ZC, also 6.0's, stands for it.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -129,6 +140,11 @@
 #define NBUFS 512u
 #define BUF_SIZE 16384u
 #define BGID 0
+/* A datagram's buffer: the kernel's header, room for any source address,
+ * then the bytes. */
+#define DGRAM_ROOM                                              \
+    (BUF_SIZE - (unsigned)sizeof(struct io_uring_recvmsg_out) - \
+     (unsigned)sizeof(struct sockaddr_storage))
 /* Completions one wait reports, beside the readiness entries. */
 #define DONE_MAX 1024
 #define NONE UINT32_MAX
@@ -145,6 +161,7 @@ struct rentry {
     bool waiting;     /* in the resubmit list */
     bool cancel_owed; /* in the rcancel list: its cancel waits for room in the queue */
     bool accept;      /* a multishot accept (TERN__DO_ACCEPT), not a receive */
+    bool dgram;       /* a UDP socket's receive (TERN__DO_UDP_RECV): msg holds the name's room */
 };
 
 struct slot {
@@ -186,6 +203,7 @@ struct uring {
     uint32_t rstarved;         /* submit again once a buffer is back (list head) */
     uint32_t rcancel;          /* cancels the queue could not take (list head) */
     uint32_t astopped;         /* cancelled accepts whose last completion is still to come */
+    unsigned cancel_flags;     /* a send's cancel: IORING_ASYNC_CANCEL_ALL where datagrams go */
     bool *owes;                /* the backend's `owes`: set while either list is not empty */
     uint32_t *recv_of;         /* per fd (nslots): its current receive entry, or NONE */
     struct io_uring_buf_ring *br;
@@ -259,9 +277,9 @@ static int queue_add(struct uring *u, int fd)
 
 /* A cancel of the request whose user_data is target; its own completion
  * comes only on failure (the target is gone already), and is dropped. */
-static void prep_cancel(struct io_uring_sqe *sqe, uint64_t target)
+static void prep_cancel(struct io_uring_sqe *sqe, uint64_t target, unsigned flags)
 {
-    io_uring_prep_cancel64(sqe, target, 0);
+    io_uring_prep_cancel64(sqe, target, (int)flags);
     io_uring_sqe_set_data64(sqe, CONTROL);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 }
@@ -316,7 +334,7 @@ static void queue_remove(struct uring *u, int fd)
      * while a wake-up of it is being handled fails with -EALREADY and
      * leaves a multishot poll armed, holding the file open; a cancel marks
      * it and it ends (-ECANCELED, a stale completion by then). */
-    prep_cancel(sqe, poll_data(fd, s->gen));
+    prep_cancel(sqe, poll_data(fd, s->gen), 0);
     s->gen = (s->gen + 1) & GEN_MASK; /* whatever the old poll still posts is stale */
     s->armed = false;
 }
@@ -334,10 +352,17 @@ static bool refused(int rc)
  * and so SENDMSG, which came before it. A probe refused (a filter on
  * io_uring_register) says no: streams then write by readiness.
  */
-static bool sends_offered(struct io_uring *ring)
+static unsigned ops_offered(struct io_uring *ring)
 {
     struct io_uring_probe *p = io_uring_get_probe_ring(ring);
-    bool yes = p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND);
+    unsigned yes = 0;
+    if (p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND))
+        yes |= TERN__DO_SEND;
+    /* What UDP needs came by 6.0: multishot recvmsg (6.0) and a cancel of
+     * every request of one key (IORING_ASYNC_CANCEL_ALL, 5.19). Neither is
+     * an opcode a probe names; IORING_OP_SEND_ZC, also 6.0's, stands for them. */
+    if (p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND_ZC))
+        yes |= TERN__DO_UDP_RECV | TERN__DO_UDP_SEND;
     io_uring_free_probe(p);
     return yes;
 }
@@ -370,7 +395,10 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | (sends_offered(&u->ring) ? TERN__DO_SEND : 0);
+    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | ops_offered(&u->ring);
+    if (b->completes & TERN__DO_UDP_SEND)
+        u->cancel_flags = IORING_ASYNC_CANCEL_ALL;
+    b->dgram_room = DGRAM_ROOM;
     u->owes = &b->owes;
     b->nbufs = NBUFS;
     b->done = u->done;
@@ -523,7 +551,9 @@ static int queue_recv(struct uring *u, uint32_t idx)
         io_uring_sqe_set_data64(sqe, recv_data(idx, e->gen));
         return 0;
     }
-    if (e->msg.msg_controllen > 0)
+    if (e->dgram)
+        io_uring_prep_recvmsg_multishot(sqe, e->fd, &e->msg, 0);
+    else if (e->msg.msg_controllen > 0)
         io_uring_prep_recvmsg_multishot(sqe, e->fd, &e->msg, MSG_CMSG_CLOEXEC);
     else
         io_uring_prep_recv_multishot(sqe, e->fd, NULL, 0, 0);
@@ -591,7 +621,7 @@ static void queue_cancel(struct uring *u, uint32_t idx)
         return;
     }
     e->cancel_owed = false;
-    prep_cancel(sqe, recv_data(idx, e->gen));
+    prep_cancel(sqe, recv_data(idx, e->gen), 0);
 }
 
 /* Cancel fd's receive or accept, at once. */
@@ -603,7 +633,8 @@ static void entry_stop(struct uring *u, int fd)
     submit_now(u);
 }
 
-static int entry_start(struct uring *u, int fd, uint64_t token, size_t ctl_room, bool accept)
+static int entry_start(struct uring *u, int fd, uint64_t token, size_t ctl_room, bool accept,
+                       bool dgram)
 {
     int rc;
     TERN_INSIST(u->recv_of[fd] == NONE);
@@ -615,8 +646,11 @@ static int entry_start(struct uring *u, int fd, uint64_t token, size_t ctl_room,
                                        .gen = u->rentries[idx].gen,
                                        .next = NONE,
                                        .live = true,
-                                       .accept = accept};
+                                       .accept = accept,
+                                       .dgram = dgram};
     u->rentries[idx].msg.msg_controllen = ctl_room;
+    if (dgram)
+        u->rentries[idx].msg.msg_namelen = sizeof(struct sockaddr_storage);
     if ((rc = queue_recv(u, idx)) < 0) {
         u->rentries[idx].next = u->rfree;
         u->rfree = idx;
@@ -642,7 +676,7 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, 
             b->completes &= ~TERN__DO_RECV;
         return rc;
     }
-    return entry_start(u, fd, token, ctl_room, false);
+    return entry_start(u, fd, token, ctl_room, false, false);
 }
 
 static int uring_accept(struct tern__backend *b, int fd, uint64_t token, bool on)
@@ -654,7 +688,24 @@ static int uring_accept(struct tern__backend *b, int fd, uint64_t token, bool on
         return 0;
     }
     int rc = grow_slots(u, fd);
-    return rc < 0 ? rc : entry_start(u, fd, token, 0, true);
+    return rc < 0 ? rc : entry_start(u, fd, token, 0, true, false);
+}
+
+static int uring_dgram_recv(struct tern__backend *b, int fd, uint64_t token, bool on)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc;
+    if (!on) {
+        entry_stop(u, fd);
+        return 0;
+    }
+    if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
+        if (rc == -EOPNOTSUPP)
+            b->completes &= ~TERN__DO_UDP_RECV;
+        return rc;
+    }
+    return entry_start(u, fd, token, 0, false, true);
 }
 
 static void uring_recycle(struct tern__backend *b, uint32_t bid)
@@ -680,6 +731,19 @@ static bool decode_msg(struct rentry *e, struct tern__done *d)
     d->ctl = (const unsigned char *)io_uring_recvmsg_name(o) + e->msg.msg_namelen;
     d->ctllen = o->controllen;
     return len > 0;
+}
+
+/* A datagram's buffer: a header, the source address's room, then the
+ * bytes (as many as fit: the header says whether more came). */
+static void decode_dgram(struct rentry *e, struct tern__done *d)
+{
+    struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate((void *)d->data, d->res, &e->msg);
+    TERN_INSIST(o != NULL); /* the kernel writes the header with every buffer */
+    d->from = io_uring_recvmsg_name(o);
+    d->fromlen = o->namelen < e->msg.msg_namelen ? o->namelen : e->msg.msg_namelen;
+    d->truncated = (o->flags & MSG_TRUNC) != 0;
+    d->data = io_uring_recvmsg_payload(o, &e->msg);
+    d->res = (int32_t)io_uring_recvmsg_payload_length(o, d->res, &e->msg);
 }
 
 /*
@@ -742,12 +806,14 @@ static bool take_recv(struct uring *u, const struct io_uring_cqe *cqe, struct te
         d.data = buf_at(u, d.buf);
         /* The kernel wrote them: memcheck cannot see that by itself. */
         (void)VALGRIND_MAKE_MEM_DEFINED(buf_at(u, d.buf), (size_t)cqe->res);
-        if (e->msg.msg_controllen > 0 && !decode_msg(e, &d)) {
+        if (e->dgram)
+            decode_dgram(e, &d);
+        else if (e->msg.msg_controllen > 0 && !decode_msg(e, &d)) {
             buf_give(u, d.buf); /* no bytes in it: the end of the stream */
             d.res = 0;
         }
     }
-    bool data = d.res > 0;
+    bool data = d.res > 0 || (filled && e->dgram); /* a datagram may be empty */
     if (data) {
         u->held++;
         u->done[b->ndone++] = d;
@@ -781,7 +847,10 @@ static int queue_owed(struct uring *u)
         if (sqe == NULL)
             return rc;
         /* A descriptor may owe both: the poll's removal, then the send's cancel. */
-        prep_cancel(sqe, s->owed ? poll_data(fd, s->owed_gen) : SEND | s->owed_send);
+        if (s->owed)
+            prep_cancel(sqe, poll_data(fd, s->owed_gen), 0);
+        else
+            prep_cancel(sqe, SEND | s->owed_send, u->cancel_flags);
         if (s->owed)
             s->owed = false;
         else
@@ -861,6 +930,40 @@ static int uring_send(struct tern__backend *b, int fd, uint64_t token, const str
     return 0;
 }
 
+/*
+ * A UDP socket's datagrams: one SENDMSG each, linked so the kernel makes
+ * them in order (unlinked, one waiting for room would let the next pass
+ * it). A link chain must go to the kernel in one submit, so the queue is
+ * emptied first when it lacks room for all, and what still does not fit
+ * waits for the caller's next call.
+ */
+static int uring_send_dgrams(struct tern__backend *b, int fd, uint64_t token,
+                             const struct msghdr *msgs, unsigned n)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    int rc = grow_slots(u, fd);
+    if (rc == 0 && u->slots[fd].owed_send != 0 && queue_owed(u) < 0)
+        rc = -EBUSY;
+    if (rc == 0 && io_uring_sq_space_left(&u->ring) < n)
+        submit_now(u);
+    struct io_uring_sqe *sqe = rc == 0 ? next_sqe(u, &rc) : NULL;
+    if (sqe == NULL)
+        return rc;
+    unsigned room = io_uring_sq_space_left(&u->ring) + 1;
+    if (n > room)
+        n = room;
+    for (unsigned i = 0; i < n; i++) {
+        if (i > 0)
+            sqe = io_uring_get_sqe(&u->ring);
+        io_uring_prep_sendmsg(sqe, fd, &msgs[i], MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, SEND | token);
+        if (i + 1 < n)
+            sqe->flags |= IOSQE_IO_LINK;
+    }
+    return (int)n;
+}
+
 /* At once, as a receive's cancel: the caller closes the socket next. */
 static void uring_send_cancel(struct tern__backend *b, int fd, uint64_t token)
 {
@@ -875,7 +978,7 @@ static void uring_send_cancel(struct tern__backend *b, int fd, uint64_t token)
         *u->owes = true;
         return;
     }
-    prep_cancel(sqe, SEND | token);
+    prep_cancel(sqe, SEND | token, u->cancel_flags);
     submit_now(u);
 }
 
@@ -1099,4 +1202,6 @@ const struct tern__backend_ops tern__backend_uring = {
     .send = uring_send,
     .send_cancel = uring_send_cancel,
     .accept = uring_accept,
+    .dgram_recv = uring_dgram_recv,
+    .send_dgrams = uring_send_dgrams,
 };

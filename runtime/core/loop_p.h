@@ -118,7 +118,7 @@ struct tern_loop {
     unsigned tabled;             /* live ops whose id names their record, not in the map (jobs) */
     bool check_books;            /* TERN_CHECK_BOOKS: audit the counters at every turn's end */
     unsigned io_count; /* fds (and signals the backend reads) registered besides the wake fd */
-    unsigned sends;    /* streams' sends in the kernel: loop free waits for their completions */
+    unsigned sends;    /* sends in the kernel (streams', datagrams): loop free waits for them */
     tern_id id_next, id_end; /* this loop's block of the process-wide id counter */
     int64_t last_wait;       /* step 3's timeout, for tests */
     struct tern__op *ready_head, *ready_tail;
@@ -332,7 +332,8 @@ struct tern__landed {
     const void *ctl; /* control data that came with the bytes (passed descriptors) */
     uint32_t ctllen;
     uint32_t len;
-    uint32_t next; /* the next buffer id in the list, or TERN__LANDED_NONE */
+    uint32_t next;  /* the next buffer id in the list, or TERN__LANDED_NONE */
+    bool truncated; /* a datagram's (net/udp.c, where ctl is its source address): it was longer */
 };
 #define TERN__LANDED_NONE UINT32_MAX
 

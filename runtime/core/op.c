@@ -105,9 +105,10 @@ void tern__op_completed(tern_loop *loop, const struct tern__done *d)
         op->cls->completed(loop, op, d);
         return;
     }
-    /* Only bytes can outlive their op: an op cancels its operation (whose
-     * end then goes unreported) before it can be freed. */
-    TERN_INSIST(d->res > 0);
+    /* Only bytes (or a datagram, maybe empty) can outlive their op: an op
+     * cancels its operation (whose end then goes unreported) before it can
+     * be freed. */
+    TERN_INSIST(d->data != NULL);
     loop->backend.ops->recycle(&loop->backend, d->buf);
 }
 

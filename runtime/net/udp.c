@@ -32,12 +32,14 @@
 static void udp_dispatch(tern_loop *loop, struct tern__op *op);
 static int udp_cancel(tern_loop *loop, struct tern__op *op);
 static void udp_free(tern_loop *loop, struct tern__op *op);
+static void udp_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d);
 
 const struct tern__op_class tern__udp_class = {
     .name = "udp",
     .dispatch = udp_dispatch,
     .cancel = udp_cancel,
     .free = udp_free,
+    .completed = udp_completed,
     .refable = true,
     .kind = TERN__KIND_UDP,
 };
@@ -104,6 +106,89 @@ static void receive_batch(struct tern__udp *u, unsigned char *buf, size_t slot)
         recv_failed(u, err);
 }
 
+/*
+ * Receiving through the backend (TERN__DO_UDP_RECV): the kernel receives
+ * into the backend's buffers while the socket is receiving, and each
+ * datagram waits in the landed list until the dispatch hands it to the
+ * callback; its buffer goes back when the callback returns. Stopping
+ * cancels the receive; what the kernel took before it stays landed and
+ * is delivered first when receiving starts again, so nothing is lost or
+ * reordered. Closing drops what landed (as the kernel's queue is dropped
+ * with the socket). The callback sees what readiness gives it: a datagram
+ * longer than the receive size cut to it and flagged TERN_UDP_TRUNCATED.
+ */
+static void udp_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d)
+{
+    struct tern__udp *u = (struct tern__udp *)op;
+    if (d->sent) {
+        tern__udp_sent(u, d);
+        return;
+    }
+    if (d->data == NULL) { /* the receive ended: told after what landed, then started again */
+        TERN_INSIST(d->final && u->recv_on);
+        u->recv_on = false;
+        TERN_DECREMENT(loop->io_count);
+        u->ring_error = d->res;
+        tern__udp_owe(u);
+        return;
+    }
+    if (u->state & TERN__U_CLOSING) { /* taken before the close's cancel: nobody's */
+        loop->backend.ops->recycle(&loop->backend, d->buf);
+        return;
+    }
+    loop->landed[d->buf] = (struct tern__landed){.data = d->data,
+                                                 .ctl = d->from,
+                                                 .ctllen = d->fromlen,
+                                                 .len = (uint32_t)d->res,
+                                                 .next = TERN__LANDED_NONE,
+                                                 .truncated = d->truncated};
+    if (u->land_head == TERN__LANDED_NONE)
+        u->land_head = d->buf;
+    else
+        loop->landed[u->land_tail].next = d->buf;
+    u->land_tail = d->buf;
+    if (u->state & TERN__U_RECEIVING)
+        tern__udp_owe(u);
+}
+
+/* Every landed datagram in order, each buffer back once its callback
+ * returned; then a receive's end, told as a readiness error is. */
+static void deliver_landed(struct tern__udp *u)
+{
+    tern_loop *loop = u->loop;
+    while (u->land_head != TERN__LANDED_NONE && still_receiving(u)) {
+        uint32_t buf = u->land_head;
+        const struct tern__landed *l = &loop->landed[buf];
+        u->land_head = l->next;
+        size_t len = l->len;
+        unsigned flags = l->truncated ? TERN_UDP_TRUNCATED : 0;
+        if (len > u->recv_len) {
+            len = u->recv_len;
+            flags |= TERN_UDP_TRUNCATED;
+        }
+        u->recv_cb(loop, u->op.id, 0, l->data, len, (const struct sockaddr *)l->ctl, flags,
+                   u->recv_arg);
+        loop->backend.ops->recycle(&loop->backend, buf);
+    }
+    if (u->land_head == TERN__LANDED_NONE && u->ring_error != 0 && still_receiving(u)) {
+        int err = u->ring_error;
+        u->ring_error = 0;
+        recv_failed(u, err);
+        tern__udp_rewatch(u); /* receiving goes on */
+    }
+}
+
+/* What landed and was never delivered goes back: the socket closes. */
+static void drop_landed(struct tern__udp *u)
+{
+    while (u->land_head != TERN__LANDED_NONE) {
+        uint32_t buf = u->land_head;
+        u->land_head = u->loop->landed[buf].next;
+        u->loop->backend.ops->recycle(&u->loop->backend, buf);
+    }
+    u->ring_error = 0;
+}
+
 static void receive(struct tern__udp *u)
 {
     unsigned char *buf = u->rbuf;
@@ -141,14 +226,16 @@ static int ensure_rbuf(struct tern__udp *u, size_t len)
 
 static bool owes(const struct tern__udp *u)
 {
-    return u->done != NULL || (u->state & TERN__U_DRAIN_DUE) || u->recv_error != 0;
+    return u->done != NULL || (u->state & TERN__U_DRAIN_DUE) || u->recv_error != 0 ||
+           ((u->land_head != TERN__LANDED_NONE || u->ring_error != 0) && still_receiving(u));
 }
 
 /* Sends are queued, the socket is open, and no writable watch will flush
  * them: this dispatch sends them. */
 static bool flush_due(const struct tern__udp *u)
 {
-    return u->sq != NULL && !(u->state & TERN__U_CLOSING) && !(u->io.events & TERN_WRITABLE);
+    return u->sq != NULL && !(u->state & TERN__U_CLOSING) && !(u->io.events & TERN_WRITABLE) &&
+           u->ring_sends == 0;
 }
 
 /*
@@ -165,6 +252,9 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
     unsigned ev = u->io_revents & (u->io.events | TERN_HANGUP | TERN_ERROR);
     u->io_revents = 0;
     u->state |= TERN__U_DISPATCH;
+    /* What the backend received came before anything readiness reads now. */
+    if (still_receiving(u))
+        deliver_landed(u);
     /* A closing socket has no reports: closing stopped its watcher, which
      * dropped them (tern__udp_watch clears io_revents). */
     if (ev != 0) {
@@ -173,7 +263,9 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
         } else {
             if (u->sq != NULL && (ev & (TERN_WRITABLE | TERN_ERROR)))
                 tern__udp_flush(u);
-            if (still_receiving(u) && (ev & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
+            /* Never beside the backend's receive: both would take datagrams. */
+            if (still_receiving(u) && !u->recv_on &&
+                (ev & (TERN_READABLE | TERN_HANGUP | TERN_ERROR)))
                 receive(u);
         }
     }
@@ -203,7 +295,9 @@ static void udp_dispatch(tern_loop *loop, struct tern__op *op)
         tern__udp_owe(u); /* the rest in the next turn */
         return;
     }
-    if ((u->state & (TERN__U_CLOSING | TERN__U_CLOSE_RAN)) == TERN__U_CLOSING) {
+    /* Once closed, the close callback waits for the sends in the kernel. */
+    if ((u->state & (TERN__U_CLOSING | TERN__U_CLOSE_RAN)) == TERN__U_CLOSING &&
+        u->ring_sends == 0) {
         u->state |= TERN__U_CLOSE_RAN;
         if (u->close_cb != NULL)
             u->close_cb(loop, id, u->close_arg);
@@ -218,6 +312,12 @@ static int udp_close(struct tern__udp *u)
         return -ENOENT;
     u->state = (u->state & ~TERN__U_RECEIVING) | TERN__U_CLOSING;
     tern__udp_watch(u, 0);
+    /* The kernel's receive and sends are cancelled before the descriptor
+     * closes; the sends' completions then complete their datagrams. */
+    (void)tern__udp_recv_sync(u); /* a stop */
+    drop_landed(u);
+    if (u->ring_sends > 0)
+        u->loop->backend.ops->send_cancel(&u->loop->backend, u->fd, u->op.id);
     close(u->fd);
     u->fd = -1;
     tern__udp_fail_all(u, -ECANCELED);
@@ -244,6 +344,7 @@ static void udp_free(tern_loop *loop, struct tern__op *op)
     TERN_INSIST(u->sq == NULL && u->done == NULL);
     if (u->rbuf != NULL)
         tern__free_lazy(u->rbuf, TERN_UDP_BATCH, u->rbuf_slot);
+    tern__free(u->ring_msgs);
     tern__free(u);
 }
 
@@ -375,6 +476,7 @@ int tern_udp_bind(tern_loop *loop, const char *host, unsigned port, unsigned fla
     u->family = ss.ss_family;
     u->sq_tail = &u->sq;
     u->done_tail = &u->done;
+    u->land_head = u->land_tail = TERN__LANDED_NONE;
     u->high_water = (size_t)1 << 20;
     tern__io_init(&u->io, udp_fired);
     if ((rc = tern__op_add(loop, &u->op, &tern__udp_class)) < 0) {
@@ -407,15 +509,20 @@ int tern_udp_recv_start(tern_loop *loop, tern_id id, size_t max_len, tern_udp_re
     if (rc < 0)
         return rc;
     unsigned old = u->state;
+    size_t old_len = u->recv_len;
     u->state |= TERN__U_RECEIVING;
-    if ((rc = tern__udp_watch(u, tern__udp_wanted(u))) < 0) {
+    u->recv_len = max_len; /* decides whether the backend's buffers can hold them */
+    if ((rc = tern__udp_recv_sync(u)) < 0 || (rc = tern__udp_watch(u, tern__udp_wanted(u))) < 0) {
         u->state = old;
+        u->recv_len = old_len;
+        (void)tern__udp_recv_sync(u); /* back as it was: a stop, or a start that was on */
         return rc;
     }
     u->recv_error = 0; /* a start supersedes an end not yet told */
     u->recv_cb = cb;
     u->recv_arg = arg;
-    u->recv_len = max_len;
+    if (owes(u)) /* datagrams landed before a stop */
+        tern__udp_owe(u);
     return 0;
 }
 

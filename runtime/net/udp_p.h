@@ -71,9 +71,17 @@ struct tern__udp {
     unsigned char *rbuf; /* TERN_UDP_BATCH slots of recv_len bytes */
     size_t rbuf_slot;    /* the slot size rbuf was allocated for (0: none) */
     int recv_error;      /* receiving ended with this; told from dispatch (0: none) */
+    /* receiving through the backend (TERN__DO_UDP_RECV): datagrams landed
+     * in its buffers wait here, in order, linked through loop->landed */
+    bool recv_on;                  /* the backend's receive is started */
+    uint32_t land_head, land_tail; /* TERN__LANDED_NONE: none */
+    int ring_error;                /* the receive ended with this; told after those landed */
 
     /* sending (udp_send.c) */
     struct tern__usend *sq, **sq_tail;     /* queued, in order */
+    struct msghdr *ring_msgs;              /* TERN__DO_UDP_SEND: what the kernel's sends read */
+    unsigned ring_sends;                   /* the queue's first ones are in the kernel */
+    unsigned ring_kept;                    /* of those, completed unsent: sent again after */
     struct tern__usend *done, **done_tail; /* completed, callbacks owed */
     size_t queued;                         /* bytes queued, not yet sent */
     size_t queued_count;                   /* datagrams queued */
@@ -101,15 +109,19 @@ static inline unsigned tern__udp_wanted(const struct tern__udp *u)
     if (u->state & TERN__U_CLOSING)
         return 0;
     unsigned ev = 0;
-    if (u->state & TERN__U_RECEIVING)
+    if ((u->state & TERN__U_RECEIVING) && !u->recv_on)
         ev |= TERN_READABLE;
-    if (u->sq != NULL)
+    if (u->sq != NULL && u->ring_sends == 0)
         ev |= TERN_WRITABLE;
     return ev;
 }
 /* Watch the descriptor for exactly `events` (0 stops the watcher, which
  * never fails). 0, or -ENOMEM and the backend's errors. */
 int tern__udp_watch(struct tern__udp *u, unsigned events);
+/* Start or stop the backend's receive (TERN__DO_UDP_RECV) as the state
+ * asks: wanted while receiving into sizes its buffers hold. 0, or why it
+ * could not start (-ENOMEM, the backend's -EBUSY); a stop never fails. */
+int tern__udp_recv_sync(struct tern__udp *u);
 /* The length of a socket address of the socket's family, or 0. */
 socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *sa);
 
@@ -120,8 +132,11 @@ socklen_t tern__udp_addr_len(const struct tern__udp *u, const struct sockaddr *s
 void tern__udp_rewatch(struct tern__udp *u);
 /* Send what the kernel takes now; wait for room when it takes no more. */
 void tern__udp_flush(struct tern__udp *u);
-/* Complete every queued send with status. */
+/* Complete every queued send with status, but those in the kernel, whose
+ * completions complete them. */
 void tern__udp_fail_all(struct tern__udp *u, int status);
+/* Step 4: a datagram's send in the kernel completed (d->sent). */
+void tern__udp_sent(struct tern__udp *u, const struct tern__done *d);
 /* Step 2: run up to budget completed sends' callbacks, in order. */
 void tern__udp_deliver(struct tern__udp *u, unsigned budget);
 

@@ -12,6 +12,12 @@
  *
  * Completions are never called from inside tern_udp_send: finished sends
  * move to the `done` list and the socket's dispatch runs them in step 2.
+ *
+ * On a backend that sends (TERN__DO_UDP_SEND: io_uring) the flush hands
+ * the same batch to the backend instead, as linked sends made in order,
+ * and the next batch waits for the last completion of this one
+ * (tern__udp_sent). A send the backend cannot take is made here, as on
+ * any other backend.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -54,6 +60,35 @@ static void fill_msg(struct msghdr *m, struct tern__usend *r)
                          .msg_iovlen = r->nbufs};
 }
 
+/*
+ * Hand up to a batch from the head of the queue to a backend that sends
+ * (TERN__DO_UDP_SEND): 1 when it took them, 0 when it cannot (not
+ * offered, no room for the messages, its queue full: the flush sends by
+ * itself), or the failure the fault seam injects into the send, as the
+ * head datagram's. Until their completions those datagrams are the
+ * kernel's to read.
+ */
+static int ring_flush(struct tern__udp *u)
+{
+    tern_loop *loop = u->loop;
+    struct tern__backend *b = &loop->backend;
+    if (!(b->completes & TERN__DO_UDP_SEND) || u->ring_msgs == NULL)
+        return 0;
+    int rc = tern__net_fault();
+    if (rc < 0)
+        return rc;
+    unsigned n = 0;
+    for (struct tern__usend *r = u->sq; r != NULL && n < TERN_UDP_BATCH; r = r->next)
+        fill_msg(&u->ring_msgs[n++], r);
+    int k = b->ops->send_dgrams(b, u->fd, u->op.id, u->ring_msgs, n);
+    if (k < 0)
+        return 0;
+    u->ring_sends = (unsigned)k;
+    loop->io_count += (unsigned)k; /* the kernel has something to report: ask it */
+    loop->sends += (unsigned)k;
+    return 1;
+}
+
 /* Send up to a batch from the head of the queue: how many the kernel took,
  * or a negative errno for the head datagram. */
 static int send_some(struct tern__udp *u)
@@ -69,8 +104,14 @@ static int send_some(struct tern__udp *u)
 
 void tern__udp_flush(struct tern__udp *u)
 {
+    if (u->ring_sends > 0)
+        return; /* their completions flush again */
     while (u->sq != NULL) {
-        int n = send_some(u);
+        int n = ring_flush(u);
+        if (n > 0)
+            break; /* the kernel's until their completions */
+        if (n == 0)
+            n = send_some(u);
         if (n == -EINTR)
             continue;
         if (n == -EAGAIN || n == -EWOULDBLOCK)
@@ -95,10 +136,12 @@ void tern__udp_flush(struct tern__udp *u)
  */
 void tern__udp_rewatch(struct tern__udp *u)
 {
+    int rc = tern__udp_recv_sync(u);
     unsigned want = tern__udp_wanted(u);
-    if (want == 0 && !(u->state & TERN__U_CLOSING))
+    if (rc == 0 && want == 0 && !(u->state & TERN__U_CLOSING))
         return;
-    int rc = tern__udp_watch(u, want);
+    if (rc == 0)
+        rc = tern__udp_watch(u, want);
     if (rc == 0)
         return;
     tern__udp_fail_all(u, rc);
@@ -115,10 +158,63 @@ void tern__udp_rewatch(struct tern__udp *u)
 
 void tern__udp_fail_all(struct tern__udp *u, int status)
 {
+    /* Set the batch in the kernel aside (its completions come, and the
+     * kept ones ahead of them), so complete_head takes the rest; it goes
+     * back in front afterwards, in its order. */
+    struct tern__usend *kernel = NULL, **kernel_tail = &kernel;
+    for (unsigned i = 0; i < u->ring_kept + u->ring_sends; i++) {
+        struct tern__usend *r = u->sq;
+        u->sq = r->next;
+        r->next = NULL;
+        *kernel_tail = r;
+        kernel_tail = &r->next;
+    }
+    if (u->sq == NULL)
+        u->sq_tail = &u->sq;
     while (u->sq != NULL)
         complete_head(u, status);
+    if (kernel != NULL) {
+        *kernel_tail = NULL;
+        u->sq = kernel;
+        u->sq_tail = kernel_tail;
+    }
     if (u->done != NULL)
         tern__udp_owe(u);
+    check_drain(u);
+}
+
+/*
+ * Step 4: the kernel's sends complete in the order they were handed over,
+ * each the queue's head datagram then. One that failed completes with its
+ * error, and makes those after it in the batch come back -ECANCELED,
+ * unsent: they stay queued (kept) and go again once the batch is back, as
+ * after an -ECANCELED nobody asked for (the thread that submitted them
+ * exited). Once closed, every one completes: 0 if the kernel took it,
+ * else -ECANCELED or its error.
+ */
+void tern__udp_sent(struct tern__udp *u, const struct tern__done *d)
+{
+    TERN_INSIST(u->ring_sends > 0);
+    u->ring_sends--;
+    TERN_DECREMENT(u->loop->io_count);
+    u->loop->sends--; /* counted with ring_sends */
+    bool closing = (u->state & TERN__U_CLOSING) != 0;
+    /* After one kept, the rest of the batch is unsent too. */
+    if (u->ring_kept > 0 || (!closing && d->res == -ECANCELED))
+        u->ring_kept++;
+    else
+        complete_head(u, d->res >= 0 ? 0 : d->res);
+    if (u->ring_sends == 0) {
+        u->ring_kept = 0;
+        if (closing) {
+            tern__udp_fail_all(u, -ECANCELED);
+        } else if (u->sq != NULL) {
+            tern__udp_flush(u);
+            return;
+        }
+    }
+    if (u->done != NULL || closing)
+        tern__udp_owe(u); /* a closed socket's close callback waited for this */
     check_drain(u);
 }
 
@@ -166,6 +262,11 @@ int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nb
     } else if ((tolen = tern__udp_addr_len(u, to)) == 0) {
         return -EINVAL;
     }
+    /* A backend that sends: room for what its sends read, kept from the
+     * socket's first send to its end. */
+    if ((loop->backend.completes & TERN__DO_UDP_SEND) && u->ring_msgs == NULL &&
+        (u->ring_msgs = tern__malloc(TERN_UDP_BATCH * sizeof(*u->ring_msgs))) == NULL)
+        return -ENOMEM;
     struct tern__usend *r = tern__malloc(sizeof(*r) + nbufs * sizeof(struct iovec));
     if (r == NULL)
         return -ENOMEM;
@@ -187,7 +288,7 @@ int tern_udp_send(tern_loop *loop, tern_id id, const tern_buf *bufs, unsigned nb
     u->queued_count++;
     /* Inside its own dispatch the socket flushes once its callbacks ran;
      * a queue waiting for room is flushed when the room comes. */
-    if (!(u->state & TERN__U_DISPATCH) && !(u->io.events & TERN_WRITABLE)) {
+    if (!(u->state & TERN__U_DISPATCH) && !(u->io.events & TERN_WRITABLE) && u->ring_sends == 0) {
         if (was_empty)
             tern__udp_flush(u);
         else
