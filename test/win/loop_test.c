@@ -5,7 +5,7 @@
  * wake a loop asleep with nothing else to wake it; a pool job runs and
  * reports back; a loop freed with pending posts, defers, timers and a job
  * runs what the contract says it runs, once; what Windows lacks is refused
- * (TERN_LOOP_RCU, descriptor watches) and leaves nothing behind. Closes
+ * (TERN_LOOP_RCU, descriptor and file watches) and leaves nothing behind. Closes
  * with "N passed, N failed"; exit 0 when all pass.
  */
 #include <errno.h>
@@ -60,12 +60,39 @@ static void never_io(tern_loop *loop, tern_id id, tern_os_sock_t fd, unsigned ev
     CHECK(!"an io callback ran");
 }
 
-TEST(descriptor_watches_are_refused_and_leave_nothing)
+static void never_done(tern_loop *loop, tern_id id, int status, void *result, void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)status;
+    (void)result;
+    (void)arg;
+    CHECK(!"a wait's done ran");
+}
+
+static void never_watch(tern_loop *loop, tern_id id, int status, unsigned events, const char *name,
+                        void *arg)
+{
+    (void)loop;
+    (void)id;
+    (void)status;
+    (void)events;
+    (void)name;
+    (void)arg;
+    CHECK(!"a watch callback ran");
+}
+
+TEST(descriptor_and_file_watches_are_refused_and_leave_nothing)
 {
     tern_loop *loop = new_loop(0);
     tern_id id = 0;
     CHECK(tern_io_start(loop, 0, TERN_READABLE, never_io, NULL, &id) == -EOPNOTSUPP);
+    CHECK(tern_wait_fd(loop, 0, never_done, NULL, NULL, &id) == -EOPNOTSUPP);
+    CHECK(tern_watch_start(loop, "C:\\", 0, never_watch, NULL, &id) == -ENOTSUP);
     CHECK(id == 0);
+    tern_loop_stats s;
+    tern_loop_stats_get(loop, &s);
+    CHECK(s.live_operations == 0);
     CHECK(tern_loop_run(loop) == 0); /* nothing was admitted */
     tern_loop_free(loop);
 }
@@ -329,7 +356,7 @@ TEST(a_loop_freed_with_pending_work_runs_it_once_and_fires_nothing_late)
 static const struct runner_test tests[] = {
     RUNNER_TEST(the_backend_is_iocp),
     RUNNER_TEST(rcu_loops_are_refused),
-    RUNNER_TEST(descriptor_watches_are_refused_and_leave_nothing),
+    RUNNER_TEST(descriptor_and_file_watches_are_refused_and_leave_nothing),
     RUNNER_TEST(timers_fire_in_deadline_order_and_never_early),
     RUNNER_TEST(posts_from_another_thread_run_once_in_order_and_wake_the_loop),
     RUNNER_TEST(a_post_wakes_a_loop_with_nothing_else_to_wake_it),
