@@ -311,7 +311,8 @@ TERN_EXTERN uint64_t tern_loop_now(const tern_loop *loop);
  * io_uring backends return the wake descriptor, readable only for wake-ups;
  * combine it with tern_loop_next_timeout() and your own fd interest.
  * Requires: loop != NULL.
- * Returns: the descriptor (owned by the loop; do not close it).
+ * Returns: the descriptor (owned by the loop; do not close it); -1 on
+ *          Windows, where the IOCP backend has nothing a host can watch.
  * Threads: any thread.
  */
 TERN_EXTERN int tern_loop_backend_fd(const tern_loop *loop);

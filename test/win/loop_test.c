@@ -36,6 +36,7 @@ TEST(the_backend_is_iocp)
 {
     tern_loop *loop = new_loop(0);
     CHECK(strcmp(tern_loop_backend_name(loop), "iocp") == 0);
+    CHECK(tern_loop_backend_fd(loop) == -1); /* nothing a host can watch */
     CHECK(tern_loop_run(loop) == 0); /* nothing live: returns at once */
     tern_loop_free(loop);
 }
