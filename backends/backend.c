@@ -17,7 +17,11 @@ static const struct tern__backend_ops *const backends[] = {
 #ifdef TERN_HAVE_KQUEUE
     &tern__backend_kqueue,
 #endif
+#ifdef TERN_HAVE_IOCP
+    &tern__backend_iocp,
+#else
     &tern__backend_poll,
+#endif
 #ifdef TERN_HAVE_IO_URING
     &tern__backend_uring,
 #endif
@@ -30,7 +34,11 @@ const char *const tern__backend_names[] = {
 #ifdef TERN_HAVE_KQUEUE
     "kqueue",
 #endif
+#ifdef TERN_HAVE_IOCP
+    "iocp",
+#else
     "poll",
+#endif
 #ifdef TERN_HAVE_IO_URING
     "io_uring",
 #endif

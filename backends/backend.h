@@ -220,7 +220,12 @@ struct tern__backend {
     int ndone;               /* ...this many, consumed before the next wait */
 };
 
+#ifndef TERN_HAVE_IOCP
 extern const struct tern__backend_ops tern__backend_poll;
+#else
+/* Windows: the only backend there (poll.c is POSIX). */
+extern const struct tern__backend_ops tern__backend_iocp;
+#endif
 #ifdef TERN_HAVE_EPOLL
 extern const struct tern__backend_ops tern__backend_epoll;
 #endif

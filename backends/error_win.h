@@ -12,21 +12,14 @@
  * that failed without saying why), is TERN__WIN_DEFAULT: a failure stays
  * a failure, and -EIO is the one status that claims nothing more.
  *
- * mingw-w64's errno.h lacks two names tern reports; they are given here
- * in a range no C library on Windows uses, so every file that names them
- * on Windows takes them from this header.
+ * mingw-w64's errno.h lacks two names tern reports; errno_os.h gives them
+ * numbers in a range no C library on Windows uses, so every file that
+ * names them takes them from there (this header includes it).
  */
 #ifndef TERN_ERROR_WIN_H
 #define TERN_ERROR_WIN_H
 
-#include <errno.h>
-
-#ifndef ESHUTDOWN
-#define ESHUTDOWN 2001
-#endif
-#ifndef EDQUOT
-#define EDQUOT 2002
-#endif
+#include "errno_os.h"
 
 #define TERN__WIN_DEFAULT (-EIO)
 

@@ -9,9 +9,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fault.h"
+#include "pages.h"
 
 _Atomic unsigned tern__fault_armed_mask;
 static _Atomic uint64_t target;
@@ -66,7 +66,7 @@ void *tern__calloc_aligned(size_t align, size_t size)
     if (tern__fault_hit(TERN__FAULT_ALLOC))
         return NULL;
     size = (size + align - 1) & ~(align - 1); /* aligned_alloc wants a multiple */
-    void *p = aligned_alloc(align, size);
+    void *p = tern__aligned_alloc(align, size);
     if (p != NULL)
         memset(p, 0, size);
     return p;
@@ -82,8 +82,7 @@ void *tern__calloc_lazy(size_t n, size_t size)
         return NULL;
     if (n * size < LAZY_MIN)
         return calloc(n, size);
-    void *p = mmap(NULL, n * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return tern__pages_lazy(n * size);
 }
 
 void tern__free_lazy(void *p, size_t n, size_t size)
@@ -93,7 +92,7 @@ void tern__free_lazy(void *p, size_t n, size_t size)
     if (n * size < LAZY_MIN)
         free(p);
     else
-        munmap(p, n * size);
+        tern__pages_free(p, n * size);
 }
 
 void tern__free(void *p)

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "os_thread.h"
+#include "pages.h" /* tern__free_aligned, for tern__calloc_aligned's blocks */
 
 enum tern__fault_site {
     TERN__FAULT_ALLOC = 1u << 0,  /* malloc, calloc, realloc */
@@ -50,7 +51,11 @@ void *tern__malloc(size_t size);
 void *tern__calloc(size_t n, size_t size);
 void *tern__realloc(void *p, size_t size);
 void tern__free(void *p);
-/* Zeroed memory aligned to `align` (a power of two; types with alignas). */
+/*
+ * Zeroed memory aligned to `align` (a power of two; types with alignas).
+ * Free it with tern__free_aligned (pages.h), not free: Windows keeps
+ * aligned blocks apart (_aligned_free).
+ */
 void *tern__calloc_aligned(size_t align, size_t size);
 /*
  * n zeroed elements whose pages cost nothing until touched: large arrays

@@ -35,6 +35,17 @@
 /* Descriptors                                                         */
 /* ------------------------------------------------------------------ */
 
+int tern__fd_watchable(int fd)
+{
+    return fd < 0 || fcntl(fd, F_GETFD) < 0 ? -EBADF : 0;
+}
+
+unsigned tern__cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1u : (unsigned)n;
+}
+
 int tern__fd_nonblock_cloexec(int fd)
 {
     int fl = fcntl(fd, F_GETFL);

@@ -12,6 +12,12 @@
  * the fault seam (tern__fd_fault) first, and is non-blocking if a loop
  * waits on it; any thread may call it unless it names one. A new platform
  * provides all of it: docs/design.md, "The OS seam", is the list.
+ *
+ * Windows (backends/platform_win.c, chosen by meson in place of
+ * platform.c) provides what the loop, the pool and the timers use; the
+ * signal sources and the datagram batches are declared for POSIX only
+ * (what calls them, runtime/net/, does not build there yet), and the
+ * socket, pidfd and wake-descriptor calls are refusals with a reason.
  */
 #ifndef TERN_PLATFORM_H
 #define TERN_PLATFORM_H
@@ -20,10 +26,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/socket.h>
 #include <sys/types.h>
+#ifndef _WIN32
+#include <sys/socket.h>
+#endif
 #include <time.h>
 
+#include "errno_os.h"
 #include "os_thread.h"
 
 /* ------------------------------------------------------------------ */
@@ -67,6 +76,14 @@ bool tern__wake_take(const struct tern__wake *w);
 /* Descriptors and sockets                                             */
 /* ------------------------------------------------------------------ */
 
+/*
+ * tern__fd_watchable: whether fd can be handed to the backend for
+ * readiness (tern_io_start). Returns 0; -EBADF for a negative fd or one
+ * that is not open (fcntl's F_GETFD); on Windows -EOPNOTSUPP: the IOCP
+ * backend watches no socket yet (docs/design.md, "Building for Windows").
+ */
+int tern__fd_watchable(int fd);
+
 /* tern__fd_nonblock_cloexec: set O_NONBLOCK and FD_CLOEXEC through fcntl. */
 int tern__fd_nonblock_cloexec(int fd);
 
@@ -98,6 +115,9 @@ int tern__socket_nosigpipe(int fd);
 /* ------------------------------------------------------------------ */
 
 /* tern__cond_init and tern__cond_deadline: backends/os_thread.h. */
+
+/* tern__cpu_count: the CPUs online now (at least 1). */
+unsigned tern__cpu_count(void);
 
 /* tern__thread_name: name the calling thread (15 characters at most); a
  * no-op where the system cannot. Names show in top -H, gdb, perf. */
@@ -171,6 +191,7 @@ void tern__unmap(void *p, size_t size);
  * way close hands the thread's mask and the signal's disposition back as
  * they were found.
  */
+#ifndef _WIN32 /* POSIX signals; Windows has none to watch */
 enum tern__sigsource_kind { TERN__SIG_SIGNALFD, TERN__SIG_BACKEND, TERN__SIG_PIPE };
 
 struct tern__sigsource {
@@ -208,6 +229,7 @@ void tern__sigsource_close(struct tern__sigsource *s);
 
 /* The kind tern__sigsource_open picks (for tests and docs). */
 enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend);
+#endif
 
 /* ------------------------------------------------------------------ */
 /* Child processes                                                     */
@@ -265,12 +287,14 @@ extern __attribute__((visibility("hidden"))) _Atomic bool tern__watch_stat_force
  * failure after the first is the next call's to report. Loop thread only
  * (the socket's).
  */
+#ifndef _WIN32 /* POSIX sockets: runtime/net/udp*.c */
 struct tern__dgram {
     struct msghdr hdr;
     unsigned len;
 };
 int tern__recv_dgrams(int fd, struct tern__dgram *d, unsigned n, int *err);
 int tern__send_dgrams(int fd, struct tern__dgram *d, unsigned n);
+#endif
 
 /*
  * How many forks led to this process: a fork handler bumps it in every

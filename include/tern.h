@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#if defined(TERN_BUILDING) && defined(__GNUC__)
+#if defined(TERN_BUILDING) && defined(__GNUC__) && !defined(_WIN32)
 #define TERN_EXTERN __attribute__((visibility("default")))
 #else
 #define TERN_EXTERN
@@ -194,7 +194,7 @@ TERN_EXTERN int tern_pool_shutdown(int mode, uint64_t timeout_ns);
 /* ------------------------------------------------------------------ */
 
 enum {
-    TERN_LOOP_RCU = 1u << 0,       /* the loop thread is a urcu-qsbr reader */
+    TERN_LOOP_RCU = 1u << 0,       /* the loop thread is a urcu-qsbr reader (not on Windows) */
     TERN_LOOP_KEEPALIVE = 1u << 1, /* the loop stays live with nothing to do, until stopped */
 };
 
@@ -203,7 +203,7 @@ typedef struct tern_loop_options {
     unsigned max_operations;      /* live operations, 1..2^31; default 65536 */
     unsigned max_undelivered;     /* pool credits, 1..2^31; default 4096 */
     const tern_pool_config *pool; /* NULL: adopt the running pool or start it with defaults */
-    const char *backend;          /* NULL = best; "epoll", "kqueue", "poll", "io_uring" */
+    const char *backend;          /* NULL = best; "epoll", "kqueue", "poll", "io_uring", "iocp" */
     unsigned flags;               /* TERN_LOOP_RCU, TERN_LOOP_KEEPALIVE */
 } tern_loop_options;
 
@@ -219,7 +219,8 @@ TERN_EXTERN void tern_loop_options_init(tern_loop_options *opts);
  * Requires: loopp != NULL; opts may be NULL (defaults).
  * Returns: 0 and *loopp set; -EINVAL for an option out of range, an unknown
  *          or unbuilt backend name, unknown flags, or a pool configuration
- *          that differs from the running pool's; -ENOMEM, -EMFILE or
+ *          that differs from the running pool's; -ENOTSUP for
+ *          TERN_LOOP_RCU where there is no urcu-qsbr (Windows); -ENOMEM, -EMFILE or
  *          another errno when a descriptor or allocation fails. On error
  *          *loopp is untouched and nothing is left allocated.
  * Ownership: the caller owns the loop and frees it with tern_loop_free().
@@ -310,7 +311,8 @@ TERN_EXTERN uint64_t tern_loop_now(const tern_loop *loop);
  * io_uring backends return the wake descriptor, readable only for wake-ups;
  * combine it with tern_loop_next_timeout() and your own fd interest.
  * Requires: loop != NULL.
- * Returns: the descriptor (owned by the loop; do not close it).
+ * Returns: the descriptor (owned by the loop; do not close it); -1 on
+ *          Windows, where the IOCP backend has nothing a host can watch.
  * Threads: any thread.
  */
 TERN_EXTERN int tern_loop_backend_fd(const tern_loop *loop);

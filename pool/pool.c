@@ -107,7 +107,7 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
     p->gen = ++generation;
     atomic_store_explicit(&ever_started, true, memory_order_relaxed);
     if ((rc = tern__lookup_init(p)) < 0) {
-        free(p);
+        tern__free_aligned(p);
         return rc;
     }
     tern__long_init(p);
@@ -116,14 +116,14 @@ static int start_locked(const tern_pool_config *cfg, struct tern__pool **poolp)
     if ((rc = tern__bounded_start(p)) < 0) {
         tern__long_destroy(p);
         tern__lookup_destroy(p);
-        free(p);
+        tern__free_aligned(p);
         return rc;
     }
     if ((rc = tern__watch_start(p)) < 0) {
         tern__bounded_stop(p);
         tern__long_destroy(p);
         tern__lookup_destroy(p);
-        free(p);
+        tern__free_aligned(p);
         return rc;
     }
     shape_set(p);
@@ -421,7 +421,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     tern__long_stop(p);
     tern__long_destroy(p);
     tern__lookup_destroy(p);
-    free(p);
+    tern__free_aligned(p);
     atomic_store_explicit(&tern__pool_cancel_all, false, memory_order_relaxed);
     atomic_store_explicit(&tern__pool_closing, false, memory_order_seq_cst);
     return 0;

@@ -28,14 +28,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <urcu-qsbr.h>
-
 #include "bounded.h"
 #include "clock.h"
 #include "fault.h"
 #include "lookup.h"
 #include "platform.h"
 #include "pool_p.h"
+#include "qsbr.h"
 #include "spin.h"
 #include "steps.h"
 #include "stops.h"
@@ -280,7 +279,7 @@ static void put_back_run(struct worker *w)
 
 static bool held_by_rcu(void)
 {
-    return URCU_TLS(urcu_qsbr_reader).registered && urcu_qsbr_read_ongoing();
+    return tern__qsbr_registered() && tern__qsbr_read_ongoing();
 }
 
 /*
@@ -297,7 +296,7 @@ static void hold(struct tern__pool *p, bool *busy)
     }
     bool online = held_by_rcu();
     if (online)
-        urcu_qsbr_thread_offline();
+        tern__qsbr_offline();
     tern__mutex_lock(&p->park_lock);
     p->held++;
     tern__cond_broadcast(&p->quiet_cond);
@@ -307,7 +306,7 @@ static void hold(struct tern__pool *p, bool *busy)
     p->held--;
     tern__mutex_unlock(&p->park_lock);
     if (online)
-        urcu_qsbr_thread_online();
+        tern__qsbr_online();
 }
 
 /*
@@ -624,7 +623,7 @@ int tern__bounded_start(struct tern__pool *p)
         return -ENOMEM;
     }
     figures_reset();
-    p->max_spinners = max_spinners(sysconf(_SC_NPROCESSORS_ONLN));
+    p->max_spinners = max_spinners(tern__cpu_count());
     atomic_store_explicit(&tern__pool_waking, false, memory_order_relaxed);
     tern__mutex_init(&p->park_lock);
     (void)tern__cond_init(&p->park_cond); /* monotonic: overflow workers park for a time */

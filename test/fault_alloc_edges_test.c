@@ -76,7 +76,7 @@ Test(fault_alloc_edges, an_aligned_block_no_allocator_can_give_is_refused)
     cr_assert_not_null(p);
     cr_assert_eq((uintptr_t)p % 64, 0u);
     cr_assert(all_zero(p, 128), "zeroed up to the rounded size");
-    tern__free(p);
+    tern__free_aligned(p);
 }
 
 Test(fault_alloc_edges, a_ring_without_slots_is_destroyed_as_a_no_op)

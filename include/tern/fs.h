@@ -54,7 +54,11 @@
 #endif
 
 #include <sys/stat.h>
+#ifdef _WIN32
+struct iovec; /* no <sys/uio.h> there; the vector requests are POSIX only for now */
+#else
 #include <sys/uio.h>
+#endif
 
 /*
  * Options every file request takes; NULL means the defaults. Set them up

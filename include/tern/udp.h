@@ -29,7 +29,14 @@
 #error "include <tern.h>, not <tern/udp.h>"
 #endif
 
+/* On Windows the address types come from <winsock2.h>, which the caller
+ * includes itself (it pulls in <windows.h>, which this header does not):
+ * here they are only named. */
+#ifdef _WIN32
+struct sockaddr_storage;
+#else
 #include <sys/socket.h>
+#endif
 
 /* Datagrams received (or sent) per system call where batching exists. */
 #define TERN_UDP_BATCH 32

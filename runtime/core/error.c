@@ -3,9 +3,9 @@
  * failures. One list below generates both tern_strerror() and
  * tern_err_name(), so a name and its sentence can never drift apart.
  */
-#include <errno.h>
 #include <stddef.h>
 
+#include "errno_os.h"
 #include "tern.h"
 
 #define TERN_ERRORS(X)                                                 \

@@ -397,6 +397,12 @@ int tern__io_modify(tern_loop *loop, struct tern__io *io, unsigned events);
 void tern__io_stop(tern_loop *loop, struct tern__io *io);
 /* Step 4: readiness of fd (not a signal entry) from the backend, handed to its watcher. */
 void tern__io_fired(tern_loop *loop, int fd, unsigned events);
+/* The class of a stream's internal deadline (net/tcp.c), and of a stream
+ * (net/stream.c: its dispatch, cancel and free hooks), which tern_loop_new
+ * puts in the loop (stream_class above); net/net_win.c where net/ is not
+ * built. */
+extern const struct tern__op_class tern__stream_deadline_class;
+extern const struct tern__op_class tern__stream_class;
 /* Signals (net/signal.c): the backend itself reported count deliveries of
  * signo (a TERN__FIRED_SIGNAL entry). */
 void tern__signal_fired(tern_loop *loop, int signo, unsigned count);

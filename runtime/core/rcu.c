@@ -14,10 +14,9 @@
  */
 #define _LGPL_SOURCE /* for the reader's `registered` flag */
 
-#include <urcu-qsbr.h>
-
 #include "loop_p.h"
 #include "os_thread.h"
+#include "qsbr.h"
 
 static tern__tls_key_t rcu_key;
 static tern__once_t rcu_once = TERN__ONCE_INIT;
@@ -28,7 +27,7 @@ static _Thread_local bool app_online; /* registered by the application */
 static void thread_exit(void *arg)
 {
     (void)arg;
-    urcu_qsbr_unregister_thread();
+    tern__qsbr_unregister();
 }
 
 static void key_init(void)
@@ -40,18 +39,18 @@ void tern__rcu_enter(tern_loop *loop)
 {
     if (!(loop->flags & TERN_LOOP_RCU) || depth++ > 0)
         return;
-    if (URCU_TLS(urcu_qsbr_reader).registered && !ours) {
+    if (tern__qsbr_registered() && !ours) {
         app_online = true; /* the application's reader: leave it be */
         return;
     }
     app_online = false;
     if (!ours) {
         tern__once(&rcu_once, key_init);
-        urcu_qsbr_register_thread();  /* registers online */
+        tern__qsbr_register();        /* registers online */
         tern__tls_set(rcu_key, loop); /* any non-NULL value arms the destructor */
         ours = true;
     } else {
-        urcu_qsbr_thread_online();
+        tern__qsbr_online();
     }
 }
 
@@ -60,5 +59,5 @@ void tern__rcu_leave(tern_loop *loop)
     if (!(loop->flags & TERN_LOOP_RCU) || --depth > 0)
         return;
     if (!app_online)
-        urcu_qsbr_thread_offline();
+        tern__qsbr_offline();
 }

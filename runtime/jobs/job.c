@@ -263,7 +263,7 @@ void tern__jobs_destroy(tern_loop *loop)
     tern__job_records_destroy(loop);
     if (loop->ring != NULL) {
         tern__ring_destroy(loop->ring);
-        free(loop->ring);
+        tern__free_aligned(loop->ring);
         loop->ring = NULL;
     }
 }
@@ -385,7 +385,7 @@ static int ensure_ring(tern_loop *loop)
         return -ENOMEM;
     int rc = tern__ring_init(ring, n);
     if (rc < 0) {
-        free(ring);
+        tern__free_aligned(ring);
         return rc;
     }
     loop->ring = ring;

@@ -14,7 +14,6 @@
  * loops watching one fd would each consume readiness meant for the other.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 
 #include "admit.h"
@@ -246,15 +245,16 @@ int tern_io_start(tern_loop *loop, tern_os_sock_t fd, unsigned events, tern_io_c
 {
     TERN__REQUIRE_LOOP(loop);
     TERN__LOOP_ONLY(loop);
-    if (fd < 0 || fcntl(fd, F_GETFD) < 0)
-        return -EBADF;
+    int rc = tern__fd_watchable((int)fd);
+    if (rc < 0)
+        return rc;
     if (cb == NULL || !valid_events(events))
         return -EINVAL;
     /* Refused before admission, so a busy fd never reads as -EAGAIN. */
     if (fd == loop->wake.fd || fd == loop->backend.fd ||
         ((unsigned)fd < loop->fds_len && loop->fds[fd] != NULL))
         return -EEXIST;
-    int rc = tern__op_admit(loop);
+    rc = tern__op_admit(loop);
     if (rc < 0)
         return rc;
     struct watcher *w = tern__malloc(sizeof(*w));

@@ -10,7 +10,7 @@
 #include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
-#include "net/net_p.h"
+#include "qsbr.h"
 #include "testing.h"
 
 /* ------------------------------------------------------------------ */
@@ -40,6 +40,9 @@ static int check_options(const tern_loop_options *o)
         return -EINVAL;
     if (o->flags & ~(unsigned)(TERN_LOOP_RCU | TERN_LOOP_KEEPALIVE))
         return -EINVAL;
+    /* No urcu-qsbr on this system (Windows): no thread can be a reader. */
+    if ((o->flags & TERN_LOOP_RCU) && !tern__qsbr_supported())
+        return -ENOTSUP;
     if (tern__backend_find(o->backend) == NULL)
         return -EINVAL;
     if (o->pool != NULL) {
@@ -119,7 +122,7 @@ fail:
     tern__wake_close(&loop->wake);
     tern__idmap_destroy(&loop->ids);
     tern__cancel_reserve_destroy(&loop->cancels);
-    free(loop);
+    tern__free_aligned(loop);
     return rc;
 }
 
@@ -213,5 +216,5 @@ void tern_loop_free(tern_loop *loop)
      * volatile keeps it, so a later call on the freed loop fails its check
      * while the block is still unused instead of running on stale state. */
     *(volatile unsigned *)&loop->magic = 0;
-    free(loop);
+    tern__free_aligned(loop);
 }

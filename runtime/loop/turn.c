@@ -18,12 +18,11 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <urcu-qsbr.h>
-
 #include "heap.h"
 #include "job_p.h"
 #include "loop_p.h"
 #include "probe.h"
+#include "qsbr.h"
 #include "spin.h"
 
 static void unqueue_head(tern_loop *loop)
@@ -264,11 +263,11 @@ static uint64_t wait_backend(tern_loop *loop, int64_t wait)
         began = 0;
     }
     if (parked && (loop->flags & TERN_LOOP_RCU))
-        rcu_thread_offline();
+        tern__qsbr_offline();
     int n = loop->backend.ops->wait(&loop->backend, wait, loop->fired, TERN__FIRED_MAX);
     if (parked) {
         if (loop->flags & TERN_LOOP_RCU)
-            rcu_thread_online();
+            tern__qsbr_online();
         tern__loop_awake(loop);
     }
     if (n < 0)
@@ -374,7 +373,7 @@ static void turn_end(tern_loop *loop)
     atomic_fetch_add_explicit(&loop->st_turns, 1, memory_order_relaxed);
     TERN_PROBE(turn_end, loop, atomic_load_explicit(&loop->st_turns, memory_order_relaxed));
     if (loop->flags & TERN_LOOP_RCU)
-        rcu_quiescent_state();
+        tern__qsbr_quiescent();
 }
 
 void tern__loop_turn(tern_loop *loop, int64_t max_wait)

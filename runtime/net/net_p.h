@@ -162,11 +162,6 @@ struct tern__stream {
 #define TERN__HIGH_WATER_DEFAULT ((size_t)1 << 20)
 #define TERN__WRITE_BUFS_MAX 1024u
 
-/* The class of a stream's internal deadline (tcp.c). */
-extern const struct tern__op_class tern__stream_deadline_class;
-/* The class of a stream (stream.c: its dispatch, cancel and free hooks). */
-extern const struct tern__op_class tern__stream_class;
-
 /* stream_record.c */
 int tern__stream_new(tern_loop *loop, enum tern__stream_kind kind, int fd,
                      struct tern__stream **sp);

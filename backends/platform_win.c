@@ -1,0 +1,147 @@
+/*
+ * The platform file on Windows (platform.h), chosen by meson in place of
+ * platform.c. It provides what the loop, the pool and the timers use;
+ * what needs sockets on the completion port refuses with a reason instead of
+ * pretending.
+ *
+ * Quirks and decisions:
+ * - The loop's wake-up is the IOCP backend's own (a packet posted to the
+ *   loop's port, backends/iocp.c), so no wake descriptor exists:
+ *   tern__wake_open refuses with -ENOSYS (only a backend that does not
+ *   wake itself asks, and the only Windows backend does), and the other
+ *   wake calls are never reached with an open object.
+ * - No descriptor can be watched yet: tern__fd_watchable says
+ *   -EOPNOTSUPP, so tern_io_start refuses before anything is admitted.
+ * - Memory: Windows has no MAP_POPULATE, so tern__map_populated is
+ *   VirtualAlloc's committed pages, which are made present as they are
+ *   touched (pages_win.c has the lazy pages and aligned blocks).
+ * - File watching: no mechanism is built (watch_stat.c reads POSIX's
+ *   nanosecond stat times); tern__watch_choose returns one whose open
+ *   refuses with -ENOTSUP, so tern_watch_start fails honestly.
+ * - No fork: tern__forks stays 0. No pidfds: -ENOSYS, as on a POSIX
+ *   system without them.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <windows.h>
+
+#include "platform.h"
+#include "watch_ops.h"
+
+int tern__wake_open(struct tern__wake *w)
+{
+    w->fd = w->wfd = -1;
+    return -ENOSYS;
+}
+
+void tern__wake_close(struct tern__wake *w)
+{
+    w->fd = w->wfd = -1;
+}
+
+void tern__wake_signal(const struct tern__wake *w)
+{
+    (void)w; /* no object is ever open (tern__wake_open) */
+}
+
+bool tern__wake_take(const struct tern__wake *w)
+{
+    (void)w;
+    return true; /* nothing to consume: never reached with an open object */
+}
+
+int tern__fd_watchable(int fd)
+{
+    (void)fd;
+    return -EOPNOTSUPP;
+}
+
+unsigned tern__cpu_count(void)
+{
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwNumberOfProcessors < 1 ? 1u : (unsigned)si.dwNumberOfProcessors;
+}
+
+void tern__thread_name(const char *name)
+{
+    (void)name; /* SetThreadDescription is Windows 10 1607+ and wide-char: not worth it yet */
+}
+
+int tern__current_cpu(void)
+{
+    return (int)GetCurrentProcessorNumber();
+}
+
+bool tern__tsc_invariant(void)
+{
+    return false; /* clock.c is built without TERN_HAVE_TSC here */
+}
+
+void *tern__map_populated(size_t size)
+{
+    return VirtualAlloc(NULL, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+}
+
+void tern__unmap(void *p, size_t size)
+{
+    (void)size; /* MEM_RELEASE frees the whole reservation and wants 0 */
+    VirtualFree(p, 0, MEM_RELEASE);
+}
+
+int tern__pidfd_open(pid_t pid)
+{
+    (void)pid;
+    return -ENOSYS;
+}
+
+int tern__pidfd_probe(void)
+{
+    return -1;
+}
+
+/* File watching: refused until a Windows mechanism exists (see the top). */
+static int none_open(struct tern__watch_src *src, const char *path)
+{
+    (void)src;
+    (void)path;
+    return -ENOTSUP;
+}
+
+static void none_close(struct tern__watch_src *src)
+{
+    (void)src;
+}
+
+static int none_note(struct tern__watch_src *src, unsigned fired)
+{
+    (void)src;
+    (void)fired;
+    return 0;
+}
+
+static void none_read(struct tern__watch_src *src, tern__watch_emit_fn emit, void *ctx)
+{
+    (void)src;
+    (void)emit;
+    (void)ctx;
+}
+
+static const struct tern__watch_ops watch_none = {
+    .name = "none",
+    .open = none_open,
+    .close = none_close,
+    .note = none_note,
+    .read = none_read,
+};
+
+_Atomic bool tern__watch_stat_forced;
+
+const struct tern__watch_ops *tern__watch_choose(bool backend_vnode)
+{
+    (void)backend_vnode;
+    return &watch_none;
+}
+
+unsigned tern__forks;
