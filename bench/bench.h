@@ -18,9 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _WIN32 /* a cross build run under wine: the resource readings ask Windows */
+#include <winsock2.h> /* before windows.h, as libuv's uv.h needs */
+#include <windows.h>
+#include <psapi.h>
+#else
+#include <sys/resource.h>
+#endif
 #ifdef __linux__
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
@@ -56,6 +62,35 @@ static inline uint64_t bench_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+#ifdef _WIN32
+/* FILETIME counts 100 ns ticks. */
+static inline double bench_filetime_s(FILETIME t)
+{
+    return (double)(((uint64_t)t.dwHighDateTime << 32) | t.dwLowDateTime) / 1e7;
+}
+
+static inline double bench_cpu_s(void)
+{
+    FILETIME created, exited, kernel, user;
+    if (!GetProcessTimes(GetCurrentProcess(), &created, &exited, &kernel, &user))
+        return 0;
+    return bench_filetime_s(kernel) + bench_filetime_s(user);
+}
+
+/* The working set stands for the resident set. */
+static inline double bench_peak_rss_bytes(void)
+{
+    PROCESS_MEMORY_COUNTERS m;
+    return GetProcessMemoryInfo(GetCurrentProcess(), &m, sizeof m) ? (double)m.PeakWorkingSetSize
+                                                                    : 0;
+}
+
+static inline double bench_rss_bytes(void)
+{
+    PROCESS_MEMORY_COUNTERS m;
+    return GetProcessMemoryInfo(GetCurrentProcess(), &m, sizeof m) ? (double)m.WorkingSetSize : 0;
+}
+#else
 /* User plus system CPU seconds of the whole process (every thread), so a
  * runtime that spins on an idle core pays for it here. */
 static inline double bench_cpu_s(void)
@@ -85,6 +120,19 @@ static inline double bench_rss_bytes(void)
         resident = 0;
     fclose(f);
     return (double)resident * (double)sysconf(_SC_PAGESIZE);
+}
+#endif
+
+/* Set an environment variable for this process (libuv reads
+ * UV_THREADPOOL_SIZE when its pool starts); Windows' C library spells it
+ * _putenv_s. */
+static inline void bench_setenv(const char *name, const char *value)
+{
+#ifdef _WIN32
+    _putenv_s(name, value);
+#else
+    setenv(name, value, 1);
+#endif
 }
 
 /*

@@ -128,7 +128,7 @@ int main(int argc, char **argv)
     int rc = 0;
     char n[32];
     snprintf(n, sizeof n, "%lu", threads);
-    setenv("UV_THREADPOOL_SIZE", n, 1);
+    bench_setenv("UV_THREADPOOL_SIZE", n);
     uv_loop_t *loop = uv_default_loop();
 #ifdef UV_LOOP_USE_IO_URING_SQPOLL
     rc = uv_loop_configure(loop, UV_LOOP_USE_IO_URING_SQPOLL);

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
 
     char size[32];
     snprintf(size, sizeof size, "%lu", threads);
-    setenv("UV_THREADPOOL_SIZE", size, 1);
+    bench_setenv("UV_THREADPOOL_SIZE", size);
 
     struct submitter *s = calloc(loops, sizeof *s);
     BENCH_CHECK(s != NULL, "calloc");

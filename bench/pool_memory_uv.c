@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 {
     unsigned long jobs = bench_arg(argc, argv, "jobs", 1048575);
     BENCH_CHECK(jobs > 0, "jobs=0");
-    setenv("UV_THREADPOOL_SIZE", "1", 1);
+    bench_setenv("UV_THREADPOOL_SIZE", "1");
 
     double rss0 = bench_rss_bytes();
 

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 
     char size[32];
     snprintf(size, sizeof size, "%lu", threads);
-    setenv("UV_THREADPOOL_SIZE", size, 1);
+    bench_setenv("UV_THREADPOOL_SIZE", size);
 
     uv_loop_t *loop = uv_default_loop();
     uv_work_t req;
