@@ -48,8 +48,14 @@ with tempfile.TemporaryDirectory() as tmp:
     # the merge option its own parser uses for that case (the larger
     # line wins; gcovr 6 offers it as --merge-mode-functions). gcovr is
     # run by the interpreter its script names, as a module.
+    #
+    # The search path is the build alone: by default gcovr walks the whole
+    # root, and the Windows stage's wine prefix lies under it with a drive
+    # (z:) that is the machine's root, through which gcovr would reach
+    # every process's working directory (/proc/<pid>/cwd) and count the
+    # coverage data of any other build it finds there.
     args = ["-r", root, "--object-directory", build, "-f", "runtime/", "-f", "pool/",
-            "-f", "backends/", "--gcov-ignore-parse-errors", "--json", "-o", out]
+            "-f", "backends/", "--gcov-ignore-parse-errors", "--json", "-o", out, build]
     script = shutil.which("gcovr")
     python = open(script).readline()[2:].strip().split()[-1] if script else sys.executable
     run = ("import sys, gcovr.merging as m\n"
