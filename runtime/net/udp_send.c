@@ -158,25 +158,22 @@ void tern__udp_rewatch(struct tern__udp *u)
 
 void tern__udp_fail_all(struct tern__udp *u, int status)
 {
-    /* Set the batch in the kernel aside (its completions come, and the
-     * kept ones ahead of them), so complete_head takes the rest; it goes
-     * back in front afterwards, in its order. */
-    struct tern__usend *kernel = NULL, **kernel_tail = &kernel;
-    for (unsigned i = 0; i < u->ring_kept + u->ring_sends; i++) {
-        struct tern__usend *r = u->sq;
-        u->sq = r->next;
-        r->next = NULL;
-        *kernel_tail = r;
-        kernel_tail = &r->next;
-    }
+    /* The batch in the kernel (its completions come, and the kept ones
+     * ahead of them) stays at the head: the queue is cut after it, the
+     * rest completes, and the cut is where the queue ends again. */
+    struct tern__usend **cut = &u->sq;
+    for (unsigned i = 0; i < u->ring_kept + u->ring_sends; i++)
+        cut = &(*cut)->next;
+    struct tern__usend *kernel = u->sq;
+    u->sq = *cut;
     if (u->sq == NULL)
         u->sq_tail = &u->sq;
     while (u->sq != NULL)
         complete_head(u, status);
-    if (kernel != NULL) {
-        *kernel_tail = NULL;
+    if (cut != &u->sq) {
+        *cut = NULL;
         u->sq = kernel;
-        u->sq_tail = kernel_tail;
+        u->sq_tail = cut;
     }
     if (u->done != NULL)
         tern__udp_owe(u);
