@@ -2,6 +2,8 @@
  * Status values: negative errno, plus tern's own codes for resolver
  * failures. One list below generates both tern_strerror() and
  * tern_err_name(), so a name and its sentence can never drift apart.
+ * ENOTSUP and EOPNOTSUPP are one value on Linux and the BSDs (the first
+ * entry names it) and two on Windows, where tern reports both.
  */
 #include <stddef.h>
 
@@ -28,6 +30,7 @@
     X(ERANGE, "result out of range")                                   \
     X(ENOSYS, "system call unavailable")                               \
     X(ENOTSUP, "operation not supported")                              \
+    X(EOPNOTSUPP, "operation not supported")                           \
     X(ENOTSOCK, "not a socket")                                        \
     X(EMSGSIZE, "message too long")                                    \
     X(EPROTONOSUPPORT, "protocol not supported")                       \
