@@ -50,8 +50,8 @@ typedef uint64_t tern_id; /* never 0, never reused in a process */
  * <windows.h> into this header. A readiness watch (tern_io_start,
  * tern_wait_fd) takes a socket; a stream and the file requests take a
  * handle (a SOCKET is a kernel handle on Windows, so a stream of one is
- * opened with it cast). The Windows build is not there yet: docs/design.md,
- * "The OS seam".
+ * opened with it cast). What builds for Windows so far, and what it refuses:
+ * docs/design.md, "Building for Windows: what exists".
  */
 #ifdef _WIN32
 typedef uintptr_t tern_os_sock_t; /* SOCKET */
@@ -464,7 +464,8 @@ typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, tern_os_sock_t fd, unsig
  *          NULL cb, or events with bits other than READABLE|WRITABLE, or
  *          no bits at all; -EEXIST when fd is already watched by this or
  *          any other loop (G4); -EPERM for an fd the backend cannot watch
- *          (a regular file under epoll); -EAGAIN at max_operations;
+ *          (a regular file under epoll); -EOPNOTSUPP on Windows, where no
+ *          socket can be watched yet; -EAGAIN at max_operations;
  *          -ENOMEM; -ESHUTDOWN while the loop is being freed.
  * Ownership: the fd stays the caller's; stop the watcher before closing it.
  * Threads: loop-only.

@@ -38,6 +38,10 @@ checks only, or all of them without a name. Checks:
             no family under any subject (uv_walk: tern_loop_walk), a few
             renamed calls (uv_queue_work: tern_submit), and a whole family
             written uv_x_t or uv_x_* when any call of its subject exists.
+            One other table is allowed, the platform table, whose header
+            is "libuv area | Linux | BSD, macOS | Windows": its rows have
+            those four cells, and their tern_* names are held to the
+            headers the same way.
 
 Prints one line per failure and closes with "N passed, N failed".
 """
@@ -274,6 +278,8 @@ def check_snippets():
 
 LIBUV_DOC = os.path.join(root, "docs", "from-libuv.md")
 ABSENT = "absent"
+MAP_HEADER = ["libuv", "tern", "notes"]
+PLATFORM_HEADER = ["libuv area", "Linux", "BSD, macOS", "Windows"]
 
 # libuv's name families and the subject tern files the same things under:
 # uv_udp_send's counterpart would be tern_udp_send, uv_fs_event_start's
@@ -322,8 +328,9 @@ def tern_counterparts(uv, declared):
 
 
 def check_libuv():
-    """docs/from-libuv.md: three columns a row, every tern_* name declared,
-    and nothing marked absent that the headers provide."""
+    """docs/from-libuv.md: three columns a row (four in the platform
+    table), every tern_* name declared, and nothing marked absent that the
+    headers provide."""
     if not os.path.isfile(LIBUV_DOC):
         fail("docs/from-libuv.md is missing")
         return
@@ -333,6 +340,7 @@ def check_libuv():
         return
     where_doc = rel(LIBUV_DOC)
     rows = absent = 0
+    platform = False  # inside the platform table: from its header to the next non-row
     for n, line in enumerate(read(LIBUV_DOC).split("\n"), 1):
         for name in sorted(set(re.findall(r"\btern_[a-z0-9_]*[a-z0-9_*]", line))):
             if name.endswith("_*"):
@@ -343,14 +351,27 @@ def check_libuv():
                 ok()
             else:
                 fail(f"{where_doc}:{n}: {name} is not declared in the public headers")
-        if not line.startswith("|") or re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", line):
+        if not line.startswith("|"):
+            platform = False
+            continue
+        if re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", line):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells == PLATFORM_HEADER:
+            platform = True
+            continue
+        if platform:
+            if len(cells) == len(PLATFORM_HEADER):
+                ok()
+            else:
+                fail(f"{where_doc}:{n}: a platform row of {len(cells)} cells, not 4 "
+                     "(libuv area | Linux | BSD, macOS | Windows)")
+            continue
         if len(cells) != 3:
             fail(f"{where_doc}:{n}: a row of {len(cells)} cells, not 3 "
                  "(libuv | tern | notes)")
             continue
-        if cells == ["libuv", "tern", "notes"]:
+        if cells == MAP_HEADER:
             continue
         rows += 1
         ok()

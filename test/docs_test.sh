@@ -18,11 +18,13 @@
 #      "<!-- docs_test: fragment of docs/examples/<file>.c -->"; a block
 #      marked "<!-- docs_test: all of docs/examples/<file>.c -->" must be
 #      that file exactly), and docs/from-libuv.md's map holds: every
-#      tern_* name it uses is declared, and no row marked absent names a
-#      libuv call whose tern counterpart the headers declare;
+#      tern_* name it uses is declared, no row marked absent names a
+#      libuv call whose tern counterpart the headers declare, and the
+#      platform table's rows have its four cells;
 #   7. that last check can fail: a copy of the map with rows planted that
-#      call shipped calls absent, or name an undeclared one, is refused,
-#      and rows that are truly absent are not.
+#      call shipped calls absent, name an undeclared one, or leave a
+#      platform row a cell short, is refused, and rows that are truly
+#      absent are not.
 #
 # Given the build directory as $1 (unused: the check reads sources only).
 # Prints one line per failure and closes with "N passed, N failed".
@@ -168,6 +170,10 @@ cat >>"$plant/docs/from-libuv.md" <<'EOF'
 | `uv_tcp_nodelay`, `uv_tcp_keepalive` | absent | planted |
 | `uv_mutex_lock`, `uv_once`, `uv_thread_*` | absent | truly absent |
 | `uv_loop_alive` | `tern_loop_alive` | planted: no such call |
+
+| libuv area | Linux | BSD, macOS | Windows |
+|---|---|---|---|
+| planted | a cell short | of four |
 EOF
 if planted=$(python3 "$here/docs_check.py" "$plant" libuv); then
     fail "the libuv map check passed a page with planted wrong rows"
@@ -180,6 +186,11 @@ for claim in uv_walk uv_udp_t uv_udp_send uv_spawn uv_fs_event_t uv_fs_event_sta
         fail "the libuv map check missed the planted row for $claim"
     fi
 done
+if printf '%s\n' "$planted" | grep -q "^FAIL: .*: a platform row of 3 cells, not 4"; then
+    ok
+else
+    fail "the libuv map check missed the planted platform row of 3 cells"
+fi
 for claim in uv_mutex_lock uv_once 'uv_thread_\*'; do
     if printf '%s\n' "$planted" | grep -q "^FAIL: .*[: ]$claim is "; then
         fail "the libuv map check refused the true absence of $claim"

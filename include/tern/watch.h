@@ -42,8 +42,10 @@ typedef void (*tern_watch_cb)(tern_loop *loop, tern_id id, int status, unsigned 
  * Returns: 0 and *idp (if idp != NULL); -EINVAL for a NULL path or cb or an
  *          interval over 2^62 ns; the error of looking at path (-ENOENT,
  *          -EACCES, -ENOTDIR...); -EMFILE, -ENOSPC (the system's watch
- *          limit), -ENOMEM; -EAGAIN at max_operations; -ESHUTDOWN while
- *          the loop is being freed. On error cb never runs.
+ *          limit), -ENOMEM; -ENOTSUP on Windows, which has no
+ *          file-watching mechanism yet; -EAGAIN at max_operations;
+ *          -ESHUTDOWN while the loop is being freed. On error cb never
+ *          runs.
  * Ownership: path is copied.
  * Threads: loop-only.
  */
