@@ -20,6 +20,7 @@
 #include <string.h>
 #include <windows.h>
 
+#include "handles.h"
 #include "os_thread.h"
 #include "runner.h"
 #include "tern.h"
@@ -580,26 +581,16 @@ TEST(a_freed_loop_delivers_queued_running_and_undelivered_jobs_once)
     CHECK(s.busy == 0 && s.long_busy == 0 && s.queued == 0);
 }
 
-/* The handles the process held before its first loop and pool. */
-static DWORD handles_before;
-
-static DWORD handle_count(void)
-{
-    DWORD n = 0;
-    CHECK(GetProcessHandleCount(GetCurrentProcess(), &n));
-    return n;
-}
+/* The handles the process held before its first pool (handles.h: after
+ * this thread's thread-local records exist). */
+static struct handles handles_before;
 
 TEST(shutdown_joins_every_worker_and_gives_every_handle_back)
 {
     CHECK(tern_pool_shutdown(TERN_POOL_DRAIN, 10000 * MS) == 0);
     tern_pool_stats s = pool_stats();
     CHECK(s.threads == 0 && s.long_threads == 0);
-    DWORD after = handle_count();
-    if (after != handles_before)
-        fprintf(stderr, "handles: %lu before, %lu after\n", (unsigned long)handles_before,
-                (unsigned long)after);
-    CHECK(after == handles_before);
+    CHECK(handles_same(handles_before, handles_now()));
 }
 
 static const struct runner_test tests[] = {
@@ -617,6 +608,7 @@ static const struct runner_test tests[] = {
 
 int main(void)
 {
-    handles_before = handle_count();
+    handles_warm_up();
+    handles_before = handles_now();
     return RUNNER_MAIN(tests);
 }
