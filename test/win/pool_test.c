@@ -606,8 +606,25 @@ static const struct runner_test tests[] = {
     RUNNER_TEST(shutdown_joins_every_worker_and_gives_every_handle_back),
 };
 
+/* A hang (a run that never returns) is a failure with a tally too, well
+ * before meson's timeout. */
+static DWORD WINAPI watchdog(LPVOID arg)
+{
+    (void)arg;
+    Sleep(45000);
+    printf("FAIL: the program did not end in 45 s (a hang)\n0 passed, 1 failed\n");
+    fflush(stdout);
+    ExitProcess(1);
+    return 0;
+}
+
 int main(void)
 {
+    /* A plain Windows thread: one of tern's would hold thread-local
+     * records (handles.h) while it lives. */
+    HANDLE dog = CreateThread(NULL, 0, watchdog, NULL, 0, NULL);
+    CHECK(dog != NULL);
+    CloseHandle(dog);
     handles_warm_up();
     handles_before = handles_now();
     return RUNNER_MAIN(tests);
