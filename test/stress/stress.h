@@ -279,9 +279,9 @@ static int stress_contend_count(void)
 static struct {
     pthread_mutex_t lock; /* phase, loops; held by the watchdog while it reports */
     pthread_cond_t changed;
-    const char *what;    /* the phase; NULL: disarmed */
-    uint64_t deadline;   /* absolute, CLOCK_MONOTONIC */
-    uint64_t generation; /* bumped by every phase change */
+    const char *what;      /* the phase; NULL: disarmed */
+    uint64_t deadline;     /* absolute, CLOCK_MONOTONIC */
+    uint64_t generation;   /* bumped by every phase change */
     unsigned scale;
     tern_loop *loops[STRESS_MAX_LOOPS];
     const char *loop_names[STRESS_MAX_LOOPS];
@@ -342,17 +342,17 @@ static void stress_report_state(void)
         printf("  loop %s: undelivered %u (peak %u), live_operations %u, turns %" PRIu64
                ", posts %" PRIu64 ", events %" PRIu64 ", wake syscalls %" PRIu64 "\n",
                stress_dog.loop_names[i] ? stress_dog.loop_names[i] : "?", s.undelivered,
-               s.undelivered_peak, s.live_operations, s.turns, s.posts, s.events, s.wake_syscalls);
+               s.undelivered_peak, s.live_operations, s.turns, s.posts, s.events,
+               s.wake_syscalls);
     }
     tern_pool_stats p;
     tern_pool_stats_get(&p);
-    printf(
-        "  pool: threads %u, busy %u, queued %u, long_threads %u, long_busy %u, submitted %" PRIu64
-        ", completed %" PRIu64 ", cancelled %" PRIu64 ", refused q%" PRIu64 " l%" PRIu64
-        " u%" PRIu64 " o%" PRIu64 "\n",
-        p.threads, p.busy, p.queued, p.long_threads, p.long_busy, p.submitted, p.completed,
-        p.cancelled, p.refused_queue_full, p.refused_long_ceiling, p.refused_undelivered,
-        p.refused_operations);
+    printf("  pool: threads %u, busy %u, queued %u, long_threads %u, long_busy %u, submitted %"
+           PRIu64 ", completed %" PRIu64 ", cancelled %" PRIu64 ", refused q%" PRIu64 " l%" PRIu64
+           " u%" PRIu64 " o%" PRIu64 "\n",
+           p.threads, p.busy, p.queued, p.long_threads, p.long_busy, p.submitted, p.completed,
+           p.cancelled, p.refused_queue_full, p.refused_long_ceiling, p.refused_undelivered,
+           p.refused_operations);
     if (stress_dog.report != NULL)
         stress_dog.report();
 }
