@@ -33,8 +33,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../pool_helpers.h"
+#include "../pool_basics.h"
 #include "stress.h"
+#include "testing.h" /* tern__loop_step */
 
 #define DEFAULT_JOBS 1000000u
 #define DEFAULT_SEED 0x7e7a5eedull

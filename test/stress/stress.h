@@ -53,11 +53,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifndef _WIN32
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#else
+#include <windows.h>
+
+#include "errno_os.h" /* ESHUTDOWN, which mingw-w64's errno.h lacks */
+#endif
 
 #include "tern.h"
 
@@ -151,8 +157,16 @@ static void stress_vcheck(bool ok, const char *file, int line, const char *fmt, 
     }
 }
 
+/* The formats are C99's: on Windows the programs are built with
+ * __USE_MINGW_ANSI_STDIO (test/win/meson.build), whose printf family is
+ * gnu_printf, where printf's archetype would be Microsoft's. */
+#ifdef _WIN32
+#define STRESS_FORMAT gnu_printf
+#else
+#define STRESS_FORMAT printf
+#endif
 static void stress_check_at(bool ok, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5), unused));
+    __attribute__((format(STRESS_FORMAT, 4, 5), unused));
 static void stress_check_at(bool ok, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
@@ -175,6 +189,8 @@ static inline int stress_summary(void)
 /* ------------------------------------------------------------------ */
 /* Contention: busy processes for the program's whole run              */
 /* ------------------------------------------------------------------ */
+
+#ifndef _WIN32 /* the busy processes are forked */
 
 static pid_t stress_contenders[STRESS_MAX_CONTENDERS];
 static int stress_ncontenders;
@@ -239,6 +255,22 @@ static void stress_start_contenders(int n)
         stress_contenders[stress_ncontenders++] = pid;
     }
 }
+
+#else /* _WIN32 */
+
+/* No fork on Windows: TERN_CONTEND is not offered there (stress_init says
+ * so), and there is nothing to stop. */
+static void stress_stop_contenders(void)
+{
+}
+
+static int stress_contend_count(void)
+{
+    const char *s = getenv("TERN_CONTEND");
+    return s != NULL && *s != '\0' && strcmp(s, "0") != 0 ? -1 : 0;
+}
+
+#endif /* _WIN32 */
 
 /* ------------------------------------------------------------------ */
 /* The watchdog                                                        */
@@ -339,6 +371,24 @@ static void stress_fail_locked(const char *what)
     _exit(1);
 }
 
+/*
+ * The watchdog's wait deadline for a CLOCK_MONOTONIC instant. Its
+ * condition variable measures CLOCK_MONOTONIC (pthread_condattr_setclock
+ * in stress_init) except on Windows, where winpthreads' waits measure the
+ * wall clock: there the time left is added to the wall clock's now.
+ */
+static struct timespec stress_cond_deadline(uint64_t deadline)
+{
+    uint64_t t = deadline;
+#ifdef _WIN32
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    uint64_t now = stress_now(), left = deadline > now ? deadline - now : 0;
+    t = (uint64_t)wall.tv_sec * STRESS_SEC + (uint64_t)wall.tv_nsec + left;
+#endif
+    return (struct timespec){.tv_sec = (time_t)(t / STRESS_SEC), .tv_nsec = (long)(t % STRESS_SEC)};
+}
+
 static void *stress_watchdog_main(void *arg)
 {
     (void)arg;
@@ -348,8 +398,7 @@ static void *stress_watchdog_main(void *arg)
             pthread_cond_wait(&stress_dog.changed, &stress_dog.lock);
             continue;
         }
-        struct timespec ts = {.tv_sec = (time_t)(stress_dog.deadline / STRESS_SEC),
-                              .tv_nsec = (long)(stress_dog.deadline % STRESS_SEC)};
+        struct timespec ts = stress_cond_deadline(stress_dog.deadline);
         uint64_t gen = stress_dog.generation;
         int rc = pthread_cond_timedwait(&stress_dog.changed, &stress_dog.lock, &ts);
         if (rc == ETIMEDOUT && gen == stress_dog.generation && stress_dog.what != NULL &&
@@ -435,7 +484,12 @@ static inline void stress_init(const char *name, uint64_t default_seed)
     setvbuf(stdout, NULL, _IOLBF, 0);
     stress_name = name;
     /* Before any loop exists: loops read it when they are created. */
+#ifndef _WIN32
     setenv("TERN_CHECK_BOOKS", "1", 0);
+#else
+    if (getenv("TERN_CHECK_BOOKS") == NULL)
+        _putenv_s("TERN_CHECK_BOOKS", "1");
+#endif
     bool from_env;
     stress_run_seed = stress_parse_seed(default_seed, &from_env);
     printf("seed=0x%016" PRIx64 "%s\n", stress_run_seed,
@@ -444,6 +498,7 @@ static inline void stress_init(const char *name, uint64_t default_seed)
     if (sc != NULL && atoi(sc) > 0)
         stress_dog.scale = (unsigned)atoi(sc);
     int n = stress_contend_count();
+#ifndef _WIN32
     stress_owner_pid = getpid();
     if (n > 0) {
         stress_start_contenders(n);
@@ -461,6 +516,12 @@ static inline void stress_init(const char *name, uint64_t default_seed)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&stress_dog.thread, NULL, stress_watchdog_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+#else
+    if (n != 0)
+        printf("%s: TERN_CONTEND ignored: no busy processes on Windows (no fork)\n", name);
+    pthread_cond_init(&stress_dog.changed, NULL);
+    int rc = pthread_create(&stress_dog.thread, NULL, stress_watchdog_main, NULL);
+#endif
     if (rc != 0) {
         printf("%s: cannot start the watchdog: %s\n0 passed, 1 failed\n", name, strerror(rc));
         exit(1);
