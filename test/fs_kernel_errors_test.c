@@ -13,6 +13,7 @@
  * the root directory.
  */
 #include "fs_helpers.h"
+#include "tested_backend.h"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -54,10 +55,10 @@ static void wait_one(tern_loop *loop, struct rec *r)
     cr_assert_eq(atomic_load(&r->n), 1, "the callback ran %u times", atomic_load(&r->n));
 }
 
-Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf,
-     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     int bad = closed_fd();
     int good = open(at("a"), O_RDWR | O_CLOEXEC);
@@ -70,20 +71,37 @@ Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebad
         struct rec r = {0};
         int rc = -1;
         switch (which) {
-        case 0: rc = tern_fs_fstat(loop, bad, NULL, rec_cb, &r, NULL); break;
-        case 1: rc = tern_fs_fsync(loop, bad, NULL, rec_cb, &r, NULL); break;
-        case 2: rc = tern_fs_fdatasync(loop, bad, NULL, rec_cb, &r, NULL); break;
-        case 3: rc = tern_fs_read(loop, bad, buf, sizeof buf, 0, NULL, rec_cb, &r, NULL); break;
-        case 4: rc = tern_fs_writev(loop, bad, &iov, 1, 0, NULL, rec_cb, &r, NULL); break;
-        case 5: rc = tern_fs_ftruncate(loop, bad, 0, NULL, rec_cb, &r, NULL); break;
-        case 6: rc = tern_fs_sendfile(loop, good, bad, 0, 5, NULL, rec_cb, &r, NULL); break;
-        case 7: rc = tern_fs_copy_range(loop, bad, 0, good, 0, 5, NULL, rec_cb, &r, NULL); break;
-        case 8: rc = tern_fs_copy_range(loop, good, 0, bad, 0, 5, NULL, rec_cb, &r, NULL); break;
+        case 0:
+            rc = tern_fs_fstat(loop, bad, NULL, rec_cb, &r, NULL);
+            break;
+        case 1:
+            rc = tern_fs_fsync(loop, bad, NULL, rec_cb, &r, NULL);
+            break;
+        case 2:
+            rc = tern_fs_fdatasync(loop, bad, NULL, rec_cb, &r, NULL);
+            break;
+        case 3:
+            rc = tern_fs_read(loop, bad, buf, sizeof buf, 0, NULL, rec_cb, &r, NULL);
+            break;
+        case 4:
+            rc = tern_fs_writev(loop, bad, &iov, 1, 0, NULL, rec_cb, &r, NULL);
+            break;
+        case 5:
+            rc = tern_fs_ftruncate(loop, bad, 0, NULL, rec_cb, &r, NULL);
+            break;
+        case 6:
+            rc = tern_fs_sendfile(loop, good, bad, 0, 5, NULL, rec_cb, &r, NULL);
+            break;
+        case 7:
+            rc = tern_fs_copy_range(loop, bad, 0, good, 0, 5, NULL, rec_cb, &r, NULL);
+            break;
+        case 8:
+            rc = tern_fs_copy_range(loop, good, 0, bad, 0, 5, NULL, rec_cb, &r, NULL);
+            break;
         }
         cr_assert_eq(rc, 0, "request %d: %s", which, tern_err_name(rc));
         wait_one(loop, &r);
-        cr_assert_eq(r.status, -EBADF, "request %d: %s, not EBADF", which,
-                     tern_err_name(r.status));
+        cr_assert_eq(r.status, -EBADF, "request %d: %s, not EBADF", which, tern_err_name(r.status));
     }
     char back[8] = {0};
     cr_assert_eq(pread(good, back, sizeof back, 0), 5);
@@ -96,7 +114,7 @@ Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebad
 Test(fs_kernel_errors, a_read_only_descriptor_refuses_writes_truncation_and_copies_into_it,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     put("b", "world");
     int ro = open(at("a"), O_RDONLY | O_CLOEXEC);
@@ -112,8 +130,7 @@ Test(fs_kernel_errors, a_read_only_descriptor_refuses_writes_truncation_and_copi
     r = (struct rec){0};
     cr_assert_eq(tern_fs_ftruncate(loop, ro, 1, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);
-    cr_assert(r.status == -EINVAL || r.status == -EBADF, "ftruncate: %s",
-              tern_err_name(r.status));
+    cr_assert(r.status == -EINVAL || r.status == -EBADF, "ftruncate: %s", tern_err_name(r.status));
 
     /* Regular to regular: the kernel's copy refuses, and no buffer is tried. */
     r = (struct rec){0};
@@ -155,10 +172,10 @@ static void limit_file_size(void)
  * there meets the error itself. Both ways: in the kernel (regular file to
  * regular file) and through the buffer (from /dev/zero).
  */
-Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
-     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     int big = open(at("big"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cr_assert(zero >= 0 && big >= 0);
@@ -172,8 +189,7 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
         int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         cr_assert_geq(out, 0);
         struct rec r = {0};
-        cr_assert_eq(tern_fs_copy_range(loop, in, 0, out, 0, 2 * LIMIT, NULL, rec_cb, &r, NULL),
-                     0);
+        cr_assert_eq(tern_fs_copy_range(loop, in, 0, out, 0, 2 * LIMIT, NULL, rec_cb, &r, NULL), 0);
         wait_one(loop, &r);
         cr_assert_eq(r.status, 0, "%s copy: %s", kernel ? "kernel" : "buffered",
                      tern_err_name(r.status));
@@ -182,11 +198,11 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
         cr_assert_eq(size_of("copy"), LIMIT);
 
         r = (struct rec){0};
-        cr_assert_eq(tern_fs_copy_range(loop, in, LIMIT, out, LIMIT, LIMIT, NULL, rec_cb, &r,
-                                        NULL), 0);
+        cr_assert_eq(tern_fs_copy_range(loop, in, LIMIT, out, LIMIT, LIMIT, NULL, rec_cb, &r, NULL),
+                     0);
         wait_one(loop, &r);
-        cr_assert_eq(r.status, -EFBIG, "%s copy past the limit: %s",
-                     kernel ? "kernel" : "buffered", tern_err_name(r.status));
+        cr_assert_eq(r.status, -EFBIG, "%s copy past the limit: %s", kernel ? "kernel" : "buffered",
+                     tern_err_name(r.status));
         cr_assert_eq(size_of("copy"), LIMIT, "a refused copy grew the file");
         close(out);
     }
@@ -197,10 +213,10 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
 
 /* A whole-file write over the size limit fails with EFBIG and leaves the
  * old file as it was, with no temporary beside it (teardown checks). */
-Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
-     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "old");
     limit_file_size();
     static char data[2 * LIMIT];
@@ -214,10 +230,10 @@ Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
 }
 
 /* A copy of exactly the source's length copies all of it and stops. */
-Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup,
-     .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup, .fini = teardown,
+     .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     int in = open(at("a"), O_RDONLY | O_CLOEXEC);
     int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -237,10 +253,10 @@ Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup
 
 /* max_bytes 0: an empty file is read (0 bytes and the NUL); a one-byte
  * file is -EFBIG. */
-Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
-     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("empty", "");
     put("a", "x");
     tern_fs_options o;
@@ -268,7 +284,7 @@ Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
 Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fini = teardown,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     enum { ENTRIES = 40 };
     char name[16];
     for (int i = 0; i < ENTRIES; i++) {
@@ -294,7 +310,7 @@ Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fi
  * size: read to its end, the buffer grown as it goes. */
 Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.max_bytes = UINT64_MAX;
@@ -320,7 +336,7 @@ Test(fs_kernel_errors, write_file_in_the_root_directory, .timeout = TEST_TIMEOUT
     if (probe < 0)
         cr_skip_test("cannot write in /: %s", strerror(errno));
     close(probe);
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     struct rec r = {0};
     cr_assert_eq(tern_fs_write_file(loop, path, "root", 4, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);

@@ -25,6 +25,7 @@
 
 #include "pool_helpers.h"
 #include "testing.h"
+#include "tested_backend.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -146,6 +147,19 @@ static tern_loop *loop_with_pool(unsigned threads, unsigned capacity)
 {
     tern_pool_config cfg = ph_config(threads, capacity, 4);
     cr_assert_eq(tern_pool_start(&cfg), 0);
+    return loop_new_tested();
+}
+
+/*
+ * For the tests of read_file's steps through the pool (its queue place,
+ * its reservation, a queue full): a loop on the default backend, since on
+ * one that makes file calls itself (io_uring) read_file takes no pool
+ * slot at all (uring_fs_test covers that path).
+ */
+static tern_loop *loop_with_pool_steps(unsigned threads, unsigned capacity)
+{
+    tern_pool_config cfg = ph_config(threads, capacity, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
     tern_loop *loop = NULL;
     cr_assert_eq(tern_loop_new(&loop, NULL), 0);
     return loop;
@@ -178,8 +192,7 @@ static int writer_when_reader_blocks(const char *fifo)
     int fd = -1;
     bool ok;
     PH_WAIT_UNTIL(ok, (fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0 || errno != ENXIO);
-    cr_assert(ok && fd >= 0, "FAIL: no reader ever blocked in open(%s): %s", fifo,
-              strerror(errno));
+    cr_assert(ok && fd >= 0, "FAIL: no reader ever blocked in open(%s): %s", fifo, strerror(errno));
     return fd;
 }
 
@@ -314,8 +327,8 @@ Test(fs, descriptor_requests)
     tern_loop *loop = loop_with_pool(2, 16);
     int fds = count_fds();
     rec o = {0};
-    cr_assert_eq(tern_fs_open(loop, at("f"), O_RDWR | O_CREAT | O_EXCL, 0600, NULL, rec_cb, &o,
-                              NULL), 0);
+    cr_assert_eq(
+        tern_fs_open(loop, at("f"), O_RDWR | O_CREAT | O_EXCL, 0600, NULL, rec_cb, &o, NULL), 0);
     wait_rec(loop, &o);
     cr_assert_eq(o.status, 0);
     int fd = (int)o.res.value;
@@ -536,8 +549,7 @@ Test(fs, bad_values_return_the_documented_errno_and_change_nothing)
         {"read_file NULL", tern_fs_read_file(loop, NULL, NULL, rec_cb, &r, &id), -EINVAL},
         {"read_file long", tern_fs_read_file(loop, long_path, NULL, rec_cb, &r, &id),
          -ENAMETOOLONG},
-        {"read_file step 0", tern_fs_read_file(loop, at("x"), &bad_step, rec_cb, &r, &id),
-         -EINVAL},
+        {"read_file step 0", tern_fs_read_file(loop, at("x"), &bad_step, rec_cb, &r, &id), -EINVAL},
         {"write_file NULL data", tern_fs_write_file(loop, at("x"), NULL, 1, NULL, rec_cb, &r, &id),
          -EINVAL},
         {"write_file long", tern_fs_write_file(loop, long_path, "x", 1, NULL, rec_cb, &r, &id),
@@ -595,7 +607,7 @@ static void block_worker(tern_loop *loop, ph_gate *g, ph_job *j)
 Test(fs, cancel_queued_never_runs)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     int fds = count_fds();
     ph_gate g;
     ph_job blocker;
@@ -674,14 +686,14 @@ static void hold_first_step(void)
 {
     bool ok;
     PH_WAIT_UNTIL(ok, tern__fault_fs_held() && ph_stats().reserved == 1);
-    cr_assert(ok, "FAIL: the first step never ran (held %d, reserved %u)",
-              tern__fault_fs_held(), ph_stats().reserved);
+    cr_assert(ok, "FAIL: the first step never ran (held %d, reserved %u)", tern__fault_fs_held(),
+              ph_stats().reserved);
 }
 
 Test(fs, cancel_while_a_step_runs_stops_at_the_boundary_and_closes)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     put_file(at("f"), "content", 7);
     int fds = count_fds();
     rec r = {0};
@@ -729,8 +741,7 @@ Test(fs, read_file_refuses_special_files_at_once_and_the_worker_stays_free)
         rec r = {0};
         cr_assert_eq(tern_fs_read_file(loop, cases[i].path, NULL, rec_cb, &r, NULL), 0);
         wait_rec(loop, &r);
-        cr_assert_eq(r.status, cases[i].status, "%s: %s", cases[i].path,
-                     tern_err_name(r.status));
+        cr_assert_eq(r.status, cases[i].status, "%s: %s", cases[i].path, tern_err_name(r.status));
         cr_assert_null(r.res.data);
         cr_assert_eq(count_fds(), fds, "%s: the descriptor leaked", cases[i].path);
     }
@@ -750,8 +761,7 @@ Test(fs, read_file_refuses_special_files_at_once_and_the_worker_stays_free)
  * the job on gate 2, and the worker blocks there.
  */
 static void park_between_steps(tern_loop *loop, ph_gate *g1, ph_job *j1, ph_gate *g2, ph_job *j2,
-                               void (*submit)(tern_loop *, rec *, tern_id *), rec *r,
-                               tern_id *id)
+                               void (*submit)(tern_loop *, rec *, tern_id *), rec *r, tern_id *id)
 {
     block_worker(loop, g1, j1);
     cr_assert(ph_gate_wait_entered(g1, 1));
@@ -781,7 +791,7 @@ static void submit_write(tern_loop *loop, rec *r, tern_id *id)
 static void cancel_between(void (*submit)(tern_loop *, rec *, tern_id *))
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     put_file(at("f"), "content", 7);
     int fds = count_fds();
     ph_gate g1, g2;
@@ -825,7 +835,7 @@ Test(fs, cancel_write_file_between_steps_removes_the_temporary)
 Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refused)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 2);
+    tern_loop *loop = loop_with_pool_steps(1, 2);
     put_file(at("f"), "file data", 9);
     rec r = {0};
     tern__fault_fs_hold();
@@ -860,7 +870,7 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
 Test(fs, whole_file_requests_refused_on_a_full_queue_leave_nothing)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 1);
+    tern_loop *loop = loop_with_pool_steps(1, 1);
     ph_gate g;
     ph_job blocker, fill;
     block_worker(loop, &g, &blocker);
@@ -917,7 +927,7 @@ Test(fs, loop_free_between_steps_closes_everything)
 Test(fs, pool_cancel_shutdown_between_steps_gives_the_slot_back)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     put_file(at("f"), "content", 7);
     int fds = count_fds();
     ph_gate g1, g2;
