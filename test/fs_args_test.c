@@ -46,22 +46,25 @@ static struct iovec empty_piece[2] = {{.iov_base = buf, .iov_len = 1},
                                       {.iov_base = NULL, .iov_len = 0}};
 
 /* X(name, documented errno, call with loop L and a readable and writable fd F). */
-#define REFUSED_CALLS(X)                                                                           \
-    X(readv_null_base, -EINVAL, tern_fs_readv(L, F, hole, 2, 0, NULL, on_done, NULL, &id))         \
-    X(writev_null_base, -EINVAL, tern_fs_writev(L, F, hole, 2, 0, NULL, on_done, NULL, &id))       \
-    X(copy_negative_in, -EINVAL, tern_fs_copy_range(L, F, -1, F, 0, 1, NULL, on_done, NULL, &id))  \
-    X(copy_negative_out, -EINVAL, tern_fs_copy_range(L, F, 0, F, -1, 1, NULL, on_done, NULL, &id)) \
-    X(copy_too_long, -EINVAL,                                                                      \
-      tern_fs_copy_range(L, F, 0, F, 0, (size_t)SSIZE_MAX + 1, NULL, on_done, NULL, &id))          \
-    X(copy_bad_out, -EBADF, tern_fs_copy_range(L, F, 0, -1, 0, 1, NULL, on_done, NULL, &id))       \
-    X(sendfile_negative, -EINVAL, tern_fs_sendfile(L, F, F, -1, 1, NULL, on_done, NULL, &id))      \
-    X(write_file_too_long, -EINVAL,                                                                \
-      tern_fs_write_file(L, path, buf, (size_t)SSIZE_MAX + 1, NULL, on_done, NULL, &id))           \
-    X(write_file_no_data, -EINVAL, tern_fs_write_file(L, path, NULL, 1, NULL, on_done, NULL, &id)) \
+#define REFUSED_CALLS(X)                                                                         \
+    X(readv_null_base, -EINVAL, tern_fs_readv(L, F, hole, 2, 0, NULL, on_done, NULL, &id))       \
+    X(writev_null_base, -EINVAL, tern_fs_writev(L, F, hole, 2, 0, NULL, on_done, NULL, &id))     \
+    X(copy_negative_in, -EINVAL,                                                                 \
+      tern_fs_copy_range(L, F, -1, F, 0, 1, NULL, on_done, NULL, &id))                           \
+    X(copy_negative_out, -EINVAL,                                                                \
+      tern_fs_copy_range(L, F, 0, F, -1, 1, NULL, on_done, NULL, &id))                           \
+    X(copy_too_long, -EINVAL,                                                                    \
+      tern_fs_copy_range(L, F, 0, F, 0, (size_t)SSIZE_MAX + 1, NULL, on_done, NULL, &id))        \
+    X(copy_bad_out, -EBADF, tern_fs_copy_range(L, F, 0, -1, 0, 1, NULL, on_done, NULL, &id))     \
+    X(sendfile_negative, -EINVAL, tern_fs_sendfile(L, F, F, -1, 1, NULL, on_done, NULL, &id))   \
+    X(write_file_too_long, -EINVAL,                                                              \
+      tern_fs_write_file(L, path, buf, (size_t)SSIZE_MAX + 1, NULL, on_done, NULL, &id))         \
+    X(write_file_no_data, -EINVAL,                                                               \
+      tern_fs_write_file(L, path, NULL, 1, NULL, on_done, NULL, &id))                            \
     X(write_file_empty_path, -ENOENT, tern_fs_write_file(L, "", buf, 1, NULL, on_done, NULL, &id)) \
-    X(write_file_dir_path, -EISDIR,                                                                \
-      tern_fs_write_file(L, "/tmp/", buf, 1, NULL, on_done, NULL, &id))                            \
-    X(read_no_cb, -EINVAL, tern_fs_read(L, F, buf, 1, 0, NULL, NULL, NULL, &id))                   \
+    X(write_file_dir_path, -EISDIR,                                                              \
+      tern_fs_write_file(L, "/tmp/", buf, 1, NULL, on_done, NULL, &id))                          \
+    X(read_no_cb, -EINVAL, tern_fs_read(L, F, buf, 1, 0, NULL, NULL, NULL, &id))                 \
     X(fsync_no_cb, -EINVAL, tern_fs_fsync(L, F, NULL, NULL, NULL, &id))
 
 static char path[64];
@@ -72,14 +75,14 @@ struct call {
     int (*call)(tern_loop *L, int F, tern_id *idp);
 };
 
-#define DEFINE_CALL(name, err, expr)                          \
-    static int call_##name(tern_loop *L, int F, tern_id *idp) \
-    {                                                         \
-        tern_id id = 0;                                       \
-        (void)F;                                              \
-        int rc = (expr);                                      \
-        *idp = id;                                            \
-        return rc;                                            \
+#define DEFINE_CALL(name, err, expr)                                                             \
+    static int call_##name(tern_loop *L, int F, tern_id *idp)                                    \
+    {                                                                                            \
+        tern_id id = 0;                                                                          \
+        (void)F;                                                                                 \
+        int rc = (expr);                                                                         \
+        *idp = id;                                                                               \
+        return rc;                                                                               \
     }
 REFUSED_CALLS(DEFINE_CALL)
 

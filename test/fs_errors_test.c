@@ -53,7 +53,8 @@ static struct rec run(tern_loop *loop, submit_fn submit, void *ctx, bool injecte
     if (injected) {
         cr_assert(tern__fault_fired(), "the request made no system call through the seam");
         tern__fault_arm(0, 0);
-        cr_assert_eq(r.status, -EIO, "the injected error came back as %s", tern_err_name(r.status));
+        cr_assert_eq(r.status, -EIO, "the injected error came back as %s",
+                     tern_err_name(r.status));
     }
     return r;
 }
@@ -111,8 +112,8 @@ static int do_copy(tern_loop *l, struct rec *r, void *c)
     return tern_fs_copy_range(l, fds[0], 0, fds[1], 0, 5, NULL, rec_cb, r, NULL);
 }
 
-Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing, .init = setup,
-     .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     put("a", "hello");
@@ -187,8 +188,8 @@ Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing, .in
  * source's. /dev/zero gives as many zeros as asked; a regular file as many
  * as it has.
  */
-Test(fs_errors, a_copy_the_kernel_refuses_goes_through_a_buffer, .init = setup, .fini = teardown,
-     .timeout = TEST_TIMEOUT)
+Test(fs_errors, a_copy_the_kernel_refuses_goes_through_a_buffer, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);

@@ -55,8 +55,8 @@ static void wait_one(tern_loop *loop, struct rec *r)
     cr_assert_eq(atomic_load(&r->n), 1, "the callback ran %u times", atomic_load(&r->n));
 }
 
-Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf, .init = setup,
-     .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     put("a", "hello");
@@ -71,37 +71,20 @@ Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebad
         struct rec r = {0};
         int rc = -1;
         switch (which) {
-        case 0:
-            rc = tern_fs_fstat(loop, bad, NULL, rec_cb, &r, NULL);
-            break;
-        case 1:
-            rc = tern_fs_fsync(loop, bad, NULL, rec_cb, &r, NULL);
-            break;
-        case 2:
-            rc = tern_fs_fdatasync(loop, bad, NULL, rec_cb, &r, NULL);
-            break;
-        case 3:
-            rc = tern_fs_read(loop, bad, buf, sizeof buf, 0, NULL, rec_cb, &r, NULL);
-            break;
-        case 4:
-            rc = tern_fs_writev(loop, bad, &iov, 1, 0, NULL, rec_cb, &r, NULL);
-            break;
-        case 5:
-            rc = tern_fs_ftruncate(loop, bad, 0, NULL, rec_cb, &r, NULL);
-            break;
-        case 6:
-            rc = tern_fs_sendfile(loop, good, bad, 0, 5, NULL, rec_cb, &r, NULL);
-            break;
-        case 7:
-            rc = tern_fs_copy_range(loop, bad, 0, good, 0, 5, NULL, rec_cb, &r, NULL);
-            break;
-        case 8:
-            rc = tern_fs_copy_range(loop, good, 0, bad, 0, 5, NULL, rec_cb, &r, NULL);
-            break;
+        case 0: rc = tern_fs_fstat(loop, bad, NULL, rec_cb, &r, NULL); break;
+        case 1: rc = tern_fs_fsync(loop, bad, NULL, rec_cb, &r, NULL); break;
+        case 2: rc = tern_fs_fdatasync(loop, bad, NULL, rec_cb, &r, NULL); break;
+        case 3: rc = tern_fs_read(loop, bad, buf, sizeof buf, 0, NULL, rec_cb, &r, NULL); break;
+        case 4: rc = tern_fs_writev(loop, bad, &iov, 1, 0, NULL, rec_cb, &r, NULL); break;
+        case 5: rc = tern_fs_ftruncate(loop, bad, 0, NULL, rec_cb, &r, NULL); break;
+        case 6: rc = tern_fs_sendfile(loop, good, bad, 0, 5, NULL, rec_cb, &r, NULL); break;
+        case 7: rc = tern_fs_copy_range(loop, bad, 0, good, 0, 5, NULL, rec_cb, &r, NULL); break;
+        case 8: rc = tern_fs_copy_range(loop, good, 0, bad, 0, 5, NULL, rec_cb, &r, NULL); break;
         }
         cr_assert_eq(rc, 0, "request %d: %s", which, tern_err_name(rc));
         wait_one(loop, &r);
-        cr_assert_eq(r.status, -EBADF, "request %d: %s, not EBADF", which, tern_err_name(r.status));
+        cr_assert_eq(r.status, -EBADF, "request %d: %s, not EBADF", which,
+                     tern_err_name(r.status));
     }
     char back[8] = {0};
     cr_assert_eq(pread(good, back, sizeof back, 0), 5);
@@ -130,7 +113,8 @@ Test(fs_kernel_errors, a_read_only_descriptor_refuses_writes_truncation_and_copi
     r = (struct rec){0};
     cr_assert_eq(tern_fs_ftruncate(loop, ro, 1, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);
-    cr_assert(r.status == -EINVAL || r.status == -EBADF, "ftruncate: %s", tern_err_name(r.status));
+    cr_assert(r.status == -EINVAL || r.status == -EBADF, "ftruncate: %s",
+              tern_err_name(r.status));
 
     /* Regular to regular: the kernel's copy refuses, and no buffer is tried. */
     r = (struct rec){0};
@@ -172,8 +156,8 @@ static void limit_file_size(void)
  * there meets the error itself. Both ways: in the kernel (regular file to
  * regular file) and through the buffer (from /dev/zero).
  */
-Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied, .init = setup,
-     .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
@@ -189,7 +173,8 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied, .
         int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         cr_assert_geq(out, 0);
         struct rec r = {0};
-        cr_assert_eq(tern_fs_copy_range(loop, in, 0, out, 0, 2 * LIMIT, NULL, rec_cb, &r, NULL), 0);
+        cr_assert_eq(tern_fs_copy_range(loop, in, 0, out, 0, 2 * LIMIT, NULL, rec_cb, &r, NULL),
+                     0);
         wait_one(loop, &r);
         cr_assert_eq(r.status, 0, "%s copy: %s", kernel ? "kernel" : "buffered",
                      tern_err_name(r.status));
@@ -198,11 +183,11 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied, .
         cr_assert_eq(size_of("copy"), LIMIT);
 
         r = (struct rec){0};
-        cr_assert_eq(tern_fs_copy_range(loop, in, LIMIT, out, LIMIT, LIMIT, NULL, rec_cb, &r, NULL),
-                     0);
+        cr_assert_eq(tern_fs_copy_range(loop, in, LIMIT, out, LIMIT, LIMIT, NULL, rec_cb, &r,
+                                        NULL), 0);
         wait_one(loop, &r);
-        cr_assert_eq(r.status, -EFBIG, "%s copy past the limit: %s", kernel ? "kernel" : "buffered",
-                     tern_err_name(r.status));
+        cr_assert_eq(r.status, -EFBIG, "%s copy past the limit: %s",
+                     kernel ? "kernel" : "buffered", tern_err_name(r.status));
         cr_assert_eq(size_of("copy"), LIMIT, "a refused copy grew the file");
         close(out);
     }
@@ -213,8 +198,8 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied, .
 
 /* A whole-file write over the size limit fails with EFBIG and leaves the
  * old file as it was, with no temporary beside it (teardown checks). */
-Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file, .init = setup,
-     .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     put("a", "old");
@@ -230,8 +215,8 @@ Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file, .init
 }
 
 /* A copy of exactly the source's length copies all of it and stops. */
-Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup, .fini = teardown,
-     .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     put("a", "hello");
@@ -253,8 +238,8 @@ Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup
 
 /* max_bytes 0: an empty file is read (0 bytes and the NUL); a one-byte
  * file is -EFBIG. */
-Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte, .init = setup,
-     .fini = teardown, .timeout = TEST_TIMEOUT)
+Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
+     .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     put("empty", "");

@@ -120,7 +120,8 @@ Test(fs_refusals, no_memory_for_the_copy_buffer, .init = setup, .fini = teardown
             assert_b_holds_the_copy();
             break;
         }
-        cr_assert_eq(rc, -ENOMEM, "allocation %llu: %s", (unsigned long long)n, tern_err_name(rc));
+        cr_assert_eq(rc, -ENOMEM, "allocation %llu: %s", (unsigned long long)n,
+                     tern_err_name(rc));
         cr_assert_eq(size_of("b"), 0, "a copy refused for memory wrote something");
         in_the_worker += copied == -1 ? 0 : 1;
     }

@@ -149,7 +149,8 @@ Test(fs_sizeless, with_no_limit_a_long_proc_file_is_read_to_its_end, .timeout = 
 
 /* A sparse file as long as a file can be (tmpfs takes SSIZE_MAX bytes):
  * -EFBIG even with no limit, since no read could return it whole. */
-Test(fs_sizeless, a_file_longer_than_any_read_is_efbig_even_with_no_limit, .timeout = TEST_TIMEOUT)
+Test(fs_sizeless, a_file_longer_than_any_read_is_efbig_even_with_no_limit,
+     .timeout = TEST_TIMEOUT)
 {
     char path[64];
     snprintf(path, sizeof path, "/dev/shm/tern-fs-huge-%d", (int)getpid());

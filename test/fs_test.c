@@ -192,7 +192,8 @@ static int writer_when_reader_blocks(const char *fifo)
     int fd = -1;
     bool ok;
     PH_WAIT_UNTIL(ok, (fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) >= 0 || errno != ENXIO);
-    cr_assert(ok && fd >= 0, "FAIL: no reader ever blocked in open(%s): %s", fifo, strerror(errno));
+    cr_assert(ok && fd >= 0, "FAIL: no reader ever blocked in open(%s): %s", fifo,
+              strerror(errno));
     return fd;
 }
 
@@ -327,8 +328,8 @@ Test(fs, descriptor_requests)
     tern_loop *loop = loop_with_pool(2, 16);
     int fds = count_fds();
     rec o = {0};
-    cr_assert_eq(
-        tern_fs_open(loop, at("f"), O_RDWR | O_CREAT | O_EXCL, 0600, NULL, rec_cb, &o, NULL), 0);
+    cr_assert_eq(tern_fs_open(loop, at("f"), O_RDWR | O_CREAT | O_EXCL, 0600, NULL, rec_cb, &o,
+                              NULL), 0);
     wait_rec(loop, &o);
     cr_assert_eq(o.status, 0);
     int fd = (int)o.res.value;
@@ -549,7 +550,8 @@ Test(fs, bad_values_return_the_documented_errno_and_change_nothing)
         {"read_file NULL", tern_fs_read_file(loop, NULL, NULL, rec_cb, &r, &id), -EINVAL},
         {"read_file long", tern_fs_read_file(loop, long_path, NULL, rec_cb, &r, &id),
          -ENAMETOOLONG},
-        {"read_file step 0", tern_fs_read_file(loop, at("x"), &bad_step, rec_cb, &r, &id), -EINVAL},
+        {"read_file step 0", tern_fs_read_file(loop, at("x"), &bad_step, rec_cb, &r, &id),
+         -EINVAL},
         {"write_file NULL data", tern_fs_write_file(loop, at("x"), NULL, 1, NULL, rec_cb, &r, &id),
          -EINVAL},
         {"write_file long", tern_fs_write_file(loop, long_path, "x", 1, NULL, rec_cb, &r, &id),
@@ -686,8 +688,8 @@ static void hold_first_step(void)
 {
     bool ok;
     PH_WAIT_UNTIL(ok, tern__fault_fs_held() && ph_stats().reserved == 1);
-    cr_assert(ok, "FAIL: the first step never ran (held %d, reserved %u)", tern__fault_fs_held(),
-              ph_stats().reserved);
+    cr_assert(ok, "FAIL: the first step never ran (held %d, reserved %u)",
+              tern__fault_fs_held(), ph_stats().reserved);
 }
 
 Test(fs, cancel_while_a_step_runs_stops_at_the_boundary_and_closes)
@@ -741,7 +743,8 @@ Test(fs, read_file_refuses_special_files_at_once_and_the_worker_stays_free)
         rec r = {0};
         cr_assert_eq(tern_fs_read_file(loop, cases[i].path, NULL, rec_cb, &r, NULL), 0);
         wait_rec(loop, &r);
-        cr_assert_eq(r.status, cases[i].status, "%s: %s", cases[i].path, tern_err_name(r.status));
+        cr_assert_eq(r.status, cases[i].status, "%s: %s", cases[i].path,
+                     tern_err_name(r.status));
         cr_assert_null(r.res.data);
         cr_assert_eq(count_fds(), fds, "%s: the descriptor leaked", cases[i].path);
     }
@@ -761,7 +764,8 @@ Test(fs, read_file_refuses_special_files_at_once_and_the_worker_stays_free)
  * the job on gate 2, and the worker blocks there.
  */
 static void park_between_steps(tern_loop *loop, ph_gate *g1, ph_job *j1, ph_gate *g2, ph_job *j2,
-                               void (*submit)(tern_loop *, rec *, tern_id *), rec *r, tern_id *id)
+                               void (*submit)(tern_loop *, rec *, tern_id *), rec *r,
+                               tern_id *id)
 {
     block_worker(loop, g1, j1);
     cr_assert(ph_gate_wait_entered(g1, 1));
