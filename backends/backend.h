@@ -43,7 +43,7 @@ enum {
     TERN__FILE_READ,  /* pread(2) of len bytes at off into buf: res is the bytes read */
     TERN__FILE_CLOSE, /* close(2) of fd */
 };
-struct statx;
+struct stat;
 struct tern__file_op {
     uint8_t kind;
     int fd;
@@ -52,8 +52,20 @@ struct tern__file_op {
     uint64_t off;
     const char *path;
     void *buf;
-    struct statx *stx; /* TERN__FILE_STAT: where the kernel writes */
+    /* TERN__FILE_STAT: where the kernel writes its answer (the system's
+     * own record, a struct statx on Linux), read with tern__file_stat. */
+    _Alignas(8) unsigned char stat_room[256];
 };
+
+/*
+ * The call op describes, made at once on the caller's thread, for one a
+ * backend's queue refused: its result, or -errno. close(2) failing with
+ * EINTR counts as success (the descriptor is released, as tern_fs_close
+ * says). Only where a backend sets TERN__DO_FILE.
+ */
+int tern__file_call(struct tern__file_op *op);
+/* A TERN__FILE_STAT call's answer, once it succeeded, as a struct stat. */
+void tern__file_stat(const struct tern__file_op *op, struct stat *st);
 
 /*
  * One completion, as a wait reports it (struct tern__backend's `done`).
@@ -188,7 +200,7 @@ struct tern__backend_ops {
      * Returns 0, or -EBUSY when the queue takes no entry (nothing was
      * queued: the caller makes the call by itself).
      */
-    int (*file)(struct tern__backend *b, uint64_t token, const struct tern__file_op *op);
+    int (*file)(struct tern__backend *b, uint64_t token, struct tern__file_op *op);
     /*
      * Ask the kernel to cancel token's file operation, with the next wait.
      * Its completion still comes: -ECANCELED if the call had not started,

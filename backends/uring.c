@@ -110,6 +110,8 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #if __has_include(<valgrind/memcheck.h>)
@@ -910,7 +912,56 @@ static void uring_send_cancel(struct tern__backend *b, int fd, uint64_t token)
 /* File system calls                                                   */
 /* ------------------------------------------------------------------ */
 
-static int uring_file(struct tern__backend *b, uint64_t token, const struct tern__file_op *op)
+_Static_assert(sizeof(struct statx) <= sizeof(((struct tern__file_op *)0)->stat_room),
+               "a statx fits the call's room");
+
+static struct statx *stx_of(struct tern__file_op *op)
+{
+    return (struct statx *)(void *)op->stat_room;
+}
+
+int tern__file_call(struct tern__file_op *op)
+{
+    int rc;
+    switch (op->kind) {
+    case TERN__FILE_STAT:
+        rc = op->path != NULL ? statx(AT_FDCWD, op->path, 0, STATX_BASIC_STATS, stx_of(op))
+                              : statx(op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx_of(op));
+        break;
+    case TERN__FILE_OPEN:
+        rc = open(op->path, op->flags | O_CLOEXEC);
+        break;
+    case TERN__FILE_READ:
+        rc = (int)pread(op->fd, op->buf, op->len, (off_t)op->off);
+        break;
+    default:
+        TERN_INSIST(op->kind == TERN__FILE_CLOSE);
+        return close(op->fd) == 0 || errno == EINTR ? 0 : -errno;
+    }
+    return rc >= 0 ? rc : -errno;
+}
+
+void tern__file_stat(const struct tern__file_op *op, struct stat *st)
+{
+    const struct statx *x = (const struct statx *)(const void *)op->stat_room;
+    *st = (struct stat){
+        .st_dev = makedev(x->stx_dev_major, x->stx_dev_minor),
+        .st_ino = x->stx_ino,
+        .st_mode = x->stx_mode,
+        .st_nlink = x->stx_nlink,
+        .st_uid = x->stx_uid,
+        .st_gid = x->stx_gid,
+        .st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor),
+        .st_size = (off_t)x->stx_size,
+        .st_blksize = (blksize_t)x->stx_blksize,
+        .st_blocks = (blkcnt_t)x->stx_blocks,
+        .st_atim = {.tv_sec = x->stx_atime.tv_sec, .tv_nsec = x->stx_atime.tv_nsec},
+        .st_mtim = {.tv_sec = x->stx_mtime.tv_sec, .tv_nsec = x->stx_mtime.tv_nsec},
+        .st_ctim = {.tv_sec = x->stx_ctime.tv_sec, .tv_nsec = x->stx_ctime.tv_nsec},
+    };
+}
+
+static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file_op *op)
 {
     struct uring *u = b->state;
     require_not_forked(u);
@@ -922,9 +973,9 @@ static int uring_file(struct tern__backend *b, uint64_t token, const struct tern
     switch (op->kind) {
     case TERN__FILE_STAT:
         if (op->path != NULL)
-            io_uring_prep_statx(sqe, AT_FDCWD, op->path, 0, STATX_BASIC_STATS, op->stx);
+            io_uring_prep_statx(sqe, AT_FDCWD, op->path, 0, STATX_BASIC_STATS, stx_of(op));
         else
-            io_uring_prep_statx(sqe, op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, op->stx);
+            io_uring_prep_statx(sqe, op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx_of(op));
         break;
     case TERN__FILE_OPEN:
         io_uring_prep_openat(sqe, AT_FDCWD, op->path, op->flags | O_CLOEXEC, 0);

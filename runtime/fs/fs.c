@@ -369,11 +369,9 @@ int tern_fs_read_file(tern_loop *loop, const char *path, const tern_fs_options *
                      opts, cb, arg, &r);
     if (rc < 0)
         return rc;
-#ifdef TERN_HAVE_IO_URING
     /* The backend makes the calls itself: no pool thread (fs_ring.c). */
     if (loop->backend.completes & TERN__DO_FILE)
         return tern__fs_ring_read_file(loop, r, idp);
-#endif
     return submit(loop, r, idp);
 }
 

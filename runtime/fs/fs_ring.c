@@ -38,7 +38,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "admit.h"
@@ -59,54 +58,12 @@ struct fs_ring {
     struct tern__owned owned;
     struct tern__fs_req *r;    /* the request, as the pool's path would hold it */
     struct tern__file_op call; /* the call in flight, or the next one */
-    struct statx stx;
     int stop;          /* 0, or the status a cancel (-ECANCELED) or deadline (-ETIMEDOUT) set */
     bool in_kernel;    /* call was handed to the backend, its completion not yet taken */
     bool settled;      /* the outcome is in r->status; queued for step 2 */
     bool has_deadline; /* holds a heap claim */
     bool blocking;     /* O_NONBLOCK was cleared (a read said -EAGAIN) */
 };
-
-static void to_stat(const struct statx *x, struct stat *st)
-{
-    *st = (struct stat){
-        .st_dev = makedev(x->stx_dev_major, x->stx_dev_minor),
-        .st_ino = x->stx_ino,
-        .st_mode = x->stx_mode,
-        .st_nlink = x->stx_nlink,
-        .st_uid = x->stx_uid,
-        .st_gid = x->stx_gid,
-        .st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor),
-        .st_size = (off_t)x->stx_size,
-        .st_blksize = (blksize_t)x->stx_blksize,
-        .st_blocks = (blkcnt_t)x->stx_blocks,
-        .st_atim = {.tv_sec = x->stx_atime.tv_sec, .tv_nsec = x->stx_atime.tv_nsec},
-        .st_mtim = {.tv_sec = x->stx_mtime.tv_sec, .tv_nsec = x->stx_mtime.tv_nsec},
-        .st_ctim = {.tv_sec = x->stx_ctime.tv_sec, .tv_nsec = x->stx_ctime.tv_nsec},
-    };
-}
-
-/* The call the backend could not take, made here: its result or -errno. */
-static int call_here(const struct tern__file_op *c)
-{
-    int rc;
-    switch (c->kind) {
-    case TERN__FILE_STAT:
-        rc = c->path != NULL ? statx(AT_FDCWD, c->path, 0, STATX_BASIC_STATS, c->stx)
-                             : statx(c->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, c->stx);
-        break;
-    case TERN__FILE_OPEN:
-        rc = open(c->path, c->flags | O_CLOEXEC);
-        break;
-    case TERN__FILE_READ:
-        rc = (int)pread(c->fd, c->buf, c->len, (off_t)c->off);
-        break;
-    default:
-        /* Released whatever it says (fs_calls.c, tern__fs_sys_close). */
-        return close(c->fd) == 0 || errno == EINTR ? 0 : -errno;
-    }
-    return rc >= 0 ? rc : -errno;
-}
 
 /* The outcome is in: queue cb for step 2. */
 static void settle(tern_loop *loop, struct fs_ring *f, int status)
@@ -127,8 +84,7 @@ static bool fail(tern_loop *loop, struct fs_ring *f, int status)
 
 static void set_stat(struct fs_ring *f, int fd, const char *path)
 {
-    f->call =
-        (struct tern__file_op){.kind = TERN__FILE_STAT, .fd = fd, .path = path, .stx = &f->stx};
+    f->call = (struct tern__file_op){.kind = TERN__FILE_STAT, .fd = fd, .path = path};
 }
 
 /* The next read, or the buffer's failure. */
@@ -154,7 +110,7 @@ static bool path_statted(tern_loop *loop, struct fs_ring *f, int res)
     int rc;
     if (res < 0)
         return fail(loop, f, res);
-    to_stat(&f->stx, &r->res.st);
+    tern__file_stat(&f->call, &r->res.st);
     if (!S_ISSOCK(r->res.st.st_mode) && (rc = tern__fs_refuse_kind(&r->res.st)) < 0)
         return fail(loop, f, rc);
     r->step = RING_OPEN;
@@ -169,7 +125,7 @@ static bool fd_statted(tern_loop *loop, struct fs_ring *f, int res)
     int rc;
     if (res < 0)
         return fail(loop, f, res);
-    to_stat(&f->stx, &r->res.st);
+    tern__file_stat(&f->call, &r->res.st);
     if ((rc = tern__fs_refuse_kind(&r->res.st)) < 0 || (rc = tern__fs_read_sized(r)) < 0)
         return fail(loop, f, rc);
     return set_read(loop, f);
@@ -237,7 +193,7 @@ static void issue(tern_loop *loop, struct fs_ring *f)
             f->in_kernel = true;
             return;
         }
-    } while (advance(loop, f, call_here(&f->call)));
+    } while (advance(loop, f, tern__file_call(&f->call)));
 }
 
 /* Step 4: the call's completion. A stopped request undoes what it holds. */
