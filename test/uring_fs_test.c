@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "fault.h"
 #include "fs_helpers.h"
 #include "tern/fs.h"
 
@@ -316,6 +317,103 @@ Test(uring_fs, admission_refuses_as_for_a_job)
     cr_assert_eq(tern_loop_last_refusal(loop), TERN_REFUSED_OPERATIONS);
     cr_assert(run_until_count(loop, &r[0].n, 1, -1, 100000));
     tern_fs_free(r[0].data);
+    tern_loop_free(loop);
+}
+
+/* The fs fault site fails each call in turn (as it fails the pool's
+ * steps): cb gets the errno, with nothing left open or allocated. */
+Test(uring_fs, each_call_can_fail)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 20000);
+    unsigned fds = count_fds();
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.step_bytes = 8192;
+    tern__fault_fs_errno(-EIO);
+    uint64_t n = 1;
+    for (;; n++) {
+        struct rec r = {0};
+        tern__fault_arm(TERN__FAULT_FS, n);
+        read_one(loop, at("f"), &o, &r);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(TERN__FAULT_FS, 0);
+        if (!fired) {
+            check_bytes(&r, 20000);
+            tern_fs_free(r.data);
+            break;
+        }
+        cr_assert_eq(r.status, -EIO, "call %lu: %d", (unsigned long)n, r.status);
+        cr_assert_null(r.data);
+        cr_assert_eq(count_fds(), fds, "call %lu left a descriptor", (unsigned long)n);
+    }
+    /* stat, open, fstat, three reads, close. */
+    cr_assert_eq(n, 8, "%lu calls", (unsigned long)n - 1);
+    tern_loop_free(loop);
+}
+
+/* A read that says -EAGAIN (a file system whose reads through io_uring
+ * honour O_NONBLOCK) clears the flag and reads again, once. */
+Test(uring_fs, a_read_that_would_block_is_made_again_blocking)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 20000);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.step_bytes = 8192;
+    tern__fault_fs_errno(-EAGAIN);
+    struct rec r = {0};
+    tern__fault_arm(TERN__FAULT_FS, 4); /* the first read */
+    read_one(loop, at("f"), &o, &r);
+    cr_assert(tern__fault_fired());
+    check_bytes(&r, 20000);
+    tern_fs_free(r.data);
+    /* The second read: the flag is cleared then, and once only. */
+    memset(&r, 0, sizeof r);
+    tern__fault_arm(TERN__FAULT_FS, 5);
+    read_one(loop, at("f"), &o, &r);
+    cr_assert(tern__fault_fired());
+    tern__fault_arm(TERN__FAULT_FS, 0);
+    check_bytes(&r, 20000);
+    tern_fs_free(r.data);
+    tern_loop_free(loop);
+}
+
+/* Each allocation fails in turn: the call says -ENOMEM with nothing
+ * admitted, or cb does with nothing left; a sizeless file grows its
+ * buffer (max_bytes below its size: -EFBIG once all went well). */
+Test(uring_fs, each_allocation_can_fail)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    const char *paths[] = {at("f"), "/proc/self/environ"};
+    for (int p = 0; p < 2; p++) {
+        tern_fs_options o;
+        tern_fs_options_init(&o);
+        o.max_bytes = p == 0 ? o.max_bytes : 100;
+        for (uint64_t n = 1;; n++) {
+            struct rec r = {0};
+            tern__fault_arm(TERN__FAULT_ALLOC, n);
+            int rc = tern_fs_read_file(loop, paths[p], &o, rec_cb, &r, NULL);
+            if (rc == 0)
+                cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
+            bool fired = tern__fault_fired();
+            tern__fault_arm(TERN__FAULT_ALLOC, 0);
+            if (!fired) {
+                cr_assert_eq(rc, 0);
+                cr_assert_eq(r.status, p == 0 ? 0 : -EFBIG);
+                tern_fs_free(r.data);
+                break;
+            }
+            cr_assert(rc == -ENOMEM || (rc == 0 && r.status == -ENOMEM), "alloc %lu: %d %d",
+                      (unsigned long)n, rc, r.status);
+            cr_assert_eq(atomic_load(&r.n), rc == 0 ? 1u : 0u);
+            cr_assert_null(r.data);
+        }
+    }
+    (void)tern_loop_run_once(loop, 0);
+    cr_assert_eq(count_fds(), fds);
     tern_loop_free(loop);
 }
 

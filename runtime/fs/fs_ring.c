@@ -31,8 +31,8 @@
  *     wait for the completion of the call in flight (the request's credit
  *     keeps them going), so cb runs once and nothing of it is left in the
  *     kernel when the backend closes.
- * The fault seam's file faults are the pool's steps': calls made through
- * the ring are not injected.
+ * The fault seam's file site (TERN__FAULT_FS) is asked as each call's
+ * completion comes, so a fault walk makes any step fail as on the pool.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -202,13 +202,18 @@ static void ring_completed(tern_loop *loop, struct tern__op *op, const struct te
     struct fs_ring *f = (struct fs_ring *)op;
     TERN_INSIST(d->file && f->in_kernel && !f->settled);
     f->in_kernel = false;
-    if (f->stop != 0 && f->r->step != RING_CLOSE) {
-        if (f->r->step == RING_OPEN && d->res >= 0)
-            close(d->res); /* opened after all: nobody's */
+    int res = d->res;
+    int injected = tern__fs_fault_made(); /* the pool's fault walk reaches these calls too */
+    bool stop = f->stop != 0 && f->r->step != RING_CLOSE;
+    if ((injected < 0 || stop) && f->r->step == RING_OPEN && res >= 0)
+        close(res); /* opened after all: nobody's */
+    if (injected < 0)
+        res = injected;
+    if (stop) {
         fail(loop, f, f->stop);
         return;
     }
-    if (advance(loop, f, d->res))
+    if (advance(loop, f, res))
         issue(loop, f);
 }
 
