@@ -349,6 +349,16 @@ Test(uring_fs, each_call_can_fail)
     }
     /* stat, open, fstat, three reads, close. */
     cr_assert_eq(n, 8, "%lu calls", (unsigned long)n - 1);
+    /* close(2)'s EINTR has released the descriptor: success (fs.h). */
+    struct rec r = {0};
+    tern__fault_fs_errno(-EINTR);
+    tern__fault_arm(TERN__FAULT_FS, 7);
+    read_one(loop, at("f"), &o, &r);
+    cr_assert(tern__fault_fired());
+    tern__fault_arm(TERN__FAULT_FS, 0);
+    check_bytes(&r, 20000);
+    tern_fs_free(r.data);
+    cr_assert_eq(count_fds(), fds);
     tern_loop_free(loop);
 }
 
