@@ -689,7 +689,10 @@ static int entry_start(struct uring *u, int fd, uint64_t token, size_t ctl_room,
     return 0;
 }
 
-static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room)
+/* A stream's receive or a datagram socket's: the buffers are mapped at the
+ * first, and a kernel that refuses them takes the kind's bit away. */
+static int receive(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room,
+                   bool dgram)
 {
     struct uring *u = b->state;
     require_not_forked(u);
@@ -700,10 +703,15 @@ static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, 
     }
     if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
         if (rc == -EOPNOTSUPP)
-            b->completes &= ~TERN__DO_RECV;
+            b->completes &= dgram ? ~(unsigned)TERN__DO_UDP_RECV : ~(unsigned)TERN__DO_RECV;
         return rc;
     }
-    return entry_start(u, fd, token, ctl_room, false, false);
+    return entry_start(u, fd, token, ctl_room, false, dgram);
+}
+
+static int uring_recv(struct tern__backend *b, int fd, uint64_t token, bool on, size_t ctl_room)
+{
+    return receive(b, fd, token, on, ctl_room, false);
 }
 
 static int uring_accept(struct tern__backend *b, int fd, uint64_t token, bool on)
@@ -720,19 +728,7 @@ static int uring_accept(struct tern__backend *b, int fd, uint64_t token, bool on
 
 static int uring_dgram_recv(struct tern__backend *b, int fd, uint64_t token, bool on)
 {
-    struct uring *u = b->state;
-    require_not_forked(u);
-    int rc;
-    if (!on) {
-        entry_stop(u, fd);
-        return 0;
-    }
-    if ((rc = grow_slots(u, fd)) < 0 || (rc = bufs_setup(u)) < 0) {
-        if (rc == -EOPNOTSUPP)
-            b->completes &= ~TERN__DO_UDP_RECV;
-        return rc;
-    }
-    return entry_start(u, fd, token, 0, false, true);
+    return receive(b, fd, token, on, 0, true);
 }
 
 static void uring_recycle(struct tern__backend *b, uint32_t bid)
