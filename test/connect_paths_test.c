@@ -22,6 +22,7 @@
  * getaddrinfo seam (runtime/core/testing.h).
  */
 #include "net_paths_helpers.h"
+#include "tested_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -62,7 +63,7 @@ static int raw_connect(unsigned port)
 
 static void accept_passes_over(int err)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static struct acc a;
     memset(&a, 0, sizeof a);
     tern_id l;
@@ -111,7 +112,7 @@ Test(connect_paths, an_accept_interrupted_is_passed_over, .timeout = TEST_TIMEOU
 Test(connect_paths, a_listener_closed_by_its_accept_callback_accepts_no_more,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static struct acc a = {.close_listener = true};
     tern_id l;
     cr_assert_eq(
@@ -151,7 +152,7 @@ static void sock_path(char *out, size_t n, const char *what)
 
 Test(connect_paths, an_interrupted_unix_connect_is_tried_again, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     char path[108];
     sock_path(path, sizeof path, "eintr");
     static struct acc a;
@@ -176,7 +177,7 @@ Test(connect_paths, an_interrupted_unix_connect_is_tried_again, .timeout = TEST_
 Test(connect_paths, a_unix_listen_failing_on_an_abstract_name_leaves_it_free,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     char name[64];
     snprintf(name, sizeof name, "@tern-listen-fail-%d", (int)getpid());
     static struct acc a;
@@ -198,7 +199,7 @@ Test(connect_paths, a_unix_listen_failing_on_an_abstract_name_leaves_it_free,
 
 Test(connect_paths, a_unix_connect_finished_later_is_waited_for, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     char path[108];
     sock_path(path, sizeof path, "later");
     static struct acc a;
@@ -248,7 +249,7 @@ static void on_read(tern_loop *loop, tern_id id, int status, const void *data, s
 
 Test(connect_paths, control_messages_other_than_descriptors_are_ignored, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     int one = 1;
@@ -272,7 +273,7 @@ Test(connect_paths, control_messages_other_than_descriptors_are_ignored, .timeou
 Test(connect_paths, a_connect_failed_inside_the_call_is_neither_terminal_nor_connected,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static struct conn c;
     tern_id s;
     /* A numeric address connects inside the call; its socket is refused. */
@@ -305,7 +306,7 @@ Test(connect_paths, handles_opened_without_their_id_are_closed_by_loop_free,
      .timeout = TEST_TIMEOUT)
 {
     int before = count_open_fds_settled();
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static struct acc a;
     char path[108];
     sock_path(path, sizeof path, "noid");
@@ -328,7 +329,7 @@ Test(connect_paths, handles_opened_without_their_id_are_closed_by_loop_free,
 
 Test(connect_paths, a_listen_sharing_its_port_fails_whole_at_each_step, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static struct acc a;
     int before = count_open_fds_settled();
     uint64_t n = 1;
@@ -359,7 +360,7 @@ Test(connect_paths, a_listen_sharing_its_port_fails_whole_at_each_step, .timeout
 
 Test(connect_paths, a_unix_listen_out_of_memory_leaves_no_socket_file, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     char path[108];
     sock_path(path, sizeof path, "nomem");
     static struct acc a;
@@ -444,7 +445,7 @@ static void on_accept_keep(tern_loop *loop, tern_id listener, int status, tern_i
 Test(connect_paths, a_connect_the_system_completes_at_once_sends_what_was_queued,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     sock_path(answer_path, sizeof answer_path, "atonce");
     static struct keep k;
     tern_id l, s;
@@ -486,7 +487,7 @@ static void on_ready(tern_loop *loop, tern_id id, int status, void *arg)
 
 Test(connect_paths, a_lookup_answering_no_address_is_refused, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern__set_getaddrinfo(empty_getaddrinfo);
     static struct conn c;
     static struct acc a;

@@ -9,6 +9,7 @@
  * nothing. Streams are adopted socketpair ends (tern_stream_open).
  */
 #include "loop_helpers.h"
+#include "tested_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -38,7 +39,7 @@ static void pair(tern_loop *loop, tern_id *id, int *raw)
 
 Test(stream_write_edges, a_write_cut_short_resumes_across_its_buffers, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id id;
     int raw;
     pair(loop, &id, &raw);
@@ -85,7 +86,7 @@ Test(stream_write_edges, a_write_cut_short_resumes_across_its_buffers, .timeout 
 Test(stream_write_edges, try_write_tries_128_buffers_and_writes_nothing_for_empty_ones,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id id;
     int raw;
     pair(loop, &id, &raw);
@@ -132,7 +133,7 @@ Test(stream_write_edges, try_write_refuses_a_listener_a_connecting_stream_and_a_
      .timeout = TEST_TIMEOUT)
 {
     signal(SIGPIPE, SIG_IGN);
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_buf b = {"x", 1};
     size_t q = 1;
 

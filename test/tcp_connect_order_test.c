@@ -11,6 +11,7 @@
  * answers.
  */
 #include "loop_helpers.h"
+#include "tested_backend.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -95,7 +96,7 @@ Test(tcp_connect_order, an_address_refused_at_once_is_passed_over_for_the_next,
      .timeout = TEST_TIMEOUT)
 {
     tern__set_getaddrinfo(fake_getaddrinfo);
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     unsigned port;
     int lfd = listener(&port);
     answer[0] = "255.255.255.255";
@@ -123,7 +124,7 @@ Test(tcp_connect_order, every_address_refused_gives_the_last_error_once_then_the
      .timeout = TEST_TIMEOUT)
 {
     tern__set_getaddrinfo(fake_getaddrinfo);
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     unsigned port;
     int lfd = listener(&port);
     close(lfd); /* 127.0.0.1:port now refuses, after a wait for the answer */

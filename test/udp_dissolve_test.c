@@ -9,6 +9,7 @@
  * returns the error and changes nothing.
  */
 #include "net_paths_helpers.h"
+#include "tested_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -64,7 +65,7 @@ static unsigned free_port(void)
 
 Test(udp_dissolve, a_port_the_bind_named_is_kept_as_it_was, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = 0, b = 0;
     int rc = -EADDRINUSE;
     unsigned p = 0;
@@ -92,7 +93,7 @@ Test(udp_dissolve, a_port_the_bind_named_is_kept_as_it_was, .timeout = TEST_TIME
  */
 Test(udp_dissolve, a_port_taken_in_between_is_told_and_replaced, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = 0, b = 0;
     cr_assert_eq(tern_udp_bind(loop, NULL, 0, 0, &a), 0);
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &b), 0);
@@ -126,7 +127,7 @@ Test(udp_dissolve, a_port_taken_in_between_is_told_and_replaced, .timeout = TEST
 Test(udp_dissolve, a_refused_connect_returns_the_error_and_changes_nothing,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = 0, b = 0;
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &a), 0);
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &b), 0);
@@ -149,7 +150,7 @@ Test(udp_dissolve, a_refused_connect_returns_the_error_and_changes_nothing,
 Test(udp_dissolve, a_refused_dissolve_returns_the_error_and_stays_connected,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = 0, b = 0;
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &a), 0);
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, &b), 0);

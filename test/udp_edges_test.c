@@ -8,6 +8,7 @@
  * once, the close callback runs once, the receiver hears no error.
  */
 #include "net_paths_helpers.h"
+#include "tested_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -70,7 +71,7 @@ static void close_count(tern_loop *loop, tern_id id, void *arg)
 Test(udp_edges, a_receive_answered_eagain_ends_quietly_and_the_datagram_comes_next,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = bind_ok(loop);
     struct sockaddr_storage to = where(loop, a);
     static struct rx r;

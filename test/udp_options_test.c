@@ -10,6 +10,7 @@
  * another size (datagrams wait in the kernel meanwhile).
  */
 #include "loop_helpers.h"
+#include "tested_backend.h"
 
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -50,7 +51,7 @@ static bool have_ipv6(tern_loop *loop)
 
 Test(udp_options, ipv4_each_option_reaches_the_socket, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id id = bind_udp(loop, "127.0.0.1");
     cr_assert_eq(tern_udp_set(loop, id, TERN_UDP_BROADCAST, 1), 0);
     cr_assert_eq(get_int(loop, id, SOL_SOCKET, SO_BROADCAST), 1);
@@ -108,7 +109,7 @@ Test(udp_options, ipv4_each_option_reaches_the_socket, .timeout = TEST_TIMEOUT)
 
 Test(udp_options, ipv6_each_option_reaches_the_socket, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     if (!have_ipv6(loop)) {
         loop_free_clean(loop);
         cr_skip_test("no IPv6 loopback here");
@@ -172,7 +173,7 @@ Test(udp_options, ipv6_each_option_reaches_the_socket, .timeout = TEST_TIMEOUT)
 
 Test(udp_options, stale_ids_are_enoent, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id id = bind_udp(loop, "127.0.0.1");
     cr_assert_eq(tern_udp_close(loop, id), 0);
     cr_assert(run_until_nothing_live(loop));
@@ -188,7 +189,7 @@ Test(udp_options, stale_ids_are_enoent, .timeout = TEST_TIMEOUT)
 
 Test(udp_options, ipv6only_is_set_only_when_asked, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     if (!have_ipv6(loop)) {
         loop_free_clean(loop);
         cr_skip_test("no IPv6 here");
@@ -236,7 +237,7 @@ static void got_cb(tern_loop *loop, tern_id id, int status, const void *data, si
 Test(udp_options, receiving_stopped_waits_and_restarts_with_a_new_size,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id id = bind_udp(loop, "127.0.0.1");
     unsigned port;
     cr_assert_eq(tern_udp_port(loop, id, &port), 0);

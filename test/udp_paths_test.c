@@ -18,6 +18,7 @@
  * no drain yet.
  */
 #include "net_paths_helpers.h"
+#include "tested_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -118,7 +119,7 @@ static const char one[] = "1";
 Test(udp_paths, a_send_refused_with_eagain_waits_for_room_and_leaves_once,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     struct sockaddr_storage to = where(loop, b);
     static struct rx r;
@@ -156,6 +157,7 @@ Test(udp_paths, a_send_refused_with_eagain_waits_for_room_and_leaves_once,
 
 Test(udp_paths, an_interrupted_send_is_tried_again, .timeout = TEST_TIMEOUT)
 {
+    /* Readiness's own mechanics: on epoll, whatever TERN_TEST_BACKEND says. */
     tern_loop *loop = loop_new_default();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     struct sockaddr_storage to = where(loop, b);
@@ -312,7 +314,7 @@ static void chain_cb_and_mark(tern_loop *loop, tern_id id, int status, void *arg
 Test(udp_paths, sends_from_send_and_drain_callbacks_leave_in_the_same_dispatch,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static struct chain c;
     the_chain = &c;
     c.a = bind_ok(loop);
@@ -349,6 +351,7 @@ Test(udp_paths, sends_from_send_and_drain_callbacks_leave_in_the_same_dispatch,
 Test(udp_paths, a_dispatch_runs_256_send_callbacks_and_the_rest_next_turn,
      .timeout = TEST_TIMEOUT)
 {
+    /* Readiness's own mechanics: on epoll, whatever TERN_TEST_BACKEND says. */
     tern_loop *loop = loop_new_default();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     struct sockaddr_storage to = where(loop, b);
@@ -384,6 +387,7 @@ static void send_three(tern_loop *loop, tern_id a, struct sockaddr_storage to, s
 Test(udp_paths, a_receiver_that_stops_hears_nothing_more_of_its_batch,
      .timeout = TEST_TIMEOUT)
 {
+    /* Readiness's own mechanics: on epoll, whatever TERN_TEST_BACKEND says. */
     tern_loop *loop = loop_new_default();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     static struct rx r = {.stop_after_first = true};
@@ -403,7 +407,7 @@ Test(udp_paths, a_receiver_that_stops_hears_nothing_more_of_its_batch,
 Test(udp_paths, a_receiver_that_asks_for_more_room_gets_whole_datagrams,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     static struct rx r = {.grow_to = 256};
     struct sockaddr_storage to = where(loop, b);
@@ -426,7 +430,7 @@ Test(udp_paths, a_receiver_that_asks_for_more_room_gets_whole_datagrams,
 
 Test(udp_paths, a_refused_connect_changes_nothing, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = bind_ok(loop);
     struct sockaddr_storage bc = addr("255.255.255.255", 9);
     /* Without TERN_UDP_BROADCAST the kernel refuses the broadcast peer. */
@@ -441,7 +445,7 @@ Test(udp_paths, a_refused_connect_changes_nothing, .timeout = TEST_TIMEOUT)
 
 Test(udp_paths, a_buffer_too_large_to_count_is_refused, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_id a = bind_ok(loop), b = bind_ok(loop);
     struct sockaddr_storage to = where(loop, b);
     tern_buf bufs[2] = {{one, 1}, {one, SIZE_MAX / 2}};
@@ -460,7 +464,7 @@ Test(udp_paths, a_buffer_too_large_to_count_is_refused, .timeout = TEST_TIMEOUT)
 Test(udp_paths, a_bind_out_of_memory_at_any_step_leaves_nothing, .timeout = TEST_TIMEOUT)
 {
     int before = count_open_fds_settled();
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     static tern_id ids[BINDS];
     unsigned failed = 0;
     for (unsigned i = 0; i < BINDS; i++) {
@@ -487,7 +491,7 @@ Test(udp_paths, a_bind_out_of_memory_at_any_step_leaves_nothing, .timeout = TEST
 Test(udp_paths, a_socket_bound_without_its_id_is_closed_by_loop_free, .timeout = TEST_TIMEOUT)
 {
     int before = count_open_fds_settled();
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     cr_assert_eq(tern_udp_bind(loop, "127.0.0.1", 0, 0, NULL), 0);
     cr_assert_eq(loop_live(loop), 1);
     tern_loop_free(loop);

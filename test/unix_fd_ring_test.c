@@ -9,6 +9,7 @@
  * and for connect.
  */
 #include "loop_helpers.h"
+#include "tested_backend.h"
 
 #include <limits.h>
 #include <sys/mman.h>
@@ -100,7 +101,7 @@ static void take_expect(tern_loop *loop, struct conn *c, int first, int last)
 Test(unix_fd_ring, descriptors_keep_their_order_when_a_wrapped_ring_grows,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     char name[64];
     snprintf(name, sizeof name, "@tern-unix-ring-%d", (int)getpid());
     static struct conn c;
@@ -128,7 +129,7 @@ Test(unix_fd_ring, descriptors_keep_their_order_when_a_wrapped_ring_grows,
 
 Test(unix_fd_ring, an_abstract_name_too_long_is_refused_at_the_call, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     char name[200];
     memset(name, 'n', sizeof name - 1);
     name[0] = '@';

@@ -161,6 +161,56 @@ Test(uring_udp, datagrams_arrive_in_order_with_their_source_through_the_ring)
 }
 
 /*
+ * Each allocation of a ring receive's start fails in turn (the backend's
+ * slots and its buffers' table, the loop's table of landed datagrams): the
+ * start says -ENOMEM and changes nothing, so the next start, unarmed,
+ * receives through the ring as if nothing had failed.
+ */
+Test(uring_udp, a_receive_start_out_of_memory_changes_nothing)
+{
+    int first_fd = -1;
+    for (uint64_t n = 1;; n++) {
+        tern_loop *loop = udp_loop();
+        struct sockaddr_in ta, a1;
+        tern_id id = tern_socket(loop, &ta);
+        int s1 = raw_socket(&a1);
+        static struct got g;
+        memset(&g, 0, sizeof g);
+        tern__fault_arm(TERN__FAULT_ALLOC, n);
+        int rc = tern_udp_recv_start(loop, id, 2048, rx_cb, &g);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(TERN__FAULT_ALLOC, 0);
+        if (fired) {
+            cr_assert_eq(rc, -ENOMEM, "allocation %lu: %d", (unsigned long)n, rc);
+            cr_assert_eq(tern_udp_recv_start(loop, id, 2048, rx_cb, &g), 0,
+                         "allocation %lu: the failed start left something", (unsigned long)n);
+        } else {
+            cr_assert_eq(rc, 0);
+        }
+        /* Receives only through the ring: each loop's socket gets one number. */
+        int fd = tern_udp_fd(loop, id);
+        if (first_fd == -1) {
+            first_fd = fd;
+            deny_receives(fd);
+        }
+        cr_assert_eq(fd, first_fd, "the socket's number changed: the filter would miss it");
+        send_numbered(s1, &ta, 7, 8);
+        cr_assert(run_until_count(loop, &g.n, 1, 10 * (int64_t)MS, 200), "allocation %lu",
+                  (unsigned long)n);
+        cr_assert_eq(g.number[0], 7);
+        cr_assert_eq(tern_udp_close(loop, id), 0);
+        cr_assert(run_until_nothing_live(loop));
+        loop_free_clean(loop);
+        close(s1);
+        if (!fired) {
+            cr_assert_gt(n, 1, "no allocation on the ring receive's start");
+            break;
+        }
+        cr_assert_lt(n, 50, "the walk did not end");
+    }
+}
+
+/*
  * Longer than the receive size: its head, flagged TERN_UDP_TRUNCATED, as
  * on readiness; longer than a buffer's room too. A size over the room
  * receives by readiness, whole.
