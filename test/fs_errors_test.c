@@ -9,6 +9,7 @@
  * through a buffer with the same result, including its errors.
  */
 #include "fs_helpers.h"
+#include "tested_backend.h"
 
 #include <sys/stat.h>
 
@@ -114,7 +115,7 @@ static int do_copy(tern_loop *l, struct rec *r, void *c)
 Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     put("b", "bye");
     int fds = count_open_fds();
@@ -190,7 +191,7 @@ Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing,
 Test(fs_errors, a_copy_the_kernel_refuses_goes_through_a_buffer, .init = setup,
      .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cr_assert_geq(zero, 0);

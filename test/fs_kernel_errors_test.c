@@ -13,6 +13,7 @@
  * the root directory.
  */
 #include "fs_helpers.h"
+#include "tested_backend.h"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -57,7 +58,7 @@ static void wait_one(tern_loop *loop, struct rec *r)
 Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     int bad = closed_fd();
     int good = open(at("a"), O_RDWR | O_CLOEXEC);
@@ -96,7 +97,7 @@ Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebad
 Test(fs_kernel_errors, a_read_only_descriptor_refuses_writes_truncation_and_copies_into_it,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     put("b", "world");
     int ro = open(at("a"), O_RDONLY | O_CLOEXEC);
@@ -158,7 +159,7 @@ static void limit_file_size(void)
 Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     int big = open(at("big"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cr_assert(zero >= 0 && big >= 0);
@@ -200,7 +201,7 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
 Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "old");
     limit_file_size();
     static char data[2 * LIMIT];
@@ -217,7 +218,7 @@ Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
 Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup,
      .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     int in = open(at("a"), O_RDONLY | O_CLOEXEC);
     int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -240,7 +241,7 @@ Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup
 Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("empty", "");
     put("a", "x");
     tern_fs_options o;
@@ -268,7 +269,7 @@ Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
 Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fini = teardown,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     enum { ENTRIES = 40 };
     char name[16];
     for (int i = 0; i < ENTRIES; i++) {
@@ -294,7 +295,7 @@ Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fi
  * size: read to its end, the buffer grown as it goes. */
 Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.max_bytes = UINT64_MAX;
@@ -320,7 +321,7 @@ Test(fs_kernel_errors, write_file_in_the_root_directory, .timeout = TEST_TIMEOUT
     if (probe < 0)
         cr_skip_test("cannot write in /: %s", strerror(errno));
     close(probe);
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     struct rec r = {0};
     cr_assert_eq(tern_fs_write_file(loop, path, "root", 4, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);
