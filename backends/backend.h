@@ -61,9 +61,9 @@ struct tern__file_op {
 
 /*
  * The call op describes, made at once on the caller's thread, for one a
- * backend's queue refused: its result, or -errno. close(2) failing with
- * EINTR counts as success (the descriptor is released, as tern_fs_close
- * says). Only where a backend sets TERN__DO_FILE.
+ * backend's queue refused: its result, or -errno, as the kernel's call
+ * through the ring gives it (a close's -EINTR too: the caller takes it
+ * as success for both). Only where a backend sets TERN__DO_FILE.
  */
 int tern__file_call(struct tern__file_op *op);
 /* A TERN__FILE_STAT call's answer, once it succeeded, as a struct stat. */

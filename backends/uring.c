@@ -1033,7 +1033,7 @@ int tern__file_call(struct tern__file_op *op)
         break;
     default:
         TERN_INSIST(op->kind == TERN__FILE_CLOSE);
-        return close(op->fd) == 0 || errno == EINTR ? 0 : -errno;
+        return close(op->fd) == 0 ? 0 : -errno;
     }
     return rc >= 0 ? rc : -errno;
 }

@@ -6,8 +6,8 @@
  * truncation, a copy into a descriptor that cannot be written (through
  * the kernel and through the buffer), and a copy or a whole-file write
  * that meets the file size limit (RLIMIT_FSIZE, EFBIG) part way, where
- * the count says how far the copy got and the write leaves the old file.
- * Also the edges that end well: a copy of exactly the source's length,
+ * the count says how far the copy got and the write leaves the old file,
+ * and a whole-file read whose read(2) fails (/proc/self/mem). Also the edges that end well: a copy of exactly the source's length,
  * an empty file read with max_bytes 0, a listing longer than its first
  * array, an unsized file read with no limit, and a whole-file write in
  * the root directory.
@@ -309,6 +309,23 @@ Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIM
     cr_assert_eq(strncmp(r.data, "Name:", 5), 0);
     cr_assert_eq(strlen(r.data), (size_t)r.value);
     tern_fs_free(r.data);
+    loop_free_clean(loop);
+}
+
+/* A file whose read the kernel refuses: /proc/self/mem is a sizeless
+ * regular file, opened and stat'ed like any, whose read at offset 0 (an
+ * address never mapped) fails with EIO. cb gets it, with no data and
+ * the descriptor closed. */
+Test(fs_kernel_errors, a_read_the_kernel_refuses_fails_the_request, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_tested();
+    int fds = count_open_fds();
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_read_file(loop, "/proc/self/mem", NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EIO, "read_file: %s", tern_err_name(r.status));
+    cr_assert_null(r.data);
+    cr_assert_eq(count_open_fds(), fds, "the descriptor was left open");
     loop_free_clean(loop);
 }
 

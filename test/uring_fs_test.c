@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "fault.h"
 #include "fs_helpers.h"
+#include "testing.h"
 #include "tern/fs.h"
 
 #ifdef TERN_HAVE_IO_URING
@@ -516,6 +517,241 @@ Test(uring_fs, each_allocation_can_fail)
     (void)tern_loop_run_once(loop, 0);
     cr_assert_eq(count_fds(), fds);
     tern_loop_free(loop);
+}
+
+/*
+ * A cancel (or a deadline) that meets the last call, the close, lets it
+ * end: the file was read, and cb gets it. With the queue refusing four
+ * entries, the stat, the open, the fstat and the one read are made in the
+ * call itself, and the close alone goes to the kernel.
+ */
+Test(uring_fs, a_stop_that_meets_the_close_lets_it_end)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    for (int deadline = 0; deadline < 2; deadline++) {
+        tern_fs_options o;
+        tern_fs_options_init(&o);
+        o.timeout_ns = deadline ? 1 : 0;
+        struct rec r = {0};
+        tern_id id = 0;
+        tern__uring_refuse_entries(4);
+        cr_assert_eq(tern_fs_read_file(loop, at("f"), &o, rec_cb, &r, &id), 0);
+        tern__uring_refuse_entries(0);
+        if (!deadline) {
+            cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_RUNNING);
+            cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_RUNNING, "a second cancel");
+        } else {
+            sleep_ns(1000000); /* due before the turn that takes the close */
+        }
+        cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
+        (void)tern_loop_run_once(loop, 0);
+        cr_assert_eq(atomic_load(&r.n), 1);
+        check_bytes(&r, 100);
+        tern_fs_free(r.data);
+        cr_assert_eq(tern__test_cancel_now(loop, id), -ENOENT);
+    }
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    tern_loop_free(loop);
+}
+
+/*
+ * A cancel the queue cannot take is dropped: the call in flight ends as it
+ * would have, and the request stops at that boundary all the same
+ * (-ECANCELED), closing what it opened. Once at the path's stat, once at
+ * a read (stat, open and fstat made in the call, the read in the kernel).
+ */
+Test(uring_fs, a_cancel_the_queue_cannot_take_still_stops_the_request)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    for (unsigned made_here = 0; made_here <= 3; made_here += 3) {
+        struct rec r = {0};
+        tern_id id = 0;
+        tern__uring_refuse_entries(made_here);
+        cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, &id), 0);
+        tern__uring_refuse_entries(1); /* the cancel's entry */
+        cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_RUNNING);
+        tern__uring_refuse_entries(0);
+        cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
+        (void)tern_loop_run_once(loop, 0);
+        cr_assert_eq(atomic_load(&r.n), 1);
+        cr_assert_eq(r.status, -ECANCELED, "after %u calls here: %d", made_here, r.status);
+        cr_assert_null(r.data);
+        cr_assert_eq(count_fds(), fds, "after %u calls here: a descriptor left open", made_here);
+    }
+    tern_loop_free(loop);
+}
+
+/*
+ * The path's stat saw a regular file, and another kind of file took its
+ * place before the open: the descriptor's stat refuses it as the pool's
+ * does (-ENOTSUP for a FIFO, which O_NONBLOCK opened at once), and the
+ * descriptor is closed. The queue refuses one entry, so the stat is made
+ * in the call and the open waits for the next turn.
+ */
+Test(uring_fs, a_path_replaced_after_its_stat_is_refused_at_the_descriptor)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    struct rec r = {0};
+    tern__uring_refuse_entries(1);
+    cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
+    tern__uring_refuse_entries(0);
+    cr_assert_eq(unlink(at("f")), 0);
+    cr_assert_eq(mkfifo(at("f"), 0600), 0);
+    cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
+    cr_assert_eq(r.status, -ENOTSUP, "status %d", r.status);
+    cr_assert_null(r.data);
+    cr_assert_eq(count_fds(), fds, "the FIFO was left open");
+    tern_loop_free(loop);
+}
+
+/* Clearing O_NONBLOCK after a read's -EAGAIN fails: cb gets fcntl's errno,
+ * and the descriptor is closed. So on the pool, whose steps always clear
+ * it (its threads start after the filter, so they have it too). */
+Test(uring_fs, a_flag_that_cannot_be_cleared_fails_the_request)
+{
+    tern_loop *loop = uring_loop();
+    tern_loop *on_pool = loop_new_backend("epoll");
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    int next_fd = dup(0); /* the descriptor each request's open will get */
+    cr_assert_geq(next_fd, 0);
+    close(next_fd);
+    deny_syscalls((const long[]){__NR_fcntl}, 1, next_fd, EACCES);
+    tern__fault_fs_errno(-EAGAIN);
+    tern__fault_arm(TERN__FAULT_FS, 4); /* the first read */
+    struct rec r = {0};
+    read_one(loop, at("f"), NULL, &r);
+    cr_assert(tern__fault_fired());
+    tern__fault_arm(TERN__FAULT_FS, 0);
+    cr_assert_eq(r.status, -EACCES, "status %d", r.status);
+    cr_assert_null(r.data);
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    fds = count_fds();
+    struct rec pool = {0};
+    read_one(on_pool, at("f"), NULL, &pool);
+    cr_assert_eq(pool.status, -EACCES, "status %d", pool.status);
+    cr_assert_null(pool.data);
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    tern_loop_free(on_pool);
+    tern_loop_free(loop);
+}
+
+/*
+ * Each call made on the loop's thread (the queue taking no entry) fails
+ * as the kernel's own call through the ring would: a missing path (the
+ * stat), a socket (the open), and the close, whose EINTR has released
+ * the descriptor (success, fs.h) and whose other errors fail the request.
+ * A seccomp filter makes close(2) of the descriptor the request will get
+ * fail, which leaves that descriptor open for good: each case gets one.
+ */
+Test(uring_fs, calls_made_here_fail_as_the_kernels_would)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(s, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", at("sock"));
+    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    tern__uring_refuse_entries(1000);
+    struct rec r[4] = {0};
+    read_one(loop, at("missing"), NULL, &r[0]);
+    cr_assert_eq(r[0].status, -ENOENT, "status %d", r[0].status);
+    read_one(loop, at("sock"), NULL, &r[1]);
+    cr_assert_eq(r[1].status, -ENXIO, "status %d", r[1].status);
+    for (int i = 2; i < 4; i++) {
+        int next_fd = dup(0); /* the descriptor the request's open will get */
+        cr_assert_geq(next_fd, 0);
+        close(next_fd);
+        deny_syscalls((const long[]){__NR_close}, 1, next_fd, i == 2 ? EINTR : EIO);
+        read_one(loop, at("f"), NULL, &r[i]);
+        cr_assert_eq(fcntl(next_fd, F_GETFD), FD_CLOEXEC, "not the request's descriptor");
+    }
+    tern__uring_refuse_entries(0);
+    check_bytes(&r[2], 100);
+    tern_fs_free(r[2].data);
+    cr_assert_eq(r[3].status, -EIO, "status %d", r[3].status);
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            cr_assert_null(r[i].data, "data with an error (%d)", i);
+    close(s);
+    tern_loop_free(loop);
+}
+
+/*
+ * The loop's id table has to grow for the request and cannot: the call
+ * says -ENOMEM and nothing changed (no id, no live operation, no cb).
+ * Each request is tried first with its third allocation failing (the
+ * request, its record, then the table's growth), then made; they stay in
+ * flight until the end, so the table fills.
+ */
+#define FILLING 100
+
+Test(uring_fs, an_id_table_that_cannot_grow_refuses_the_request)
+{
+    tern_loop *loop = uring_loop();
+    cr_assert_eq(mkdir(at("sub"), 0700), 0);
+    static struct rec r[FILLING + 1];
+    memset(r, 0, sizeof r);
+    /* The first one builds the credit ring, an allocation of its own. */
+    cr_assert_eq(tern_fs_read_file(loop, at("sub"), NULL, rec_cb, &r[0], NULL), 0);
+    unsigned refused = 0;
+    for (int i = 1; i <= FILLING; i++) {
+        unsigned live = loop_live(loop);
+        tern_id id = 0;
+        tern__fault_arm(TERN__FAULT_ALLOC, 3);
+        int rc = tern_fs_read_file(loop, at("sub"), NULL, rec_cb, &r[i], &id);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(TERN__FAULT_ALLOC, 0);
+        if (fired) {
+            cr_assert_eq(rc, -ENOMEM, "request %d: %d", i, rc);
+            cr_assert_eq(id, 0, "an id written for a refused request");
+            cr_assert_eq(loop_live(loop), live, "a refused request is live");
+            refused++;
+            cr_assert_eq(tern_fs_read_file(loop, at("sub"), NULL, rec_cb, &r[i], NULL), 0);
+        } else {
+            cr_assert_eq(rc, 0, "request %d: %d", i, rc);
+        }
+    }
+    cr_assert_gt(refused, 0, "the table never had to grow");
+    cr_assert(run_until_count(loop, &r[FILLING].n, 1, -1, 100000));
+    for (int t = 0; t < 4; t++)
+        (void)tern_loop_run_once(loop, 0);
+    for (int i = 0; i <= FILLING; i++) {
+        cr_assert_eq(atomic_load(&r[i].n), 1, "request %d: %u callbacks", i, atomic_load(&r[i].n));
+        cr_assert_eq(r[i].status, -EISDIR);
+    }
+    cr_assert_eq(loop_live(loop), 0);
+    tern_loop_free(loop);
+}
+
+/* While the loop is being freed, a read_file is refused (-ESHUTDOWN)
+ * before anything is made, and its cb never runs. */
+static int teardown_rc = 1;
+static struct rec teardown_rec;
+
+static void read_in_teardown(tern_loop *loop, void *arg)
+{
+    (void)arg;
+    teardown_rc = tern_fs_read_file(loop, at("f"), NULL, rec_cb, &teardown_rec, NULL);
+}
+
+Test(uring_fs, read_file_during_teardown_is_refused)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    cr_assert_eq(tern_post(loop, read_in_teardown, NULL), 0);
+    tern_loop_free(loop);
+    cr_assert_eq(teardown_rc, -ESHUTDOWN, "%d", teardown_rc);
+    cr_assert_eq(atomic_load(&teardown_rec.n), 0);
+    cr_assert_leq(count_fds(), fds);
 }
 
 #define MANY 64

@@ -175,7 +175,8 @@ static bool advance(tern_loop *loop, struct fs_ring *f, int res)
         return data_read(loop, f, res);
     default:
         TERN_INSIST(r->step == RING_CLOSE);
-        /* close(2)'s EINTR has released the descriptor too (fs.h). */
+        /* close(2)'s EINTR, made here or by the kernel, has released the
+         * descriptor too (fs.h). */
         if (res < 0 && res != -EINTR)
             return fail(loop, f, res);
         tern__fs_read_end(r);
@@ -202,14 +203,15 @@ static void ring_completed(tern_loop *loop, struct tern__op *op, const struct te
     struct fs_ring *f = (struct fs_ring *)op;
     TERN_INSIST(d->file && f->in_kernel && !f->settled);
     f->in_kernel = false;
+    struct tern__fs_req *r = f->r;
     int res = d->res;
+    /* Recorded at once: a stop or an injected failure undoes it with the rest. */
+    if (r->step == RING_OPEN && res >= 0)
+        r->own_fd = res;
     int injected = tern__fs_fault_made(); /* the pool's fault walk reaches these calls too */
-    bool stop = f->stop != 0 && f->r->step != RING_CLOSE;
-    if ((injected < 0 || stop) && f->r->step == RING_OPEN && res >= 0)
-        close(res); /* opened after all: nobody's */
     if (injected < 0)
         res = injected;
-    if (stop) {
+    if (f->stop != 0 && r->step != RING_CLOSE) {
         fail(loop, f, f->stop);
         return;
     }
@@ -287,8 +289,9 @@ int tern__fs_ring_read_file(tern_loop *loop, struct tern__fs_req *r, tern_id *id
     if ((rc = tern__owner_check(loop, r->admit.owner, &owner)) < 0 ||
         (rc = tern__credit_check(loop)) < 0)
         goto out;
-    if ((rc = tern__op_admit(loop)) < 0) {
-        rc = rc == -EAGAIN ? tern__refuse_operations(loop) : rc;
+    /* -EAGAIN: fs.c refused a closing loop (-ESHUTDOWN) before r was made. */
+    if (tern__op_admit(loop) < 0) {
+        rc = tern__refuse_operations(loop);
         goto out;
     }
     if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0)
