@@ -312,11 +312,14 @@ Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIM
     loop_free_clean(loop);
 }
 
-/* A file whose read the kernel refuses: /proc/self/mem is a sizeless
+/* A file whose reads the kernel refuses: /proc/self/mem is a sizeless
  * regular file, opened and stat'ed like any, whose read at offset 0 (an
- * address never mapped) fails with EIO. cb gets it, with no data and
- * the descriptor closed. */
-Test(fs_kernel_errors, a_read_the_kernel_refuses_fails_the_request, .timeout = TEST_TIMEOUT)
+ * address never mapped) fails with EIO. A whole-file read gets it, with
+ * no data and the descriptor closed; so does a copy from it, which the
+ * kernel cannot make (procfs) and the buffer's read meets, with nothing
+ * written. */
+Test(fs_kernel_errors, a_read_the_kernel_refuses_fails_the_request, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
 {
     tern_loop *loop = loop_new_tested();
     int fds = count_open_fds();
@@ -326,6 +329,18 @@ Test(fs_kernel_errors, a_read_the_kernel_refuses_fails_the_request, .timeout = T
     cr_assert_eq(r.status, -EIO, "read_file: %s", tern_err_name(r.status));
     cr_assert_null(r.data);
     cr_assert_eq(count_open_fds(), fds, "the descriptor was left open");
+
+    put("copy", "");
+    int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    int out = open(at("copy"), O_WRONLY | O_CLOEXEC);
+    cr_assert(mem >= 0 && out >= 0);
+    r = (struct rec){0};
+    cr_assert_eq(tern_fs_copy_range(loop, mem, 0, out, 0, 5, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EIO, "copy: %s", tern_err_name(r.status));
+    cr_assert_eq(size_of("copy"), 0, "a refused copy wrote");
+    close(mem);
+    close(out);
     loop_free_clean(loop);
 }
 
