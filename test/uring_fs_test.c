@@ -11,7 +11,13 @@
  * -ECANCELED, and max_undelivered, max_operations and an owner's cap
  * refuse as for a job. Loop free with reads in the kernel runs each cb
  * once and leaks no descriptor. A queue that takes no entry makes the
- * loop make the call itself, and the request goes on.
+ * loop make the call itself, and the request goes on; such a call fails
+ * as the kernel's would. The edges: a cancel or deadline that meets the
+ * close lets the read end, a cancel the queue drops still stops the
+ * request, a path swapped for a FIFO after its stat is refused at the
+ * descriptor, a refused fcntl fails the request (on the pool too), an id
+ * table that cannot grow refuses it with nothing changed, and teardown
+ * refuses it.
  */
 #include "uring_helpers.h"
 
