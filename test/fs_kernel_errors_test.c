@@ -7,7 +7,8 @@
  * the kernel and through the buffer), and a copy or a whole-file write
  * that meets the file size limit (RLIMIT_FSIZE, EFBIG) part way, where
  * the count says how far the copy got and the write leaves the old file,
- * and a whole-file read whose read(2) fails (/proc/self/mem). Also the edges that end well: a copy of exactly the source's length,
+ * and a whole-file read and a copy whose read fails (/proc/self/mem).
+ * Also the edges that end well: a copy of exactly the source's length,
  * an empty file read with max_bytes 0, a listing longer than its first
  * array, an unsized file read with no limit, and a whole-file write in
  * the root directory.
