@@ -695,7 +695,8 @@ Test(uring_fs, calls_made_here_fail_as_the_kernels_would)
  * says -ENOMEM and nothing changed (no id, no live operation, no cb).
  * Each request is tried first with its third allocation failing (the
  * request, its record, then the table's growth), then made; they stay in
- * flight until the end, so the table fills.
+ * flight until the end, so the table fills. Every other one has a
+ * deadline, whose claim on the deadline heap is given back too.
  */
 #define FILLING 100
 
@@ -711,8 +712,11 @@ Test(uring_fs, an_id_table_that_cannot_grow_refuses_the_request)
     for (int i = 1; i <= FILLING; i++) {
         unsigned live = loop_live(loop);
         tern_id id = 0;
+        tern_fs_options o;
+        tern_fs_options_init(&o);
+        o.timeout_ns = i % 2 ? 60 * (uint64_t)1000000000 : 0;
         tern__fault_arm(TERN__FAULT_ALLOC, 3);
-        int rc = tern_fs_read_file(loop, at("sub"), NULL, rec_cb, &r[i], &id);
+        int rc = tern_fs_read_file(loop, at("sub"), &o, rec_cb, &r[i], &id);
         bool fired = tern__fault_fired();
         tern__fault_arm(TERN__FAULT_ALLOC, 0);
         if (fired) {
@@ -720,7 +724,7 @@ Test(uring_fs, an_id_table_that_cannot_grow_refuses_the_request)
             cr_assert_eq(id, 0, "an id written for a refused request");
             cr_assert_eq(loop_live(loop), live, "a refused request is live");
             refused++;
-            cr_assert_eq(tern_fs_read_file(loop, at("sub"), NULL, rec_cb, &r[i], NULL), 0);
+            cr_assert_eq(tern_fs_read_file(loop, at("sub"), &o, rec_cb, &r[i], NULL), 0);
         } else {
             cr_assert_eq(rc, 0, "request %d: %d", i, rc);
         }

@@ -57,11 +57,19 @@ void tern__fs_abandon(struct tern__fs_req *r)
     r->res.value = 0;
 }
 
+/* End the request with an error: undo what it left. */
+static void *fail(struct tern__fs_req *r, int status)
+{
+    tern__fs_abandon(r);
+    r->status = status;
+    return r;
+}
+
 /* End the request with status: undo what is left on failure. */
 static void *finish(struct tern__fs_req *r, int status)
 {
     if (status < 0)
-        tern__fs_abandon(r);
+        return fail(r, status);
     r->status = status;
     return r;
 }
@@ -182,12 +190,12 @@ static void *read_data(struct tern__fs_req *r)
 {
     ssize_t room = tern__fs_read_room(r);
     if (room < 0)
-        return finish(r, (int)room);
+        return fail(r, (int)room);
     size_t want = (size_t)room;
     /* read(2), not pread(2): the descriptor is ours, at offset done. */
     ssize_t n = tern__fs_sys_read(r->own_fd, (char *)r->res.data + r->done, want);
     if (n < 0)
-        return finish(r, (int)n);
+        return fail(r, (int)n);
     return next(r, tern__fs_read_took(r, (size_t)n) ? READ_CLOSE : READ_DATA);
 }
 
@@ -211,10 +219,9 @@ static void *read_step(struct tern__fs_req *r)
         return read_fstat(r);
     case READ_DATA:
         return read_data(r);
-    case READ_CLOSE:
-        return read_close(r);
     default:
-        TERN_UNREACHABLE();
+        TERN_INSIST(r->step == READ_CLOSE);
+        return read_close(r);
     }
 }
 
@@ -263,9 +270,9 @@ static void *write_data(struct tern__fs_req *r)
     ssize_t n =
         tern__fs_sys_pwrite(r->own_fd, (const char *)r->wdata + r->done, want, (int64_t)r->done);
     if (n < 0)
-        return finish(r, (int)n);
+        return fail(r, (int)n);
     if (n == 0)
-        return finish(r, -EIO); /* no progress and no error: never loop on it */
+        return fail(r, -EIO); /* no progress and no error: never loop on it */
     r->done += (size_t)n;
     return next(r, r->done == r->len ? WRITE_FSYNC : WRITE_DATA);
 }
@@ -307,10 +314,9 @@ static void *write_step(struct tern__fs_req *r)
             return finish(r, rc);
         return next(r, WRITE_RENAME);
     }
-    case WRITE_RENAME:
-        return write_rename(r);
     default:
-        TERN_UNREACHABLE();
+        TERN_INSIST(r->step == WRITE_RENAME);
+        return write_rename(r);
     }
 }
 
