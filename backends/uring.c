@@ -370,9 +370,9 @@ static bool refused(int rc)
 
 /*
  * What the kernel performs beyond readiness, as its probe says: sends
- * (IORING_OP_SEND, and so SENDMSG, which came before it), and the file
- * calls (statx, openat, read, close). A probe refused (a filter on
- * io_uring_register) says no: streams then write by readiness.
+ * (IORING_OP_SEND, and so SENDMSG, which came before it). A probe refused
+ * (a filter on io_uring_register) says no: streams then write by
+ * readiness. The file calls need no probe (uring_init).
  */
 static unsigned ops_offered(struct io_uring *ring)
 {
@@ -385,11 +385,6 @@ static unsigned ops_offered(struct io_uring *ring)
      * an opcode a probe names; IORING_OP_SEND_ZC, also 6.0's, stands for them. */
     if (p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND_ZC))
         yes |= TERN__DO_UDP_RECV | TERN__DO_UDP_SEND;
-    if (p != NULL && io_uring_opcode_supported(p, IORING_OP_STATX) &&
-        io_uring_opcode_supported(p, IORING_OP_OPENAT) &&
-        io_uring_opcode_supported(p, IORING_OP_READ) &&
-        io_uring_opcode_supported(p, IORING_OP_CLOSE))
-        yes |= TERN__DO_FILE;
     io_uring_free_probe(p);
     return yes;
 }
@@ -422,7 +417,9 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | ops_offered(&u->ring);
+    /* The file calls (statx, openat, read, close) are 5.6's: a ring with
+     * IORING_FEAT_EXT_ARG (5.11), which this one has, makes them all. */
+    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | TERN__DO_FILE | ops_offered(&u->ring);
     if (b->completes & TERN__DO_UDP_SEND)
         u->cancel_flags = IORING_ASYNC_CANCEL_ALL;
     b->dgram_room = DGRAM_ROOM;

@@ -17,7 +17,7 @@
  * request, a path swapped for a FIFO after its stat is refused at the
  * descriptor, a refused fcntl fails the request (on the pool too), an id
  * table that cannot grow refuses it with nothing changed, and teardown
- * refuses it.
+ * refuses it. The file calls need no probe: a refused one changes nothing.
  */
 #include "uring_helpers.h"
 
@@ -134,6 +134,24 @@ Test(uring_fs, contents_through_the_ring)
     cr_assert_gt(r[3].value, 0);
     for (int i = 0; i < 4; i++)
         tern_fs_free(r[i].data);
+    tern_loop_free(loop);
+}
+
+/* The file calls need no probe (every ring the backend accepts has them):
+ * with io_uring_register denied, as a filter may, a file is still read
+ * through the ring, stat, open and pread being denied to the process. */
+Test(uring_fs, without_the_probe_files_still_go_through_the_ring)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    deny_syscall(__NR_io_uring_register, EPERM);
+    tern_loop *loop = uring_loop();
+    put_bytes("small", 100);
+    deny_file_calls();
+    struct rec r = {0};
+    read_one(loop, at("small"), NULL, &r);
+    check_bytes(&r, 100);
+    tern_fs_free(r.data);
     tern_loop_free(loop);
 }
 
