@@ -55,6 +55,21 @@ const struct tern__backend_ops *tern__backend_find(const char *name)
     return NULL;
 }
 
+#ifndef TERN_HAVE_IO_URING
+/* No backend here sets TERN__DO_FILE, so nothing asks for these. */
+int tern__file_call(struct tern__file_op *op)
+{
+    (void)op;
+    TERN_UNREACHABLE();
+}
+
+void tern__file_stat(const struct tern__file_op *op, struct stat *st)
+{
+    (void)op, (void)st;
+    TERN_UNREACHABLE();
+}
+#endif
+
 #ifndef TERN_HAVE_KQUEUE
 bool tern__kqueue_user_wake(bool on)
 {

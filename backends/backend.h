@@ -29,7 +29,45 @@ enum {
     TERN__DO_ACCEPT = 1u << 2,   /* ops->accept: a listening socket's multishot accept */
     TERN__DO_UDP_RECV = 1u << 3, /* ops->dgram_recv: a UDP socket's multishot receive */
     TERN__DO_UDP_SEND = 1u << 4, /* ops->send_dgrams: a UDP socket's queued datagrams */
+    TERN__DO_FILE = 1u << 5,     /* ops->file: one file system call (struct tern__file_op) */
 };
+
+/*
+ * One file system call a completion backend makes for the core
+ * (TERN__DO_FILE): the core chains them itself, one in flight per token,
+ * each taking the previous one's result (runtime/fs/fs_ring.c). Every
+ * pointer stays the caller's, untouched and valid, until the one
+ * completion {token, res, final, file} comes.
+ */
+enum {
+    TERN__FILE_STAT,  /* statx(2) of path (following links), or of fd when path is NULL */
+    TERN__FILE_OPEN,  /* openat(2) of path with flags | O_CLOEXEC: res is the descriptor */
+    TERN__FILE_READ,  /* pread(2) of len bytes at off into buf: res is the bytes read */
+    TERN__FILE_CLOSE, /* close(2) of fd */
+};
+struct stat;
+struct tern__file_op {
+    uint8_t kind;
+    int fd;
+    int flags;
+    unsigned len;
+    uint64_t off;
+    const char *path;
+    void *buf;
+    /* TERN__FILE_STAT: where the kernel writes its answer (the system's
+     * own record, a struct statx on Linux), read with tern__file_stat. */
+    _Alignas(8) unsigned char stat_room[256];
+};
+
+/*
+ * The call op describes, made at once on the caller's thread, for one a
+ * backend's queue refused: its result, or -errno, as the kernel's call
+ * through the ring gives it (a close's -EINTR too: the caller takes it
+ * as success for both). Only where a backend sets TERN__DO_FILE.
+ */
+int tern__file_call(struct tern__file_op *op);
+/* A TERN__FILE_STAT call's answer, once it succeeded, as a struct stat. */
+void tern__file_stat(const struct tern__file_op *op, struct stat *st);
 
 /*
  * One completion, as a wait reports it (struct tern__backend's `done`).
@@ -49,6 +87,7 @@ struct tern__done {
     bool truncated;   /* a datagram longer than the buffer's room: data holds its head */
     bool final;       /* the operation ended: nothing more comes for this submission */
     bool sent;        /* a send's completion (res: bytes the kernel took, or -errno) */
+    bool file;        /* a file operation's completion (res: its result, or -errno) */
 };
 
 struct msghdr;
@@ -188,6 +227,23 @@ struct tern__backend_ops {
      */
     int (*send_dgrams)(struct tern__backend *b, int fd, uint64_t token, const struct msghdr *msgs,
                        unsigned n);
+    /*
+     * Optional (b->completes & TERN__DO_FILE): queue file operation *op
+     * for token (the caller has one per token in flight); it goes to the
+     * kernel with the next wait, and its one completion {token, res,
+     * final, file} comes from a wait after that, never from this call.
+     * Returns 0, or -EBUSY when the queue takes no entry (nothing was
+     * queued: the caller makes the call by itself).
+     */
+    int (*file)(struct tern__backend *b, uint64_t token, struct tern__file_op *op);
+    /*
+     * Ask the kernel to cancel token's file operation, with the next wait.
+     * Its completion still comes: -ECANCELED if the call had not started,
+     * else what the call did (a call under way is not interrupted). A
+     * cancel the queue cannot take is dropped: the operation just ends as
+     * it would have.
+     */
+    void (*file_cancel)(struct tern__backend *b, uint64_t token);
 };
 
 /*

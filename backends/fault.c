@@ -164,6 +164,11 @@ int tern__fs_fault(void)
     return tern__fault_hit(TERN__FAULT_FS) ? atomic_load(&fs_errno) : 0;
 }
 
+int tern__fs_fault_made(void)
+{
+    return tern__fault_hit(TERN__FAULT_FS) ? atomic_load(&fs_errno) : 0;
+}
+
 int tern__net_fault_slow(void)
 {
     return tern__fault_hit(TERN__FAULT_NET) ? atomic_load(&net_errno) : 0;

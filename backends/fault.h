@@ -88,6 +88,12 @@ int tern__fd_fault(void);
  */
 int tern__fs_fault(void);
 void tern__fault_fs_errno(int err);
+/*
+ * The same site for a call the kernel made through a backend (TERN__DO_FILE),
+ * asked when its completion comes: 0, or the errno to report instead of
+ * what the call did. Never holds: the loop's thread asks.
+ */
+int tern__fs_fault_made(void);
 
 /*
  * Hold the next file-request system call inside the seam, before it is

@@ -98,13 +98,31 @@
  * queue whole, after a submit if need be. A send's cancel names every
  * request of its token (IORING_ASYNC_CANCEL_ALL), as a batch is several.
  * Both need 6.0; the probe's IORING_OP_SEND_ZC, also 6.0's, stands for it.
+ *
+ * And file system calls (TERN__DO_FILE): statx, openat, read and close,
+ * one per call, its user_data the caller's token under the CONTROL tag
+ * alone (a token is never 0, so it never meets a cancel's own user_data,
+ * which is CONTROL with nothing under it). The core chains them (a whole
+ * file's read, runtime/fs/fs_ring.c); the backend keeps no table, only a
+ * count, since the core keeps each call's arguments until its completion.
+ * - The kernel runs a call that may block (a read past the page cache, an
+ *   open on a slow file system) on a worker of its own (io-wq): the loop
+ *   never waits on one, and a cancel cannot end one already running.
+ * - A descriptor opened with O_NONBLOCK stays so for the reads: io_uring
+ *   reads a regular file of a file system that supports it as if it were
+ *   blocking; elsewhere a read may end -EAGAIN, which the core handles.
+ * - Nothing here outlives the loop: its teardown waits for every file
+ *   call's completion (each holds a credit), so close finds none.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #if __has_include(<valgrind/memcheck.h>)
@@ -133,6 +151,8 @@
 #define CONTROL (1ull << 63)
 #define RECV (1ull << 62)
 #define SEND (CONTROL | RECV)
+/* CONTROL | token (never 0) for a file system call (TERN__DO_FILE). */
+#define FILE_OP CONTROL
 #define GEN_MASK 0x3fffffffu
 
 /* The provided buffers of the receives: their count (a power of two, as
@@ -209,7 +229,8 @@ struct uring {
     struct io_uring_buf_ring *br;
     unsigned char *bufs;
     size_t br_bytes;
-    unsigned held; /* buffers reported to the core and not yet given back */
+    unsigned held;  /* buffers reported to the core and not yet given back */
+    uint32_t flive; /* file system calls submitted, their completion not yet reaped */
     struct tern__done done[DONE_MAX];
 };
 
@@ -348,9 +369,10 @@ static bool refused(int rc)
 }
 
 /*
- * Whether the kernel performs sends, as its probe says: IORING_OP_SEND,
- * and so SENDMSG, which came before it. A probe refused (a filter on
- * io_uring_register) says no: streams then write by readiness.
+ * What the kernel performs beyond readiness, as its probe says: sends
+ * (IORING_OP_SEND, and so SENDMSG, which came before it). A probe refused
+ * (a filter on io_uring_register) says no: streams then write by
+ * readiness. The file calls need no probe (uring_init).
  */
 static unsigned ops_offered(struct io_uring *ring)
 {
@@ -395,7 +417,9 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | ops_offered(&u->ring);
+    /* The file calls (statx, openat, read, close) are 5.6's: a ring with
+     * IORING_FEAT_EXT_ARG (5.11), which this one has, makes them all. */
+    b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | TERN__DO_FILE | ops_offered(&u->ring);
     if (b->completes & TERN__DO_UDP_SEND)
         u->cancel_flags = IORING_ASYNC_CANCEL_ALL;
     b->dgram_room = DGRAM_ROOM;
@@ -978,6 +1002,112 @@ static void uring_send_cancel(struct tern__backend *b, int fd, uint64_t token)
     submit_now(u);
 }
 
+/* ------------------------------------------------------------------ */
+/* File system calls                                                   */
+/* ------------------------------------------------------------------ */
+
+_Static_assert(sizeof(struct statx) <= sizeof(((struct tern__file_op *)0)->stat_room),
+               "a statx fits the call's room");
+
+static struct statx *stx_of(struct tern__file_op *op)
+{
+    return (struct statx *)(void *)op->stat_room;
+}
+
+int tern__file_call(struct tern__file_op *op)
+{
+    int rc;
+    switch (op->kind) {
+    case TERN__FILE_STAT:
+        rc = op->path != NULL ? statx(AT_FDCWD, op->path, 0, STATX_BASIC_STATS, stx_of(op))
+                              : statx(op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx_of(op));
+        break;
+    case TERN__FILE_OPEN:
+        rc = open(op->path, op->flags | O_CLOEXEC);
+        break;
+    case TERN__FILE_READ:
+        rc = (int)pread(op->fd, op->buf, op->len, (off_t)op->off);
+        break;
+    default:
+        TERN_INSIST(op->kind == TERN__FILE_CLOSE);
+        return close(op->fd) == 0 ? 0 : -errno;
+    }
+    return rc >= 0 ? rc : -errno;
+}
+
+void tern__file_stat(const struct tern__file_op *op, struct stat *st)
+{
+    const struct statx *x = (const struct statx *)(const void *)op->stat_room;
+    *st = (struct stat){
+        .st_dev = makedev(x->stx_dev_major, x->stx_dev_minor),
+        .st_ino = x->stx_ino,
+        .st_mode = x->stx_mode,
+        .st_nlink = x->stx_nlink,
+        .st_uid = x->stx_uid,
+        .st_gid = x->stx_gid,
+        .st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor),
+        .st_size = (off_t)x->stx_size,
+        .st_blksize = (blksize_t)x->stx_blksize,
+        .st_blocks = (blkcnt_t)x->stx_blocks,
+        .st_atim = {.tv_sec = x->stx_atime.tv_sec, .tv_nsec = x->stx_atime.tv_nsec},
+        .st_mtim = {.tv_sec = x->stx_mtime.tv_sec, .tv_nsec = x->stx_mtime.tv_nsec},
+        .st_ctim = {.tv_sec = x->stx_ctime.tv_sec, .tv_nsec = x->stx_ctime.tv_nsec},
+    };
+}
+
+static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file_op *op)
+{
+    struct uring *u = b->state;
+    require_not_forked(u);
+    TERN_INSIST(token != 0 && (token & SEND) == 0);
+    int rc = 0;
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe == NULL)
+        return -EBUSY;
+    switch (op->kind) {
+    case TERN__FILE_STAT:
+        if (op->path != NULL)
+            io_uring_prep_statx(sqe, AT_FDCWD, op->path, 0, STATX_BASIC_STATS, stx_of(op));
+        else
+            io_uring_prep_statx(sqe, op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx_of(op));
+        break;
+    case TERN__FILE_OPEN:
+        io_uring_prep_openat(sqe, AT_FDCWD, op->path, op->flags | O_CLOEXEC, 0);
+        break;
+    case TERN__FILE_READ:
+        io_uring_prep_read(sqe, op->fd, op->buf, op->len, op->off);
+        break;
+    default:
+        TERN_INSIST(op->kind == TERN__FILE_CLOSE);
+        io_uring_prep_close(sqe, op->fd);
+        break;
+    }
+    io_uring_sqe_set_data64(sqe, FILE_OP | token);
+    u->flive++;
+    return 0;
+}
+
+/* With the next wait: a file call holds no socket open for a peer to see. */
+static void uring_file_cancel(struct tern__backend *b, uint64_t token)
+{
+    struct uring *u = b->state;
+    int rc = 0;
+    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    if (sqe != NULL)
+        prep_cancel(sqe, FILE_OP | token, 0);
+}
+
+/* A file call's one completion, into the done array; false when that is full. */
+static bool take_file(struct uring *u, const struct io_uring_cqe *cqe, struct tern__backend *b)
+{
+    if (b->ndone == DONE_MAX)
+        return false; /* left in the queue for the next wait */
+    b->done[b->ndone++] = (struct tern__done){
+        .token = cqe->user_data & ~FILE_OP, .res = cqe->res, .final = true, .file = true};
+    u->flive--;
+    return true;
+}
+
 static void note_recheck(struct uring *u, int fd, uint32_t gen)
 {
     struct slot *s = &u->slots[fd];
@@ -1064,6 +1194,7 @@ static void uring_close(struct tern__backend *b)
 {
     struct uring *u = b->state;
     /* Never in a forked child: tern_loop_free aborts there, as every call does. */
+    TERN_INSIST(u->flive == 0); /* the loop's teardown waited for each file call */
     drain_receives(u, b);
     io_uring_queue_exit(&u->ring); /* cancels every poll still in the kernel */
     if (u->br != NULL)
@@ -1100,8 +1231,8 @@ static bool take(struct uring *u, const struct io_uring_cqe *cqe, struct tern__f
     uint64_t data = cqe->user_data;
     if ((data & SEND) == SEND)
         return take_send(cqe, b);
-    if (data & CONTROL)
-        return true; /* a failed update, remove or cancel: its operation had already ended */
+    if (data & CONTROL) /* a file call's, or a failed update, remove or cancel (dropped) */
+        return data == CONTROL ? true : take_file(u, cqe, b);
     if (data & RECV)
         return take_recv(u, cqe, b);
     int fd = (int)(uint32_t)data;
@@ -1200,4 +1331,6 @@ const struct tern__backend_ops tern__backend_uring = {
     .accept = uring_accept,
     .dgram_recv = uring_dgram_recv,
     .send_dgrams = uring_send_dgrams,
+    .file = uring_file,
+    .file_cancel = uring_file_cancel,
 };

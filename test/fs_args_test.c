@@ -20,6 +20,7 @@
 
 #include "tern.h"
 #include "tern/fs.h"
+#include "tested_backend.h"
 
 #define TEST_TIMEOUT 60
 
@@ -96,7 +97,7 @@ Test(fs_args, refused_at_the_call_and_nothing_queued, .timeout = TEST_TIMEOUT)
     cr_assert_eq(write(fd, "ab", 2), 2);
 
     tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    loop = loop_new_tested();
     unsigned before = live(loop);
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         tern_id id = 0;

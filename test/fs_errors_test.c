@@ -6,9 +6,11 @@
  * injected EIO at its system call (the fault seam, backends/fault.h), then
  * runs again without it to show the same request works. And a copy the
  * kernel cannot make (copy_file_range refuses a character device) goes
- * through a buffer with the same result, including its errors.
+ * through a buffer with the same result, including its errors; an
+ * injected EXDEV is reported, not taken for the kernel's refusal.
  */
 #include "fs_helpers.h"
+#include "tested_backend.h"
 
 #include <sys/stat.h>
 
@@ -114,7 +116,7 @@ static int do_copy(tern_loop *l, struct rec *r, void *c)
 Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     put("b", "bye");
     int fds = count_open_fds();
@@ -190,7 +192,7 @@ Test(fs_errors, each_single_call_request_reports_the_error_and_does_nothing,
 Test(fs_errors, a_copy_the_kernel_refuses_goes_through_a_buffer, .init = setup,
      .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cr_assert_geq(zero, 0);
@@ -237,6 +239,23 @@ Test(fs_errors, a_copy_the_kernel_refuses_goes_through_a_buffer, .init = setup,
         cr_assert_eq(r.status, -EIO, "call %llu: %s", (unsigned long long)nth,
                      tern_err_name(r.status));
     }
+    /* An injected EXDEV at the kernel's copy, between two regular files
+     * the kernel would copy, is the request's error: the seam's failure
+     * is reported, not taken for the kernel's refusal and sent round
+     * through the buffer. Nothing is written. */
+    int to = open(at("copy"), O_RDWR | O_TRUNC | O_CLOEXEC);
+    cr_assert_geq(to, 0);
+    tern__fault_fs_errno(-EXDEV);
+    r = (struct rec){0};
+    tern__fault_arm(TERN__FAULT_FS, 1);
+    cr_assert_eq(tern_fs_copy_range(loop, in, 0, to, 0, 6, NULL, rec_cb, &r, NULL), 0);
+    cr_assert(run_until_count(loop, &r.n, 1, 10 * (int64_t)MS, 2000));
+    cr_assert(tern__fault_fired());
+    tern__fault_arm(0, 0);
+    tern__fault_fs_errno(-EIO);
+    cr_assert_eq(r.status, -EXDEV, "copy: %s", tern_err_name(r.status));
+    cr_assert_eq(size_of("copy"), 0, "the copy went round through the buffer");
+    close(to);
     close(in);
     close(null);
     close(zero);

@@ -8,6 +8,7 @@
  * no waiting writer and no timing is needed to see it.
  */
 #include "fs_helpers.h"
+#include "tested_backend.h"
 
 #include <sys/inotify.h>
 
@@ -32,7 +33,7 @@ Test(fs_fifo, read_file_refuses_a_fifo_without_opening_it)
     cr_assert_geq(in, 0);
     cr_assert_geq(inotify_add_watch(in, at("fifo"), IN_OPEN | IN_CLOSE), 0);
 
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     struct rec r = {0};
     cr_assert_eq(tern_fs_read_file(loop, at("fifo"), NULL, rec_cb, &r, NULL), 0);
     cr_assert(run_until_count(loop, &r.n, 1, 10 * (int64_t)MS, 2000), "no callback");

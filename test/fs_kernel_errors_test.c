@@ -6,13 +6,15 @@
  * truncation, a copy into a descriptor that cannot be written (through
  * the kernel and through the buffer), and a copy or a whole-file write
  * that meets the file size limit (RLIMIT_FSIZE, EFBIG) part way, where
- * the count says how far the copy got and the write leaves the old file.
+ * the count says how far the copy got and the write leaves the old file,
+ * and a whole-file read and a copy whose read fails (/proc/self/mem).
  * Also the edges that end well: a copy of exactly the source's length,
  * an empty file read with max_bytes 0, a listing longer than its first
  * array, an unsized file read with no limit, and a whole-file write in
  * the root directory.
  */
 #include "fs_helpers.h"
+#include "tested_backend.h"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -57,7 +59,7 @@ static void wait_one(tern_loop *loop, struct rec *r)
 Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebadf,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     int bad = closed_fd();
     int good = open(at("a"), O_RDWR | O_CLOEXEC);
@@ -96,7 +98,7 @@ Test(fs_kernel_errors, every_descriptor_request_on_a_closed_descriptor_gets_ebad
 Test(fs_kernel_errors, a_read_only_descriptor_refuses_writes_truncation_and_copies_into_it,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     put("b", "world");
     int ro = open(at("a"), O_RDONLY | O_CLOEXEC);
@@ -158,7 +160,7 @@ static void limit_file_size(void)
 Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     int big = open(at("big"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cr_assert(zero >= 0 && big >= 0);
@@ -200,7 +202,7 @@ Test(fs_kernel_errors, a_copy_stopped_by_the_size_limit_counts_what_it_copied,
 Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "old");
     limit_file_size();
     static char data[2 * LIMIT];
@@ -217,7 +219,7 @@ Test(fs_kernel_errors, write_file_over_the_size_limit_leaves_the_old_file,
 Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup,
      .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "hello");
     int in = open(at("a"), O_RDONLY | O_CLOEXEC);
     int out = open(at("copy"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -240,7 +242,7 @@ Test(fs_kernel_errors, a_copy_of_exactly_the_length_copies_it_all, .init = setup
 Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
      .init = setup, .fini = teardown, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("empty", "");
     put("a", "x");
     tern_fs_options o;
@@ -268,7 +270,7 @@ Test(fs_kernel_errors, max_bytes_zero_reads_an_empty_file_and_refuses_one_byte,
 Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fini = teardown,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     enum { ENTRIES = 40 };
     char name[16];
     for (int i = 0; i < ENTRIES; i++) {
@@ -294,7 +296,7 @@ Test(fs_kernel_errors, a_listing_longer_than_its_first_array, .init = setup, .fi
  * size: read to its end, the buffer grown as it goes. */
 Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.max_bytes = UINT64_MAX;
@@ -311,6 +313,38 @@ Test(fs_kernel_errors, an_unsized_file_read_without_a_limit, .timeout = TEST_TIM
     loop_free_clean(loop);
 }
 
+/* A file whose reads the kernel refuses: /proc/self/mem is a sizeless
+ * regular file, opened and stat'ed like any, whose read at offset 0 (an
+ * address never mapped) fails with EIO. A whole-file read gets it, with
+ * no data and the descriptor closed; so does a copy from it, which the
+ * kernel cannot make (procfs) and the buffer's read meets, with nothing
+ * written. */
+Test(fs_kernel_errors, a_read_the_kernel_refuses_fails_the_request, .init = setup,
+     .fini = teardown, .timeout = TEST_TIMEOUT)
+{
+    tern_loop *loop = loop_new_tested();
+    int fds = count_open_fds();
+    struct rec r = {0};
+    cr_assert_eq(tern_fs_read_file(loop, "/proc/self/mem", NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EIO, "read_file: %s", tern_err_name(r.status));
+    cr_assert_null(r.data);
+    cr_assert_eq(count_open_fds(), fds, "the descriptor was left open");
+
+    put("copy", "");
+    int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    int out = open(at("copy"), O_WRONLY | O_CLOEXEC);
+    cr_assert(mem >= 0 && out >= 0);
+    r = (struct rec){0};
+    cr_assert_eq(tern_fs_copy_range(loop, mem, 0, out, 0, 5, NULL, rec_cb, &r, NULL), 0);
+    wait_one(loop, &r);
+    cr_assert_eq(r.status, -EIO, "copy: %s", tern_err_name(r.status));
+    cr_assert_eq(size_of("copy"), 0, "a refused copy wrote");
+    close(mem);
+    close(out);
+    loop_free_clean(loop);
+}
+
 /* A file directly in "/": its directory, fsync'ed after the rename, is "/". */
 Test(fs_kernel_errors, write_file_in_the_root_directory, .timeout = TEST_TIMEOUT)
 {
@@ -320,7 +354,7 @@ Test(fs_kernel_errors, write_file_in_the_root_directory, .timeout = TEST_TIMEOUT
     if (probe < 0)
         cr_skip_test("cannot write in /: %s", strerror(errno));
     close(probe);
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     struct rec r = {0};
     cr_assert_eq(tern_fs_write_file(loop, path, "root", 4, NULL, rec_cb, &r, NULL), 0);
     wait_one(loop, &r);

@@ -11,6 +11,7 @@
  */
 #include "fs_helpers.h"
 #include "seccomp_helpers.h"
+#include "tested_backend.h"
 
 #include <stddef.h>
 #include <sys/stat.h>
@@ -69,7 +70,7 @@ static void assert_b_holds_the_copy(void)
 
 static void copy_through_a_buffer(int err)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", text);
     refuse_when(SYS_copy_file_range, ANY_ARG, 0, err, EVERY_THREAD);
     int64_t copied = -1;
@@ -102,7 +103,7 @@ Test(fs_refusals, a_pair_the_kernel_calls_invalid, .init = setup, .fini = teardo
 Test(fs_refusals, no_memory_for_the_copy_buffer, .init = setup, .fini = teardown,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", text);
     refuse_when(SYS_copy_file_range, ANY_ARG, 0, ENOSYS, EVERY_THREAD);
     int64_t copied = -1;
@@ -133,7 +134,7 @@ Test(fs_refusals, no_memory_for_the_copy_buffer, .init = setup, .fini = teardown
 Test(fs_refusals, an_interrupted_close_is_a_close, .init = setup, .fini = teardown,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     int fd = open(at("a"), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     cr_assert_geq(fd, 0);
     /* Refused for this descriptor only, so it stays open (in this test
@@ -157,7 +158,7 @@ Test(fs_refusals, an_interrupted_close_is_a_close, .init = setup, .fini = teardo
 Test(fs_refusals, a_directory_that_cannot_be_read_as_a_stream, .init = setup, .fini = teardown,
      .timeout = TEST_TIMEOUT)
 {
-    tern_loop *loop = loop_new_default();
+    tern_loop *loop = loop_new_tested();
     put("a", "x");
     struct rec r = {0};
     cr_assert_eq(tern_fs_stat(loop, dir, NULL, rec_cb, &r, NULL), 0); /* the pool starts */

@@ -23,6 +23,7 @@
 #include "tern/fs.h"
 #include "pool_helpers.h"
 #include "testing.h"
+#include "tested_backend.h"
 
 #define TEST_TIMEOUT 60
 
@@ -64,7 +65,7 @@ static size_t plain_read(const char *path, char *out, size_t cap)
 static int read_file(uint64_t max_bytes, size_t step)
 {
     tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    loop = loop_new_tested();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.max_bytes = max_bytes;
@@ -130,7 +131,7 @@ Test(fs_sizeless, with_no_limit_a_long_proc_file_is_read_to_its_end, .timeout = 
         cr_skip_test(LONG_SIZELESS " is not between 64 KiB and 64 MiB here");
     }
     tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    loop = loop_new_tested();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.max_bytes = UINT64_MAX;
@@ -163,7 +164,7 @@ Test(fs_sizeless, a_file_longer_than_any_read_is_efbig_even_with_no_limit,
         cr_skip_test("this file system will not make a file of SSIZE_MAX bytes");
     }
     tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    loop = loop_new_tested();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.max_bytes = UINT64_MAX;
@@ -188,7 +189,7 @@ Test(fs_sizeless, a_buffer_that_cannot_grow_is_enomem, .timeout = TEST_TIMEOUT)
     tern_pool_config cfg = ph_config(1, 16, 4);
     cr_assert_eq(tern_pool_start(&cfg), 0);
     tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    loop = loop_new_tested();
     ph_gate gate;
     ph_job hold;
     ph_gate_init(&gate);
@@ -232,7 +233,7 @@ Test(fs_sizeless, a_bare_name_is_written_in_the_working_directory, .timeout = TE
     char name[64];
     snprintf(name, sizeof name, "tern-fs-bare-%d", (int)getpid());
     tern_loop *loop = NULL;
-    cr_assert_eq(tern_loop_new(&loop, NULL), 0);
+    loop = loop_new_tested();
     cr_assert_eq(tern_fs_write_file(loop, name, "hello", 5, NULL, on_write, NULL, NULL), 0);
     cr_assert_eq(tern_loop_run(loop), 0);
     tern_loop_free(loop);

@@ -25,6 +25,7 @@
 
 #include "pool_helpers.h"
 #include "testing.h"
+#include "tested_backend.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -143,6 +144,19 @@ static unsigned char *pattern(size_t n, unsigned seed)
 }
 
 static tern_loop *loop_with_pool(unsigned threads, unsigned capacity)
+{
+    tern_pool_config cfg = ph_config(threads, capacity, 4);
+    cr_assert_eq(tern_pool_start(&cfg), 0);
+    return loop_new_tested();
+}
+
+/*
+ * For the tests of read_file's steps through the pool (its queue place,
+ * its reservation, a queue full): a loop on the default backend, since on
+ * one that makes file calls itself (io_uring) read_file takes no pool
+ * slot at all (uring_fs_test covers that path).
+ */
+static tern_loop *loop_with_pool_steps(unsigned threads, unsigned capacity)
 {
     tern_pool_config cfg = ph_config(threads, capacity, 4);
     cr_assert_eq(tern_pool_start(&cfg), 0);
@@ -595,7 +609,7 @@ static void block_worker(tern_loop *loop, ph_gate *g, ph_job *j)
 Test(fs, cancel_queued_never_runs)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     int fds = count_fds();
     ph_gate g;
     ph_job blocker;
@@ -681,7 +695,7 @@ static void hold_first_step(void)
 Test(fs, cancel_while_a_step_runs_stops_at_the_boundary_and_closes)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     put_file(at("f"), "content", 7);
     int fds = count_fds();
     rec r = {0};
@@ -781,7 +795,7 @@ static void submit_write(tern_loop *loop, rec *r, tern_id *id)
 static void cancel_between(void (*submit)(tern_loop *, rec *, tern_id *))
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     put_file(at("f"), "content", 7);
     int fds = count_fds();
     ph_gate g1, g2;
@@ -825,7 +839,7 @@ Test(fs, cancel_write_file_between_steps_removes_the_temporary)
 Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refused)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 2);
+    tern_loop *loop = loop_with_pool_steps(1, 2);
     put_file(at("f"), "file data", 9);
     rec r = {0};
     tern__fault_fs_hold();
@@ -860,7 +874,7 @@ Test(fs, a_reservation_counts_against_capacity_and_the_next_step_is_never_refuse
 Test(fs, whole_file_requests_refused_on_a_full_queue_leave_nothing)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 1);
+    tern_loop *loop = loop_with_pool_steps(1, 1);
     ph_gate g;
     ph_job blocker, fill;
     block_worker(loop, &g, &blocker);
@@ -917,7 +931,7 @@ Test(fs, loop_free_between_steps_closes_everything)
 Test(fs, pool_cancel_shutdown_between_steps_gives_the_slot_back)
 {
     make_dir();
-    tern_loop *loop = loop_with_pool(1, 16);
+    tern_loop *loop = loop_with_pool_steps(1, 16);
     put_file(at("f"), "content", 7);
     int fds = count_fds();
     ph_gate g1, g2;

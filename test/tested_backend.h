@@ -1,7 +1,7 @@
 /*
  * A loop on the backend TERN_TEST_BACKEND names, else the default one:
  * how suites that are not BACKEND_TESTs run again on another backend
- * (test/meson.build's unit_runs: the UDP and stream suites on io_uring).
+ * (test/meson.build's unit_runs: the file-request, UDP and stream suites on io_uring).
  * Asserts that the loop was made on that backend: io_uring refused by the
  * kernel would hand it to epoll, and the run would prove nothing.
  */

@@ -14,6 +14,16 @@
  *     stops at the next step boundary, closes what it opened, removes its
  *     temporary file, and cb gets -ECANCELED.
  *
+ * On a loop whose backend makes file calls itself (io_uring, where the
+ * kernel offers them), tern_fs_read_file is not a pool job: its steps go
+ * to the kernel through the backend, one per turn, and it is admitted
+ * like a job but for the queue (queue_full, a pool shutdown and a pool
+ * configuration never refuse it; the pool's statistics do not count it).
+ * It is running from acceptance: tern_cancel says TERN_CANCEL_RUNNING and
+ * it stops at the next step boundary as above (-ECANCELED), or
+ * TERN_CANCEL_FINISHED once its outcome is in. docs/design.md, "The
+ * fifth: file requests", has the details.
+ *
  * A worker inside a system call cannot be interrupted: neither a cancel,
  * nor a timeout (tern_fs_options), nor closing an owner, nor a pool
  * shutdown ends the call early; they act when it returns. A call that
@@ -276,12 +286,16 @@ TERN_EXTERN int tern_fs_sendfile(tern_loop *loop, int out_fd, int in_fd, int64_t
  * tern_fs_read_file: read a whole regular file, in steps (open, fstat,
  * read until done, close) that each take one pass through the pool, on a
  * reservation held from acceptance, so no step after the first is ever
- * refused. It never waits on a peer, nor wakes one: stat refuses anything
- * but a regular file (or a socket, which open(2) refuses) before the path
- * is opened, so a writer waiting to open a FIFO is never let through; the
- * open is made with O_NONBLOCK (a FIFO or a device put in the path's place
- * meanwhile opens at once), fstat on that descriptor refuses anything but
- * a regular file again, and only then is O_NONBLOCK cleared for the reads.
+ * refused (or, on a backend that makes file calls, that each go to the
+ * kernel with a turn's wait: see the top of this file). It never waits
+ * on a peer, nor wakes one: stat refuses anything but a regular file (or
+ * a socket, which open(2) refuses) before the path is opened, so a writer
+ * waiting to open a FIFO is never let through; the open is made with
+ * O_NONBLOCK (a FIFO or a device put in the path's place meanwhile opens
+ * at once), fstat on that descriptor refuses anything but a regular file
+ * again, and only then is O_NONBLOCK cleared for the reads (through a
+ * backend's file calls, only if a read says -EAGAIN: io_uring reads a
+ * regular file in full despite it).
  * Requires: path != NULL, shorter than PATH_MAX; opts->step_bytes 1..2^30.
  * Returns: as above. cb: 0 with res->data holding res->value bytes (the
  *     size fstat reported, or up to end of file for files that report size

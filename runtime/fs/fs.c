@@ -364,7 +364,15 @@ int tern_fs_sendfile(tern_loop *loop, int out_fd, int in_fd, int64_t in_offset, 
 int tern_fs_read_file(tern_loop *loop, const char *path, const tern_fs_options *opts, tern_fs_cb cb,
                       void *arg, tern_id *idp)
 {
-    return path_request(loop, TERN__FS_READ_FILE, path, NULL, 0, 0, opts, cb, arg, idp);
+    struct tern__fs_req *r;
+    int rc = req_new(loop, &(struct spec){.op = TERN__FS_READ_FILE, .has_path = true, .path = path},
+                     opts, cb, arg, &r);
+    if (rc < 0)
+        return rc;
+    /* The backend makes the calls itself: no pool thread (fs_ring.c). */
+    if (loop->backend.completes & TERN__DO_FILE)
+        return tern__fs_ring_read_file(loop, r, idp);
+    return submit(loop, r, idp);
 }
 
 /* Room for "/.<base>.tern-<pid>-<n>" beyond the path itself. */

@@ -78,6 +78,28 @@ ssize_t tern__fs_sys_pread(int fd, void *buf, size_t len, int64_t off);
 ssize_t tern__fs_sys_pwrite(int fd, const void *buf, size_t len, int64_t off);
 int tern__fs_sys_rename(const char *from, const char *to);
 
+/*
+ * read_file's rules, shared by the pool's steps (fs_whole.c) and the
+ * ring's (fs_ring.c). refuse_kind: 0 for a regular file, -EISDIR or
+ * -ENOTSUP. read_sized: from res.st (the file as opened), the bytes
+ * expected and the buffer: 0, -EFBIG or -ENOMEM. read_room: the bytes the
+ * next read asks for (> 0), the buffer grown for a file that reports no
+ * size, or -EFBIG, -ENOMEM. read_took: count n bytes read; true when the
+ * reads are over. read_end: the NUL and res.value, once all is read.
+ */
+int tern__fs_refuse_kind(const struct stat *st);
+int tern__fs_read_sized(struct tern__fs_req *r);
+ssize_t tern__fs_read_room(struct tern__fs_req *r);
+bool tern__fs_read_took(struct tern__fs_req *r, size_t n);
+void tern__fs_read_end(struct tern__fs_req *r);
+
+/*
+ * The ring's read_file (fs_ring.c), for a loop whose backend makes file
+ * calls itself (TERN__DO_FILE): admits r as the pool's path would, and
+ * frees it on failure. Loop thread.
+ */
+int tern__fs_ring_read_file(tern_loop *loop, struct tern__fs_req *r, tern_id *idp);
+
 /* The work function of a single-call request (fs_calls.c). */
 void *tern__fs_one_work(tern_job *job, void *arg);
 /* The work function of a whole-file request: one step per pass (steps.c). */

@@ -57,11 +57,19 @@ void tern__fs_abandon(struct tern__fs_req *r)
     r->res.value = 0;
 }
 
+/* End the request with an error: undo what it left. */
+static void *fail(struct tern__fs_req *r, int status)
+{
+    tern__fs_abandon(r);
+    r->status = status;
+    return r;
+}
+
 /* End the request with status: undo what is left on failure. */
 static void *finish(struct tern__fs_req *r, int status)
 {
     if (status < 0)
-        tern__fs_abandon(r);
+        return fail(r, status);
     r->status = status;
     return r;
 }
@@ -81,11 +89,61 @@ static void *next(struct tern__fs_req *r, uint8_t step)
  * never comes, and nothing can interrupt a worker inside read(2): only a
  * regular file is read. 0, -EISDIR or -ENOTSUP.
  */
-static int refuse_kind(const struct stat *st)
+int tern__fs_refuse_kind(const struct stat *st)
 {
     if (S_ISDIR(st->st_mode))
         return -EISDIR;
     return S_ISREG(st->st_mode) ? 0 : -ENOTSUP;
+}
+
+int tern__fs_read_sized(struct tern__fs_req *r)
+{
+    uint64_t size = r->res.st.st_size > 0 ? (uint64_t)r->res.st.st_size : 0;
+    if (size > r->max_bytes || size >= SSIZE_MAX)
+        return -EFBIG;
+    /* len: the bytes expected (0: read to end of file, growing the buffer). */
+    r->len = (size_t)size;
+    r->cap = size > 0 ? (size_t)size
+                      : (size_t)(r->max_bytes < UNSIZED_FIRST ? r->max_bytes : UNSIZED_FIRST);
+    if (r->cap == 0)
+        r->cap = 1; /* room to tell an empty file from one over max_bytes */
+    if ((r->res.data = tern__malloc(r->cap + 1)) == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
+ssize_t tern__fs_read_room(struct tern__fs_req *r)
+{
+    if (r->done == r->cap) {
+        /* Full, so the file is unsized (a sized file's buffer is its size,
+         * and the read that fills it ends the reads): it needs room. Room
+         * for one byte past max_bytes tells a file of exactly max_bytes
+         * (end of file next) from a longer one. */
+        uint64_t limit = r->max_bytes < SSIZE_MAX ? r->max_bytes + 1 : (uint64_t)SSIZE_MAX;
+        if (r->cap >= limit)
+            return -EFBIG;
+        size_t ncap = r->cap * 2 < limit ? r->cap * 2 : (size_t)limit;
+        char *nd = tern__realloc(r->res.data, ncap + 1);
+        if (nd == NULL)
+            return -ENOMEM;
+        r->res.data = nd;
+        r->cap = ncap;
+    }
+    return (ssize_t)(r->cap - r->done < r->step_bytes ? r->cap - r->done : r->step_bytes);
+}
+
+bool tern__fs_read_took(struct tern__fs_req *r, size_t n)
+{
+    r->done += n;
+    /* End of file, or the size fstat promised: a file that grows meanwhile
+     * is read as it was when opened. */
+    return n == 0 || (r->len > 0 && r->done == r->len);
+}
+
+void tern__fs_read_end(struct tern__fs_req *r)
+{
+    ((char *)r->res.data)[r->done] = '\0';
+    r->res.value = (int64_t)r->done;
 }
 
 /*
@@ -100,7 +158,7 @@ static void *read_open(struct tern__fs_req *r)
     int rc = tern__fs_sys_stat(r->path, &r->res.st);
     if (rc < 0)
         return finish(r, rc);
-    if (!S_ISSOCK(r->res.st.st_mode) && (rc = refuse_kind(&r->res.st)) < 0)
+    if (!S_ISSOCK(r->res.st.st_mode) && (rc = tern__fs_refuse_kind(&r->res.st)) < 0)
         return finish(r, rc);
     /* O_NONBLOCK: a FIFO or a device that waits for a carrier put in the
      * path's place since the stat opens at once; fstat then refuses it. */
@@ -117,54 +175,28 @@ static void *read_fstat(struct tern__fs_req *r)
     int rc = tern__fs_sys_fstat(r->own_fd, &r->res.st);
     if (rc < 0)
         return finish(r, rc);
-    if ((rc = refuse_kind(&r->res.st)) < 0)
+    if ((rc = tern__fs_refuse_kind(&r->res.st)) < 0)
         return finish(r, rc);
     /* A regular file: back to blocking reads (open only had to not wait). */
     int rc_fl = tern__fs_sys_fcntl_setfl(r->own_fd, 0);
     if (rc_fl < 0)
         return finish(r, rc_fl);
-    uint64_t size = r->res.st.st_size > 0 ? (uint64_t)r->res.st.st_size : 0;
-    if (size > r->max_bytes || size >= SSIZE_MAX)
-        return finish(r, -EFBIG);
-    /* len: the bytes expected (0: read to end of file, growing the buffer). */
-    r->len = (size_t)size;
-    r->cap = size > 0 ? (size_t)size
-                      : (size_t)(r->max_bytes < UNSIZED_FIRST ? r->max_bytes : UNSIZED_FIRST);
-    if (r->cap == 0)
-        r->cap = 1; /* room to tell an empty file from one over max_bytes */
-    if ((r->res.data = tern__malloc(r->cap + 1)) == NULL)
-        return finish(r, -ENOMEM);
+    if ((rc = tern__fs_read_sized(r)) < 0)
+        return finish(r, rc);
     return next(r, READ_DATA);
 }
 
 static void *read_data(struct tern__fs_req *r)
 {
-    if (r->done == r->cap) {
-        /* Full, so the file is unsized (a sized file's buffer is its size,
-         * and the read that fills it goes to READ_CLOSE below): it needs
-         * room. Room for one byte past max_bytes tells a file of exactly
-         * max_bytes (end of file next) from a longer one. */
-        uint64_t limit = r->max_bytes < SSIZE_MAX ? r->max_bytes + 1 : (uint64_t)SSIZE_MAX;
-        if (r->cap >= limit)
-            return finish(r, -EFBIG);
-        size_t ncap = r->cap * 2 < limit ? r->cap * 2 : (size_t)limit;
-        char *nd = tern__realloc(r->res.data, ncap + 1);
-        if (nd == NULL)
-            return finish(r, -ENOMEM);
-        r->res.data = nd;
-        r->cap = ncap;
-    }
-    size_t want = r->cap - r->done < r->step_bytes ? r->cap - r->done : r->step_bytes;
+    ssize_t room = tern__fs_read_room(r);
+    if (room < 0)
+        return fail(r, (int)room);
+    size_t want = (size_t)room;
     /* read(2), not pread(2): the descriptor is ours, at offset done. */
     ssize_t n = tern__fs_sys_read(r->own_fd, (char *)r->res.data + r->done, want);
     if (n < 0)
-        return finish(r, (int)n);
-    r->done += (size_t)n;
-    /* End of file, or the size fstat promised: a file that grows meanwhile
-     * is read as it was when opened. */
-    if (n == 0 || (r->len > 0 && r->done == r->len))
-        return next(r, READ_CLOSE);
-    return next(r, READ_DATA);
+        return fail(r, (int)n);
+    return next(r, tern__fs_read_took(r, (size_t)n) ? READ_CLOSE : READ_DATA);
 }
 
 static void *read_close(struct tern__fs_req *r)
@@ -174,8 +206,7 @@ static void *read_close(struct tern__fs_req *r)
     int rc = tern__fs_sys_close(fd);
     if (rc < 0)
         return finish(r, rc);
-    ((char *)r->res.data)[r->done] = '\0';
-    r->res.value = (int64_t)r->done;
+    tern__fs_read_end(r);
     return finish(r, 0);
 }
 
@@ -188,10 +219,9 @@ static void *read_step(struct tern__fs_req *r)
         return read_fstat(r);
     case READ_DATA:
         return read_data(r);
-    case READ_CLOSE:
-        return read_close(r);
     default:
-        TERN_UNREACHABLE();
+        TERN_INSIST(r->step == READ_CLOSE);
+        return read_close(r);
     }
 }
 
@@ -240,9 +270,9 @@ static void *write_data(struct tern__fs_req *r)
     ssize_t n =
         tern__fs_sys_pwrite(r->own_fd, (const char *)r->wdata + r->done, want, (int64_t)r->done);
     if (n < 0)
-        return finish(r, (int)n);
+        return fail(r, (int)n);
     if (n == 0)
-        return finish(r, -EIO); /* no progress and no error: never loop on it */
+        return fail(r, -EIO); /* no progress and no error: never loop on it */
     r->done += (size_t)n;
     return next(r, r->done == r->len ? WRITE_FSYNC : WRITE_DATA);
 }
@@ -284,10 +314,9 @@ static void *write_step(struct tern__fs_req *r)
             return finish(r, rc);
         return next(r, WRITE_RENAME);
     }
-    case WRITE_RENAME:
-        return write_rename(r);
     default:
-        TERN_UNREACHABLE();
+        TERN_INSIST(r->step == WRITE_RENAME);
+        return write_rename(r);
     }
 }
 

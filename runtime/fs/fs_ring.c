@@ -1,0 +1,331 @@
+/*
+ * tern_fs_read_file on a backend that makes file calls itself
+ * (TERN__DO_FILE: io_uring): the same steps as the pool's (fs_whole.c) —
+ * stat the path, open it O_NONBLOCK, stat the descriptor, read, close —
+ * each one call the backend submits with the next wait, the next one
+ * chosen here when its completion comes in step 4. No pool thread is
+ * involved, and a turn's wait carries every request's next call at once.
+ *
+ * The request is an op of its own kind, admitted as an external wait is
+ * (wait.c): a credit (max_undelivered), max_operations, an owner, a
+ * deadline. What fs.h promises holds as on the pool, with these readings:
+ *   - There is no queue: a request's first call goes to the kernel with
+ *     the next wait, so it is running from acceptance. A cancel, a
+ *     deadline or its owner's close asks the kernel to cancel the call in
+ *     flight and stops the request at the next step boundary: what it
+ *     opened is closed, its buffer freed, and cb gets -ECANCELED (or
+ *     -ETIMEDOUT). tern_cancel says RUNNING, or FINISHED once the outcome
+ *     is in (cb then gets it). A cancel that meets the last call (the
+ *     close) lets it end: the file was read, and cb gets it.
+ *   - The bounded queue is not used, so queue_full, a pool shutdown and
+ *     a pool configuration that conflicts with the running pool's never
+ *     refuse it, and the pool's statistics do not count it.
+ *   - A call the backend's queue cannot take (the kernel refusing entries
+ *     while its completion queue overflows) is made here, as a plain
+ *     system call on the loop's thread, and the request goes on; so is
+ *     clearing O_NONBLOCK, only when a read says -EAGAIN (a file system
+ *     whose reads through io_uring honour O_NONBLOCK).
+ *   - cb runs in step 2, exactly once, never inside tern_fs_read_file:
+ *     the outcome only queues the op for step 2.
+ *   - Loop free: its cancel pass cancels each request, and its drain turns
+ *     wait for the completion of the call in flight (the request's credit
+ *     keeps them going), so cb runs once and nothing of it is left in the
+ *     kernel when the backend closes.
+ * The fault seam's file site (TERN__FAULT_FS) is asked as each call's
+ * completion comes, so a fault walk makes any step fail as on the pool.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "admit.h"
+#include "fs_p.h"
+#include "heap.h"
+#include "job_p.h"
+
+enum {
+    RING_STAT_PATH,
+    RING_OPEN,
+    RING_STAT_FD,
+    RING_READ,
+    RING_CLOSE,
+};
+
+struct fs_ring {
+    struct tern__op op; /* first */
+    struct tern__owned owned;
+    struct tern__fs_req *r;    /* the request, as the pool's path would hold it */
+    struct tern__file_op call; /* the call in flight, or the next one */
+    int stop;          /* 0, or the status a cancel (-ECANCELED) or deadline (-ETIMEDOUT) set */
+    bool in_kernel;    /* call was handed to the backend, its completion not yet taken */
+    bool settled;      /* the outcome is in r->status; queued for step 2 */
+    bool has_deadline; /* holds a heap claim */
+    bool blocking;     /* O_NONBLOCK was cleared (a read said -EAGAIN) */
+};
+
+/* The outcome is in: queue cb for step 2. */
+static void settle(tern_loop *loop, struct fs_ring *f, int status)
+{
+    f->settled = true;
+    f->r->status = status;
+    TERN_DECREMENT(loop->io_count);
+    tern__op_ready(loop, &f->op);
+}
+
+/* End with an error: undo what the steps left (descriptor, buffer). */
+static bool fail(tern_loop *loop, struct fs_ring *f, int status)
+{
+    tern__fs_abandon(f->r);
+    settle(loop, f, status);
+    return false;
+}
+
+static void set_stat(struct fs_ring *f, int fd, const char *path)
+{
+    f->call = (struct tern__file_op){.kind = TERN__FILE_STAT, .fd = fd, .path = path};
+}
+
+/* The next read, or the buffer's failure. */
+static bool set_read(tern_loop *loop, struct fs_ring *f)
+{
+    struct tern__fs_req *r = f->r;
+    ssize_t room = tern__fs_read_room(r);
+    if (room < 0)
+        return fail(loop, f, (int)room);
+    r->step = RING_READ;
+    f->call = (struct tern__file_op){.kind = TERN__FILE_READ,
+                                     .fd = r->own_fd,
+                                     .buf = (char *)r->res.data + r->done,
+                                     .len = (unsigned)room,
+                                     .off = r->done};
+    return true;
+}
+
+/* The path's stat, before it is opened: as read_open in fs_whole.c. */
+static bool path_statted(tern_loop *loop, struct fs_ring *f, int res)
+{
+    struct tern__fs_req *r = f->r;
+    int rc;
+    if (res < 0)
+        return fail(loop, f, res);
+    tern__file_stat(&f->call, &r->res.st);
+    if (!S_ISSOCK(r->res.st.st_mode) && (rc = tern__fs_refuse_kind(&r->res.st)) < 0)
+        return fail(loop, f, rc);
+    r->step = RING_OPEN;
+    f->call = (struct tern__file_op){
+        .kind = TERN__FILE_OPEN, .path = r->path, .flags = O_RDONLY | O_NONBLOCK};
+    return true;
+}
+
+static bool fd_statted(tern_loop *loop, struct fs_ring *f, int res)
+{
+    struct tern__fs_req *r = f->r;
+    int rc;
+    if (res < 0)
+        return fail(loop, f, res);
+    tern__file_stat(&f->call, &r->res.st);
+    if ((rc = tern__fs_refuse_kind(&r->res.st)) < 0 || (rc = tern__fs_read_sized(r)) < 0)
+        return fail(loop, f, rc);
+    return set_read(loop, f);
+}
+
+static bool data_read(tern_loop *loop, struct fs_ring *f, int res)
+{
+    struct tern__fs_req *r = f->r;
+    if (res == -EAGAIN && !f->blocking) {
+        /* This file system's reads honour O_NONBLOCK: clear it, as the
+         * pool's steps always do, and read again. */
+        f->blocking = true;
+        if (fcntl(r->own_fd, F_SETFL, 0) < 0)
+            return fail(loop, f, -errno);
+        return true; /* the same read */
+    }
+    if (res < 0)
+        return fail(loop, f, res);
+    if (!tern__fs_read_took(r, (size_t)res))
+        return set_read(loop, f);
+    r->step = RING_CLOSE;
+    f->call = (struct tern__file_op){.kind = TERN__FILE_CLOSE, .fd = r->own_fd};
+    r->own_fd = -1; /* released whatever close says */
+    return true;
+}
+
+/*
+ * The result of the call just made: prepare the next one (true) or settle
+ * the request (false).
+ */
+static bool advance(tern_loop *loop, struct fs_ring *f, int res)
+{
+    struct tern__fs_req *r = f->r;
+    switch (r->step) {
+    case RING_STAT_PATH:
+        return path_statted(loop, f, res);
+    case RING_OPEN:
+        if (res < 0)
+            return fail(loop, f, res);
+        r->own_fd = res;
+        r->step = RING_STAT_FD;
+        set_stat(f, res, NULL);
+        return true;
+    case RING_STAT_FD:
+        return fd_statted(loop, f, res);
+    case RING_READ:
+        return data_read(loop, f, res);
+    default:
+        TERN_INSIST(r->step == RING_CLOSE);
+        /* close(2)'s EINTR, made here or by the kernel, has released the
+         * descriptor too (fs.h). */
+        if (res < 0 && res != -EINTR)
+            return fail(loop, f, res);
+        tern__fs_read_end(r);
+        settle(loop, f, 0);
+        return false;
+    }
+}
+
+/* Hand the call over; one the backend cannot take is made here. */
+static void issue(tern_loop *loop, struct fs_ring *f)
+{
+    struct tern__backend *b = &loop->backend;
+    do {
+        if (b->ops->file(b, f->op.id, &f->call) == 0) {
+            f->in_kernel = true;
+            return;
+        }
+    } while (advance(loop, f, tern__file_call(&f->call)));
+}
+
+/* Step 4: the call's completion. A stopped request undoes what it holds. */
+static void ring_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d)
+{
+    struct fs_ring *f = (struct fs_ring *)op;
+    TERN_INSIST(d->file && f->in_kernel && !f->settled);
+    f->in_kernel = false;
+    struct tern__fs_req *r = f->r;
+    int res = d->res;
+    /* Recorded at once: a stop or an injected failure undoes it with the rest. */
+    if (r->step == RING_OPEN && res >= 0)
+        r->own_fd = res;
+    int injected = tern__fs_fault_made(); /* the pool's fault walk reaches these calls too */
+    if (injected < 0)
+        res = injected;
+    if (f->stop != 0 && r->step != RING_CLOSE) {
+        fail(loop, f, f->stop);
+        return;
+    }
+    if (advance(loop, f, res))
+        issue(loop, f);
+}
+
+static void ring_dispatch(tern_loop *loop, struct tern__op *op)
+{
+    struct fs_ring *f = (struct fs_ring *)op;
+    TERN_INSIST(f->settled);
+    struct tern__fs_req *r = f->r;
+    tern_id id = op->id;
+    bool had_deadline = f->has_deadline;
+    tern__owner_drop(&f->owned);
+    tern__op_finish(loop, op); /* stale id, deadline disarmed, record freed */
+    if (had_deadline)
+        tern__deadline_unclaim(loop);
+    tern__credit_give(loop);
+    tern_fs_cb cb = r->cb;
+    void *arg = r->arg;
+    tern_fs_result res = r->res;
+    int status = r->status;
+    free(r);
+    cb(loop, id, status, &res, arg);
+}
+
+/* A cancel, a deadline or an owner's close: stop at the next boundary. */
+static int ring_stop(tern_loop *loop, struct fs_ring *f, int status)
+{
+    if (f->settled || f->stop != 0)
+        return f->stop != 0 ? TERN_CANCEL_RUNNING : TERN_CANCEL_FINISHED;
+    f->stop = status;
+    if (f->r->step != RING_CLOSE) /* the last call is let end: the file is read */
+        loop->backend.ops->file_cancel(&loop->backend, f->op.id);
+    return TERN_CANCEL_RUNNING;
+}
+
+static int ring_cancel(tern_loop *loop, struct tern__op *op)
+{
+    return ring_stop(loop, (struct fs_ring *)op, -ECANCELED);
+}
+
+static void ring_expired(tern_loop *loop, struct tern__op *op)
+{
+    (void)ring_stop(loop, (struct fs_ring *)op, -ETIMEDOUT);
+}
+
+static void ring_free(tern_loop *loop, struct tern__op *op)
+{
+    (void)loop;
+    free(op);
+}
+
+static const struct tern__op_class ring_class = {
+    .name = "fs read_file",
+    .dispatch = ring_dispatch,
+    .cancel = ring_cancel,
+    .expired = ring_expired,
+    .free = ring_free,
+    .completed = ring_completed,
+    .refable = false,
+};
+
+/* Every refusal comes before anything is counted or handed over. */
+int tern__fs_ring_read_file(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
+{
+    struct tern__owner *owner = NULL;
+    uint64_t timeout = r->admit.timeout_ns;
+    int rc;
+    if (timeout > TERN__DURATION_MAX_NS) {
+        rc = -EINVAL;
+        goto out;
+    }
+    if ((rc = tern__owner_check(loop, r->admit.owner, &owner)) < 0 ||
+        (rc = tern__credit_check(loop)) < 0)
+        goto out;
+    /* -EAGAIN: fs.c refused a closing loop (-ESHUTDOWN) before r was made. */
+    if (tern__op_admit(loop) < 0) {
+        rc = tern__refuse_operations(loop);
+        goto out;
+    }
+    if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0)
+        goto unadmit;
+    struct fs_ring *f = tern__calloc(1, sizeof(*f));
+    if (f == NULL) {
+        rc = -ENOMEM;
+        goto unclaim;
+    }
+    if ((rc = tern__op_add(loop, &f->op, &ring_class)) < 0) {
+        free(f);
+        goto unclaim;
+    }
+    f->r = r;
+    f->has_deadline = timeout != 0;
+    tern__credit_take(loop);
+    if (owner != NULL)
+        tern__owner_hold(owner, &f->owned, &f->op);
+    if (timeout != 0)
+        tern__deadline_arm(loop, &f->op, loop->now + timeout);
+    if (idp != NULL)
+        *idp = f->op.id;
+    loop->io_count++; /* the kernel has something to report: ask it */
+    r->step = RING_STAT_PATH;
+    set_stat(f, -1, r->path);
+    issue(loop, f);
+    return 0;
+
+unclaim:
+    if (timeout != 0)
+        tern__deadline_unclaim(loop);
+unadmit:
+    tern__op_unadmit(loop);
+out:
+    free(r);
+    return rc;
+}
