@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "check.h"
 
 /*
  * Best first: NULL as a backend name picks the head of this list. On
