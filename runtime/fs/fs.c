@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "fs_p.h"
 #include "job_p.h"
 
@@ -108,7 +109,7 @@ static int req_new(tern_loop *loop, const struct spec *s, const tern_fs_options 
         return (int)n1;
     if (s->op == TERN__FS_RENAME && (n2 = check_path(s->path2)) < 0)
         return (int)n2;
-    if (atomic_load_explicit(&loop->closing, memory_order_relaxed))
+    if (tern__loop_closing(loop)) /* aborts in a group's destroy phase */
         return -ESHUTDOWN;
     size_t iov_bytes = s->iovcnt * sizeof(struct iovec);
     size_t size =
