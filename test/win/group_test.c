@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <windows.h>
 
@@ -460,10 +461,28 @@ static void wk_on_idle(tern_loop *loop, void *arg)
     atomic_fetch_add(&wk_ran, 1);
 }
 
+/* The process's CPU time so far (user and kernel), in ms. */
+static uint64_t cpu_ms(void)
+{
+    FILETIME created, exited, kernel, user;
+    if (!GetProcessTimes(GetCurrentProcess(), &created, &exited, &kernel, &user))
+        return 0;
+    uint64_t k = ((uint64_t)kernel.dwHighDateTime << 32) | kernel.dwLowDateTime;
+    uint64_t u = ((uint64_t)user.dwHighDateTime << 32) | user.dwLowDateTime;
+    return (k + u) / 10000; /* 100 ns units */
+}
+
+static atomic_uint wk_cpu; /* CPU ms the process spent while the job slept */
+
 static void *wk_slow(tern_job *job, void *arg)
 {
     (void)job;
-    Sleep(100); /* member 1 is idle, asleep in its port, by the end */
+    /* Member 1 is idle, asleep in its port; member 0 waits for this job;
+     * the caller waits for the group: nothing should use a CPU. */
+    Sleep(20);
+    uint64_t start = cpu_ms();
+    Sleep(200);
+    atomic_store(&wk_cpu, (unsigned)(cpu_ms() - start));
     return arg;
 }
 
@@ -485,9 +504,9 @@ static void wk_teardown(tern_loop *loop, void *arg)
         atomic_store(&wk_index, -4);
 }
 
-/* Phase one: member 1 has nothing live and sleeps; member 0's slow job
- * posts to it at the end. The post wakes it, it runs the callback on its
- * own thread, and only then can the group finish. */
+/* Phase one: member 1 has nothing live and sleeps (using no CPU); member
+ * 0's slow job posts to it at the end. The post wakes it, it runs the
+ * callback on its own thread, and only then can the group finish. */
 TEST(an_idle_member_wakes_for_a_post)
 {
     atomic_store(&wk_ran, 0);
@@ -500,6 +519,10 @@ TEST(an_idle_member_wakes_for_a_post)
     tern_group_free(g);
     CHECK(atomic_load(&wk_ran) == 1);
     CHECK(atomic_load(&wk_index) == 1);
+    /* An idle member that spun instead of sleeping would use the whole
+     * 200 ms; a sleeping group uses next to nothing. */
+    printf("(CPU while idle: %u ms of 200)\n", atomic_load(&wk_cpu));
+    CHECK(atomic_load(&wk_cpu) < 40);
 }
 
 /* ---------------------------------------------------------------- */
