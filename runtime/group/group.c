@@ -31,12 +31,13 @@
  * does, and the post drops TERN__LOOP_HELD. A member whose loop then has
  * nothing live marks itself idle and sleeps on its loop's wake-up
  * (tern__wake_sleep: the wake descriptor, or the backend's own where it
- * wakes itself, the completion port on Windows) without running a turn, so an idle member runs no callback: whatever wakes it
- * (a post) makes it unmark itself, under the lock, before it runs
- * anything. Phase one ends when every member is idle at once with an
- * empty inbound queue (try_finish, under the lock): no member runs code,
- * no job is in flight (jobs keep their loops live), so nothing but a
- * thread outside the group can make new work.
+ * wakes itself, the completion port on Windows) without running a turn,
+ * so an idle member runs no callback: whatever wakes it (a post) makes it
+ * unmark itself, under the lock, before it runs anything. Phase one ends
+ * when every member is idle at once with an empty inbound queue
+ * (try_finish, under the lock): no member runs code, no job is in flight
+ * (jobs keep their loops live), so nothing but a thread outside the group
+ * can make new work.
  *
  * Phase two, destroy. try_finish seals every loop (sealed, then closing)
  * before it lets any member go, so work scheduled from any loop's final
