@@ -284,8 +284,9 @@ unsigned tern__cpus_usable(int *cpus, unsigned cap)
 int tern__thread_pin(int cpu)
 {
 #ifdef TERN_HAVE_AFFINITY
-    if (cpu < 0 || cpu >= CPU_SETSIZE || cpu >= TERN__CPUS_MAX)
-        return -EINVAL;
+    /* A CPU outside the set's range is not set (CPU_SET checks it), and
+     * the kernel refuses the empty set with EINVAL, as a CPU outside the
+     * process's mask. */
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
