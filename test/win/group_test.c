@@ -8,7 +8,9 @@
  * from a member; the two-phase shutdown runs every post, job, timer and
  * defer its teardowns start exactly once, also when an idle member (asleep
  * in its completion port, runtime/group/group.c's idle_wait) must be woken
- * by a post; a shutdown asked from another thread ends the group; and
+ * by a post; a shutdown asked from another thread ends the group;
+ * broadcasts and pauses from outside threads racing the shutdown are
+ * refused or run everywhere, never lost nor twice (20 rounds); and
  * once the pool is shut down the process holds no more handles than
  * before the first group (test/win/handles.h). Closes with "N passed, N
  * failed".
@@ -567,6 +569,108 @@ TEST(shutdown_from_another_thread_ends_the_group)
 }
 
 /* ---------------------------------------------------------------- */
+/* Races with the shutdown                                          */
+/* ---------------------------------------------------------------- */
+
+#define RACE_ROUNDS 20
+#define RACE_CASTS 2000
+
+struct cast {
+    atomic_uint ran[LOOPS];
+    atomic_uint done;
+};
+static struct cast casts[RACE_CASTS];
+static tern_group *race_g;
+static atomic_uint race_pauses, race_bad;
+
+static void race_fn(tern_loop *loop, unsigned index, void *arg)
+{
+    (void)loop;
+    atomic_fetch_add(&((struct cast *)arg)->ran[index], 1);
+}
+
+static void race_done(tern_loop *loop, void *arg)
+{
+    (void)loop;
+    atomic_fetch_add(&((struct cast *)arg)->done, 1);
+}
+
+/* Broadcasts until the shutdown refuses one; returns how many were accepted. */
+static void *race_caster(void *arg)
+{
+    (void)arg;
+    uintptr_t accepted = 0;
+    while (accepted < RACE_CASTS) {
+        int rc = tern_group_broadcast(race_g, race_fn, race_done, &casts[accepted]);
+        if (rc == -ESHUTDOWN)
+            break;
+        if (rc != 0)
+            atomic_fetch_add(&race_bad, 1);
+        else
+            accepted++;
+        if (accepted % 16 == 0)
+            Sleep(0);
+    }
+    return (void *)accepted;
+}
+
+/* Pauses and resumes until the shutdown refuses a pause. */
+static void *race_pauser(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int rc = tern_group_pause(race_g);
+        if (rc == -ESHUTDOWN)
+            return NULL;
+        if (rc != 0) {
+            atomic_fetch_add(&race_bad, 1);
+            return NULL;
+        }
+        atomic_fetch_add(&race_pauses, 1);
+        Sleep(0);
+        tern_group_resume(race_g);
+        Sleep(1);
+    }
+}
+
+/* Broadcasts and pauses from two outside threads race the shutdown, 20
+ * rounds: each accepted broadcast ran once on every member and done once,
+ * every one the shutdown refused ran nowhere, and the group ends. */
+TEST(broadcasts_and_pauses_racing_the_shutdown)
+{
+    unsigned total = 0;
+    atomic_store(&race_pauses, 0);
+    atomic_store(&race_bad, 0);
+    for (int round = 0; round < RACE_ROUNDS; round++) {
+        memset(casts, 0, sizeof casts);
+        tern_group *g = race_g = group_new(LOOPS, false);
+        CHECK(tern_group_start(g) == 0);
+        tern__thread_t caster, pauser;
+        CHECK(tern__thread_start(&caster, race_caster, NULL) == 0);
+        CHECK(tern__thread_start(&pauser, race_pauser, NULL) == 0);
+        Sleep(5 + round % 5);
+        CHECK(tern_group_shutdown(g) == 0);
+        void *accepted = NULL;
+        tern__thread_join(caster, &accepted);
+        tern__thread_join(pauser, NULL);
+        CHECK(tern_group_wait(g) == 0);
+        tern_group_free(g);
+        unsigned n = (unsigned)(uintptr_t)accepted;
+        total += n;
+        for (unsigned k = 0; k < RACE_CASTS; k++) {
+            unsigned want = k < n ? 1 : 0;
+            CHECK(atomic_load(&casts[k].done) == want);
+            for (unsigned i = 0; i < LOOPS; i++)
+                CHECK(atomic_load(&casts[k].ran[i]) == want);
+        }
+    }
+    printf("(%u broadcasts accepted, %u pauses, in %d rounds)\n", total, atomic_load(&race_pauses),
+           RACE_ROUNDS);
+    CHECK(atomic_load(&race_bad) == 0);
+    CHECK(total > 0);
+}
+
+/* ---------------------------------------------------------------- */
 /* Handles                                                          */
 /* ---------------------------------------------------------------- */
 
@@ -589,6 +693,7 @@ static const struct runner_test tests[] = {
     RUNNER_TEST(a_never_started_group_frees_its_loops),
     RUNNER_TEST(an_idle_member_wakes_for_a_post),
     RUNNER_TEST(shutdown_from_another_thread_ends_the_group),
+    RUNNER_TEST(broadcasts_and_pauses_racing_the_shutdown),
     RUNNER_TEST(no_handle_left_after_the_groups),
 };
 
