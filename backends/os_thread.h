@@ -214,4 +214,37 @@ int tern__cond_init(tern__cond_t *c);
  * tern__cond_init chose: what tern__cond_timedwait takes. */
 tern__deadline_t tern__cond_deadline(uint64_t ns);
 
+/*
+ * Names and CPUs of threads (backends/platform.c on POSIX, thread_win.c
+ * on Windows). Best effort everywhere: a thread that could not be named
+ * or pinned still runs correctly, so callers may ignore the results.
+ */
+
+/* tern__thread_name: name the calling thread (15 characters at most); a
+ * no-op where the system cannot. Names show in top -H, gdb, perf, and
+ * (SetThreadDescription, where Windows has it) in debuggers. */
+void tern__thread_name(const char *name);
+
+/* The most CPUs tern__cpus_usable reports: a Windows process's affinity
+ * is one mask of a processor group's 64. */
+#ifdef _WIN32
+#define TERN__CPUS_MAX 64
+#else
+#define TERN__CPUS_MAX 1024
+#endif
+
+/*
+ * tern__cpus_usable: the CPUs the process may run on (its affinity mask),
+ * lowest first, into cpus[0..cap) (cap >= 1); returns their count, at
+ * least 1: CPU 0 alone when the system cannot say.
+ */
+unsigned tern__cpus_usable(int *cpus, unsigned cap);
+
+/*
+ * tern__thread_pin: keep the calling thread on CPU cpu from now on.
+ * Returns 0, -EINVAL (no such CPU: cpu < 0, past TERN__CPUS_MAX, or
+ * outside the process's mask) or -ENOTSUP where the system cannot pin.
+ */
+int tern__thread_pin(int cpu);
+
 #endif /* TERN_OS_THREAD_H */

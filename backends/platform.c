@@ -4,13 +4,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#ifdef TERN_HAVE_GETCPU
+#if defined(TERN_HAVE_GETCPU) || defined(TERN_HAVE_AFFINITY)
 #include <sched.h>
 #endif
 
@@ -27,6 +28,7 @@
 #include <cpuid.h>
 #endif
 
+#include "backend.h"
 #include "fault.h"
 #include "platform.h"
 #include "watch_ops.h"
@@ -211,6 +213,13 @@ bool tern__wake_take(const struct tern__wake *w)
 #endif
 }
 
+void tern__wake_sleep(const struct tern__wake *w, struct tern__backend *b)
+{
+    struct pollfd pfd = {.fd = w->fd >= 0 ? w->fd : b->fd, .events = POLLIN};
+    while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+        ;
+}
+
 /* ------------------------------------------------------------------ */
 /* Threads and clocks                                                  */
 /* ------------------------------------------------------------------ */
@@ -254,6 +263,37 @@ void tern__thread_name(const char *name)
     (void)pthread_setname_np(pthread_self(), name);
 #else
     (void)name;
+#endif
+}
+
+unsigned tern__cpus_usable(int *cpus, unsigned cap)
+{
+    unsigned n = 0;
+#ifdef TERN_HAVE_AFFINITY
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE && c < TERN__CPUS_MAX && n < cap; c++)
+            if (CPU_ISSET(c, &set))
+                cpus[n++] = c;
+#endif
+    if (n == 0)
+        cpus[n++] = 0;
+    return n;
+}
+
+int tern__thread_pin(int cpu)
+{
+#ifdef TERN_HAVE_AFFINITY
+    /* A CPU outside the set's range is not set (CPU_SET checks it), and
+     * the kernel refuses the empty set with EINVAL, as a CPU outside the
+     * process's mask. */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return -pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+#else
+    (void)cpu;
+    return -ENOTSUP;
 #endif
 }
 

@@ -72,6 +72,21 @@ void tern__wake_signal(const struct tern__wake *w);
  */
 bool tern__wake_take(const struct tern__wake *w);
 
+struct tern__backend;
+
+/*
+ * tern__wake_sleep: block until the loop's wake-up arrives, without a
+ * turn (an idle group member, runtime/group/group.c): on the wake
+ * object's fd, or on backend b's own where the backend wakes itself
+ * (w->fd == -1). POSIX polls the descriptor and consumes nothing, so any
+ * readiness stays for the next turn; Windows waits on the completion
+ * port, which holds nothing but wake packets (no descriptor is watched
+ * there), each accounted as any wait's. Either way the caller takes the
+ * wake-up as a turn does (tern__loop_awake) and rechecks why it woke.
+ * Threads: the loop's thread, between turns.
+ */
+void tern__wake_sleep(const struct tern__wake *w, struct tern__backend *b);
+
 /* ------------------------------------------------------------------ */
 /* Descriptors and sockets                                             */
 /* ------------------------------------------------------------------ */
@@ -119,9 +134,7 @@ int tern__socket_nosigpipe(int fd);
 /* tern__cpu_count: the CPUs online now (at least 1). */
 unsigned tern__cpu_count(void);
 
-/* tern__thread_name: name the calling thread (15 characters at most); a
- * no-op where the system cannot. Names show in top -H, gdb, perf. */
-void tern__thread_name(const char *name);
+/* tern__thread_name, tern__cpus_usable, tern__thread_pin: os_thread.h. */
 
 /*
  * tern__current_cpu: the CPU the calling thread runs on (it may move at

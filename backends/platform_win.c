@@ -9,7 +9,10 @@
  *   loop's port, backends/iocp.c), so no wake descriptor exists:
  *   tern__wake_open refuses with -ENOSYS (only a backend that does not
  *   wake itself asks, and the only Windows backend does), and the other
- *   wake calls are never reached with an open object.
+ *   wake calls are never reached with an open object. An idle group
+ *   member sleeps in the port's own wait (tern__wake_sleep): the port
+ *   reports nothing but wake packets, so the wait takes nothing a turn
+ *   would have needed.
  * - No descriptor can be watched yet: tern__fd_watchable says
  *   -EOPNOTSUPP, so tern_io_start refuses before anything is admitted.
  * - Memory: Windows has no MAP_POPULATE, so tern__map_populated is
@@ -26,6 +29,8 @@
 #include <stdlib.h>
 #include <windows.h>
 
+#include "backend.h"
+#include "check.h"
 #include "platform.h"
 #include "watch_ops.h"
 
@@ -51,6 +56,15 @@ bool tern__wake_take(const struct tern__wake *w)
     return true; /* nothing to consume: never reached with an open object */
 }
 
+void tern__wake_sleep(const struct tern__wake *w, struct tern__backend *b)
+{
+    (void)w; /* never open: the port is the wake-up (tern__wake_open) */
+    struct tern__fired none[1];
+    /* -1: until a wake packet, which is all the port can report. */
+    int n = b->ops->wait(b, -1, none, 1);
+    TERN_INSIST(n <= 0);
+}
+
 int tern__fd_watchable(int fd)
 {
     (void)fd;
@@ -62,11 +76,6 @@ unsigned tern__cpu_count(void)
     SYSTEM_INFO si;
     GetSystemInfo(&si);
     return si.dwNumberOfProcessors < 1 ? 1u : (unsigned)si.dwNumberOfProcessors;
-}
-
-void tern__thread_name(const char *name)
-{
-    (void)name; /* SetThreadDescription is Windows 10 1607+ and wide-char: not worth it yet */
 }
 
 int tern__current_cpu(void)

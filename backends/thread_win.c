@@ -23,6 +23,13 @@
  * (FlsAlloc) is used for keys because, unlike TlsAlloc, it runs a
  * callback when a thread ends. There is no fork, so tern__atfork
  * registers nothing.
+ *
+ * Names and CPUs: a thread's name is its description
+ * (SetThreadDescription, wide characters), which exists from Windows 10
+ * 1607 on, so it is looked up in kernel32 at run time and naming is a
+ * no-op where it is missing. Affinity is one mask of 64 CPUs, the
+ * process's processor group (GetProcessAffinityMask,
+ * SetThreadAffinityMask): tern uses no other group.
  */
 #include <errno.h>
 #include <process.h>
@@ -30,6 +37,7 @@
 #include <stdlib.h>
 #include <windows.h>
 
+#include "error_win.h"
 #include "os_thread.h"
 
 _Static_assert(sizeof(tern__mutex_t) == sizeof(SRWLOCK), "tern__mutex_t holds an SRWLOCK");
@@ -235,4 +243,53 @@ void tern__atfork(void (*before)(void), void (*parent)(void), void (*child)(void
     (void)before;
     (void)parent;
     (void)child;
+}
+
+/* SetThreadDescription's type, for the run-time lookup. */
+typedef HRESULT(WINAPI *set_description_fn)(HANDLE, PCWSTR);
+
+static set_description_fn set_description;
+static tern__once_t set_description_once = TERN__ONCE_INIT;
+
+static void find_set_description(void)
+{
+    HMODULE k = GetModuleHandleW(L"kernel32.dll");
+    FARPROC f = k != NULL ? GetProcAddress(k, "SetThreadDescription") : NULL;
+    /* Through void (*)(void), as in tern__tls_create: the cast is meant. */
+    set_description = (set_description_fn)(void (*)(void))f;
+}
+
+void tern__thread_name(const char *name)
+{
+    tern__once(&set_description_once, find_set_description);
+    if (set_description == NULL)
+        return;
+    WCHAR wide[16];
+    if (MultiByteToWideChar(CP_UTF8, 0, name, -1, wide, 16) == 0)
+        return; /* longer than a POSIX name may be: left unnamed, as there */
+    (void)set_description(GetCurrentThread(), wide);
+}
+
+unsigned tern__cpus_usable(int *cpus, unsigned cap)
+{
+    DWORD_PTR process, system;
+    unsigned n = 0;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &process, &system))
+        for (int c = 0; c < TERN__CPUS_MAX && n < cap; c++)
+            if (process & ((DWORD_PTR)1 << c))
+                cpus[n++] = c;
+    if (n == 0)
+        cpus[n++] = 0;
+    return n;
+}
+
+int tern__thread_pin(int cpu)
+{
+    if (cpu < 0 || cpu >= TERN__CPUS_MAX)
+        return -EINVAL;
+    /* Outside the process's mask the call fails with
+     * ERROR_INVALID_PARAMETER, which the table reads as -EINVAL. */
+    if (SetThreadAffinityMask(GetCurrentThread(), (DWORD_PTR)1 << cpu) == 0)
+        return tern__error_win(GetLastError());
+    return 0;
 }

@@ -120,10 +120,58 @@ Test(platform, pool_threads_are_named, .timeout = TEST_TIMEOUT)
     cr_assert_str_eq(bounded.name, "tern-pool");
     cr_assert_str_eq(lng.name, "tern-long");
 #else
-    cr_assert_str_neq(bounded.name, "tern-pool", "a portable build names no thread");
+    cr_assert_str_neq(bounded.name, "tern-pool", "a system without names names no thread");
     cr_assert_str_neq(lng.name, "tern-long");
 #endif
     loop_free_clean(loop);
+}
+
+struct pin {
+    int cpu, rc;
+    cpu_set_t after;
+};
+
+static void *pin_self(void *arg)
+{
+    struct pin *p = arg;
+    p->rc = tern__thread_pin(p->cpu);
+    CPU_ZERO(&p->after);
+    pthread_getaffinity_np(pthread_self(), sizeof(p->after), &p->after);
+    return NULL;
+}
+
+static struct pin pin_on_thread(int cpu)
+{
+    struct pin p = {.cpu = cpu};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, pin_self, &p), 0);
+    pthread_join(t, NULL);
+    return p;
+}
+
+/* The thread seam's CPUs (os_thread.h), in every build, portable too: the
+ * usable CPUs are the process's mask, lowest first; a pin leaves the
+ * thread on its one CPU; a CPU that does not exist is -EINVAL. */
+Test(platform, usable_cpus_are_the_mask_and_a_pin_holds, .timeout = TEST_TIMEOUT)
+{
+    cpu_set_t mask;
+    cr_assert_eq(sched_getaffinity(0, sizeof(mask), &mask), 0);
+    int cpus[TERN__CPUS_MAX];
+    unsigned n = tern__cpus_usable(cpus, TERN__CPUS_MAX);
+    cr_assert_eq(n, (unsigned)CPU_COUNT(&mask));
+    for (unsigned i = 0; i < n; i++) {
+        cr_assert(CPU_ISSET(cpus[i], &mask), "CPU %d is not in the mask", cpus[i]);
+        cr_assert(i == 0 || cpus[i] > cpus[i - 1]);
+    }
+    int first;
+    cr_assert_eq(tern__cpus_usable(&first, 1), 1);
+    cr_assert_eq(first, cpus[0]);
+    struct pin p = pin_on_thread(cpus[n - 1]);
+    cr_assert_eq(p.rc, 0);
+    cr_assert_eq(CPU_COUNT(&p.after), 1);
+    cr_assert(CPU_ISSET(cpus[n - 1], &p.after));
+    cr_assert_eq(pin_on_thread(-1).rc, -EINVAL);
+    cr_assert_eq(pin_on_thread(TERN__CPUS_MAX).rc, -EINVAL);
 }
 
 /* The signal source is the build's: signalfd on Linux, the self-pipe in

@@ -29,13 +29,15 @@
  * Shutdown, phase one. SIG_SHUTDOWN makes each member post its teardown
  * (teardown_post) to its own loop: the callbacks run in step 1 as any post
  * does, and the post drops TERN__LOOP_HELD. A member whose loop then has
- * nothing live marks itself idle and sleeps on its wake descriptor without
- * running a turn, so an idle member runs no callback: whatever wakes it
- * (a post) makes it unmark itself, under the lock, before it runs
- * anything. Phase one ends when every member is idle at once with an
- * empty inbound queue (try_finish, under the lock): no member runs code,
- * no job is in flight (jobs keep their loops live), so nothing but a
- * thread outside the group can make new work.
+ * nothing live marks itself idle and sleeps on its loop's wake-up
+ * (tern__wake_sleep: the wake descriptor, or the backend's own where it
+ * wakes itself, the completion port on Windows) without running a turn,
+ * so an idle member runs no callback: whatever wakes it (a post) makes it
+ * unmark itself, under the lock, before it runs anything. Phase one ends
+ * when every member is idle at once with an empty inbound queue
+ * (try_finish, under the lock): no member runs code, no job is in flight
+ * (jobs keep their loops live), so nothing but a thread outside the group
+ * can make new work.
  *
  * Phase two, destroy. try_finish seals every loop (sealed, then closing)
  * before it lets any member go, so work scheduled from any loop's final
@@ -70,16 +72,14 @@
 #define _LGPL_SOURCE /* the reader's `registered` flag, as in rcu.c */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <urcu-qsbr.h>
-
 #include "loop_p.h"
 #include "os_thread.h"
+#include "platform.h"
+#include "qsbr.h"
 #include "testing.h"
 
 #define GROUP_MAGIC 0x67726f75u /* "grou" */
@@ -180,20 +180,6 @@ void tern_group_options_init(tern_group_options *opts)
     *opts = (tern_group_options){.loops = 0, .loop = NULL, .name = NULL, .pin = false};
 }
 
-/* The CPUs this process may run on, in order; their count (>= 1). */
-static unsigned usable_cpus(int *cpus, unsigned cap)
-{
-    cpu_set_t set;
-    unsigned n = 0;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
-            if (CPU_ISSET(c, &set))
-                cpus[n++] = c;
-    if (n == 0)
-        cpus[n++] = 0;
-    return n;
-}
-
 int tern_group_new(tern_group **groupp, const tern_group_options *opts)
 {
     TERN_REQUIRE(groupp != NULL);
@@ -201,8 +187,8 @@ int tern_group_new(tern_group **groupp, const tern_group_options *opts)
     tern_group_options_init(&o);
     if (opts != NULL)
         o = *opts;
-    int cpus[CPU_SETSIZE];
-    unsigned ncpu = usable_cpus(cpus, CPU_SETSIZE);
+    int cpus[TERN__CPUS_MAX];
+    unsigned ncpu = tern__cpus_usable(cpus, TERN__CPUS_MAX);
     unsigned n = o.loops != 0 ? o.loops : ncpu;
     if (n > GROUP_MAX || (o.name != NULL && strlen(o.name) > NAME_MAX_LEN))
         return -EINVAL;
@@ -336,16 +322,16 @@ static void kick(tern_group *g, const struct member *skip)
 /* Go RCU-offline for a wait if this thread is an online qsbr reader. */
 static bool rcu_pause(void)
 {
-    if (!URCU_TLS(urcu_qsbr_reader).registered || !urcu_qsbr_read_ongoing())
+    if (!tern__qsbr_registered() || !tern__qsbr_read_ongoing())
         return false;
-    urcu_qsbr_thread_offline();
+    tern__qsbr_offline();
     return true;
 }
 
 static void rcu_unpause(bool was_online)
 {
     if (was_online)
-        urcu_qsbr_thread_online();
+        tern__qsbr_online();
 }
 
 /* ------------------------------------------------------------------ */
@@ -562,8 +548,8 @@ static void try_finish(tern_group *g)
  * Phase one, nothing live on this loop: be idle until a post (or a
  * cancel) arrives, or phase one ends. Returns true when it has ended.
  *
- * The sleep is the loop's own park protocol (inbound.c) on its wake
- * descriptor alone, without a turn: an idle member must not run a
+ * The sleep is the loop's own park protocol (inbound.c) on its wake-up
+ * alone (tern__wake_sleep), without a turn: an idle member must not run a
  * callback, and unreferenced timers and watchers wait for the destroy
  * phase, which cancels them.
  */
@@ -586,11 +572,7 @@ static bool idle_wait(struct member *m)
         if (!atomic_load_explicit(&loop->stop_requested, memory_order_relaxed) &&
             !tern__inbound_pending(loop)) {
             bool online = rcu_pause();
-            /* The wake object, or (a backend that wakes itself) its own fd. */
-            struct pollfd pfd = {.fd = loop->wake.fd >= 0 ? loop->wake.fd : loop->backend.fd,
-                                 .events = POLLIN};
-            while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
-                ;
+            tern__wake_sleep(&loop->wake, &loop->backend);
             rcu_unpause(online);
         }
         tern__loop_awake(loop);
@@ -716,14 +698,10 @@ static void *member_main(void *arg)
     tern_group *g = m->group;
     char name[16];
     snprintf(name, sizeof(name), "%s-%u", g->name, m->index);
-    pthread_setname_np(pthread_self(), name);
-    if (m->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(m->cpu, &set);
-        /* Best effort: an unpinned member still runs correctly. */
-        (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-    }
+    tern__thread_name(name);
+    /* Best effort: an unpinned member still runs correctly. */
+    if (m->cpu >= 0)
+        (void)tern__thread_pin(m->cpu);
     tern__mutex_lock(&g->lock);
     while (!g->go && !g->start_failed)
         tern__cond_wait(&g->cond, &g->lock);

@@ -5,11 +5,15 @@
  * a timed wait times out no earlier than its deadline and a signal ends
  * it, a broadcast wakes every waiter, once runs once, join hands back the
  * thread's value, a detached thread's record goes when it ends, identity
- * holds on threads tern did and did not start, and a key's exit callback
- * runs with the value the thread set.
+ * holds on threads tern did and did not start, a key's exit callback
+ * runs with the value the thread set, a thread's name is its description,
+ * the usable CPUs are the process's mask and a pin keeps a thread on one.
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <windows.h>
 
@@ -302,6 +306,111 @@ TEST(key_exit_runs_with_the_value)
     CHECK(exit_value == &mark);
 }
 
+/* GetThreadDescription's type: looked up, as thread_win.c looks up its setter. */
+typedef HRESULT(WINAPI *get_description_fn)(HANDLE, PWSTR *);
+
+static get_description_fn find_get_description(void)
+{
+    FARPROC f = GetProcAddress(GetModuleHandleW(L"kernel32.dll"), "GetThreadDescription");
+    return (get_description_fn)(void (*)(void))f;
+}
+
+static void *name_self(void *arg)
+{
+    tern__thread_name(arg);
+    get_description_fn get = find_get_description();
+    PWSTR wide = NULL;
+    if (get == NULL || FAILED(get(GetCurrentThread(), &wide)))
+        return NULL;
+    static char narrow[32];
+    int n = WideCharToMultiByte(CP_UTF8, 0, wide, -1, narrow, sizeof narrow, NULL, NULL);
+    LocalFree(wide);
+    return n > 0 ? narrow : NULL;
+}
+
+/* Where the system has thread descriptions (Windows 10 1607+, wine), the
+ * name is the thread's description; a name too long for a POSIX thread
+ * (more than 15 characters) leaves it as it was. */
+TEST(thread_name_is_the_description)
+{
+    if (find_get_description() == NULL) {
+        printf("(no GetThreadDescription here: naming is a no-op)\n");
+        return;
+    }
+    tern__thread_t t;
+    void *got = NULL;
+    CHECK(tern__thread_start(&t, name_self, "tern-test-7") == 0);
+    tern__thread_join(t, &got);
+    CHECK(got != NULL && strcmp(got, "tern-test-7") == 0);
+    CHECK(tern__thread_start(&t, name_self, "a-name-longer-than-15") == 0);
+    tern__thread_join(t, &got);
+    CHECK(got != NULL && strcmp(got, "") == 0);
+}
+
+/* The usable CPUs are the process's mask, lowest first. */
+TEST(usable_cpus_are_the_process_mask)
+{
+    DWORD_PTR process, system;
+    CHECK(GetProcessAffinityMask(GetCurrentProcess(), &process, &system));
+    int cpus[TERN__CPUS_MAX];
+    unsigned n = tern__cpus_usable(cpus, TERN__CPUS_MAX);
+    CHECK(n >= 1);
+    DWORD_PTR listed = 0;
+    for (unsigned i = 0; i < n; i++) {
+        CHECK(cpus[i] >= 0 && cpus[i] < TERN__CPUS_MAX);
+        CHECK(i == 0 || cpus[i] > cpus[i - 1]);
+        listed |= (DWORD_PTR)1 << cpus[i];
+    }
+    CHECK(listed == process);
+    /* A short array gets the lowest ones. */
+    int first[1];
+    CHECK(tern__cpus_usable(first, 1) == 1 && first[0] == cpus[0]);
+}
+
+struct pinned {
+    int cpu;
+    int rc;
+    DWORD_PTR mask; /* the thread's mask after the pin */
+};
+
+static void *pin_self(void *arg)
+{
+    struct pinned *p = arg;
+    p->rc = tern__thread_pin(p->cpu);
+    /* SetThreadAffinityMask answers with the mask it replaces: set it
+     * twice to read the pin's. */
+    DWORD_PTR all = 0, system;
+    GetProcessAffinityMask(GetCurrentProcess(), &all, &system);
+    p->mask = SetThreadAffinityMask(GetCurrentThread(), all);
+    return NULL;
+}
+
+static struct pinned pin_on_thread(int cpu)
+{
+    struct pinned p = {.cpu = cpu};
+    tern__thread_t t;
+    if (tern__thread_start(&t, pin_self, &p) == 0)
+        tern__thread_join(t, NULL);
+    return p;
+}
+
+/* A pin keeps the thread on that one CPU; a CPU that does not exist is
+ * refused with -EINVAL. */
+TEST(pin_keeps_the_thread_on_one_cpu)
+{
+    int cpus[TERN__CPUS_MAX];
+    unsigned n = tern__cpus_usable(cpus, TERN__CPUS_MAX);
+    for (unsigned i = 0; i < n; i++) {
+        struct pinned p = pin_on_thread(cpus[i]);
+        CHECK(p.rc == 0);
+        CHECK(p.mask == (DWORD_PTR)1 << cpus[i]);
+    }
+    CHECK(pin_on_thread(-1).rc == -EINVAL);
+    CHECK(pin_on_thread(TERN__CPUS_MAX).rc == -EINVAL);
+    if (cpus[n - 1] + 1 < TERN__CPUS_MAX)
+        CHECK(pin_on_thread(cpus[n - 1] + 1).rc == -EINVAL);
+}
+
 static const struct runner_test tests[] = {
     RUNNER_TEST(mutex_excludes_four_threads),
     RUNNER_TEST(timed_wait_times_out_at_its_deadline),
@@ -312,6 +421,9 @@ static const struct runner_test tests[] = {
     RUNNER_TEST(identity),
     RUNNER_TEST(detach_and_join_leave_no_handle),
     RUNNER_TEST(key_exit_runs_with_the_value),
+    RUNNER_TEST(thread_name_is_the_description),
+    RUNNER_TEST(usable_cpus_are_the_process_mask),
+    RUNNER_TEST(pin_keeps_the_thread_on_one_cpu),
 };
 
 int main(void)
