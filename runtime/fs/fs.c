@@ -56,12 +56,7 @@ static void fs_done(tern_loop *loop, tern_id id, int status, void *result, void 
      */
     if (r->status == -ECANCELED && status == -ETIMEDOUT)
         r->status = -ETIMEDOUT;
-    tern_fs_cb cb = r->cb;
-    void *cb_arg = r->arg;
-    tern_fs_result res = r->res;
-    int st = r->status;
-    free(r);
-    cb(loop, id, st, &res, cb_arg);
+    tern__fs_req_deliver(loop, id, r);
 }
 
 /* ------------------------------------------------------------------ */

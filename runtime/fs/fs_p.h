@@ -10,6 +10,7 @@
 #ifndef TERN_FS_P_H
 #define TERN_FS_P_H
 
+#include <stdlib.h>
 #include <sys/types.h>
 
 #include "fault.h"
@@ -99,6 +100,21 @@ void tern__fs_read_end(struct tern__fs_req *r);
  * frees it on failure. Loop thread.
  */
 int tern__fs_ring_read_file(tern_loop *loop, struct tern__fs_req *r, tern_id *idp);
+/*
+ * The end of every request, on the pool (fs.c) or the ring (fs_ring.c):
+ * frees r and calls its cb with r->status and r->res. Step 2, once per
+ * request; whatever r held besides its result must be given back before.
+ * Inline, so fs_ring.c, which fs.c calls, need not call back into fs.c.
+ */
+static inline void tern__fs_req_deliver(tern_loop *loop, tern_id id, struct tern__fs_req *r)
+{
+    tern_fs_cb cb = r->cb;
+    void *arg = r->arg;
+    tern_fs_result res = r->res;
+    int status = r->status;
+    free(r);
+    cb(loop, id, status, &res, arg);
+}
 
 /* The work function of a single-call request (fs_calls.c). */
 void *tern__fs_one_work(tern_job *job, void *arg);

@@ -231,12 +231,7 @@ static void ring_dispatch(tern_loop *loop, struct tern__op *op)
     if (had_deadline)
         tern__deadline_unclaim(loop);
     tern__credit_give(loop);
-    tern_fs_cb cb = r->cb;
-    void *arg = r->arg;
-    tern_fs_result res = r->res;
-    int status = r->status;
-    free(r);
-    cb(loop, id, status, &res, arg);
+    tern__fs_req_deliver(loop, id, r);
 }
 
 /* A cancel, a deadline or an owner's close: stop at the next boundary. */
