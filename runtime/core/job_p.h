@@ -217,6 +217,32 @@ void tern__credit_give(tern_loop *loop);
 int tern__refuse_operations(tern_loop *loop);
 
 /*
+ * The claims of an op that is not a job but is accepted and delivered like
+ * one (external waits; the ring's file requests, fs/fs_ring.c), taken and
+ * given back in one place (wait.c). Loop thread.
+ *   outside_admit: the refusals in a job's order, closing (-ESHUTDOWN),
+ *     timeout_ns past TERN__DURATION_MAX_NS (-EINVAL), the owner's, the
+ *     credit's, max_operations, a deadline slot; nothing held when it
+ *     fails. 0 holds an admission and, with a timeout, a deadline claim.
+ *   outside_unadmit: gives them back (the op could not be made).
+ *   outside_bind: once tern__op_add gave op its id: takes the credit,
+ *     holds the owner, arms the deadline, stores the id in *idp.
+ *   outside_finish: in dispatch, before done runs: the op is retired (its
+ *     id stale, its record freed) and every claim is given back.
+ */
+struct tern__outside {
+    struct tern__owner *owner;
+    uint64_t timeout_ns;
+};
+int tern__outside_admit(tern_loop *loop, uint64_t timeout_ns, tern_id owner,
+                        struct tern__outside *o);
+void tern__outside_unadmit(tern_loop *loop, const struct tern__outside *o);
+void tern__outside_bind(tern_loop *loop, const struct tern__outside *o, struct tern__op *op,
+                        struct tern__owned *owned, tern_id *idp);
+void tern__outside_finish(tern_loop *loop, struct tern__op *op, struct tern__owned *owned,
+                          bool had_deadline);
+
+/*
  * A job's link to its owner (owner.c), for job.c: link counts the job
  * against o at acceptance; unlink, when its done is about to start, stops
  * counting it (and frees a closed owner whose last job this was).

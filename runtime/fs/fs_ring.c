@@ -225,12 +225,7 @@ static void ring_dispatch(tern_loop *loop, struct tern__op *op)
     TERN_INSIST(f->settled);
     struct tern__fs_req *r = f->r;
     tern_id id = op->id;
-    bool had_deadline = f->has_deadline;
-    tern__owner_drop(&f->owned);
-    tern__op_finish(loop, op); /* stale id, deadline disarmed, record freed */
-    if (had_deadline)
-        tern__deadline_unclaim(loop);
-    tern__credit_give(loop);
+    tern__outside_finish(loop, op, &f->owned, f->has_deadline); /* f is freed */
     tern__fs_req_deliver(loop, id, r);
 }
 
@@ -274,52 +269,30 @@ static const struct tern__op_class ring_class = {
 /* Every refusal comes before anything is counted or handed over. */
 int tern__fs_ring_read_file(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
 {
-    struct tern__owner *owner = NULL;
-    uint64_t timeout = r->admit.timeout_ns;
-    int rc;
-    if (timeout > TERN__DURATION_MAX_NS) {
-        rc = -EINVAL;
+    struct tern__outside claims;
+    int rc = tern__outside_admit(loop, r->admit.timeout_ns, r->admit.owner, &claims);
+    if (rc < 0)
         goto out;
-    }
-    if ((rc = tern__owner_check(loop, r->admit.owner, &owner)) < 0 ||
-        (rc = tern__credit_check(loop)) < 0)
-        goto out;
-    /* -EAGAIN: fs.c refused a closing loop (-ESHUTDOWN) before r was made. */
-    if (tern__op_admit(loop) < 0) {
-        rc = tern__refuse_operations(loop);
-        goto out;
-    }
-    if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0)
-        goto unadmit;
     struct fs_ring *f = tern__calloc(1, sizeof(*f));
     if (f == NULL) {
         rc = -ENOMEM;
-        goto unclaim;
+        goto unadmit;
     }
     if ((rc = tern__op_add(loop, &f->op, &ring_class)) < 0) {
         free(f);
-        goto unclaim;
+        goto unadmit;
     }
     f->r = r;
-    f->has_deadline = timeout != 0;
-    tern__credit_take(loop);
-    if (owner != NULL)
-        tern__owner_hold(owner, &f->owned, &f->op);
-    if (timeout != 0)
-        tern__deadline_arm(loop, &f->op, loop->now + timeout);
-    if (idp != NULL)
-        *idp = f->op.id;
+    f->has_deadline = claims.timeout_ns != 0;
+    tern__outside_bind(loop, &claims, &f->op, &f->owned, idp);
     loop->io_count++; /* the kernel has something to report: ask it */
     r->step = RING_STAT_PATH;
     set_stat(f, -1, r->path);
     issue(loop, f);
     return 0;
 
-unclaim:
-    if (timeout != 0)
-        tern__deadline_unclaim(loop);
 unadmit:
-    tern__op_unadmit(loop);
+    tern__outside_unadmit(loop, &claims);
 out:
     free(r);
     return rc;

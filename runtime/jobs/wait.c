@@ -6,6 +6,8 @@
  * (job_p.h), so waits and jobs share max_undelivered and an owner's cap.
  * A blocking wait is a long-class job: the long class is the helper
  * thread that is not a bounded worker, and its ceiling is the wait's.
+ * The claims such an op holds (tern__outside_*, job_p.h) are here too:
+ * the ring's file requests (fs/fs_ring.c) take them the same way.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -55,12 +57,7 @@ static void wait_dispatch(tern_loop *loop, struct tern__op *op)
     void *result = status == 0 ? (void *)(uintptr_t)w->events : NULL;
     tern_done_fn done = w->done;
     void *arg = w->arg;
-    bool had_deadline = w->has_deadline;
-    tern__owner_drop(&w->owned);
-    tern__op_finish(loop, op); /* stale id, deadline disarmed, record freed */
-    if (had_deadline)
-        tern__deadline_unclaim(loop);
-    tern__credit_give(loop);
+    tern__outside_finish(loop, op, &w->owned, w->has_deadline); /* w is freed */
     done(loop, id, status, result, arg);
 }
 
@@ -108,59 +105,86 @@ int tern_wait_fd(tern_loop *loop, tern_os_sock_t fd, tern_done_fn done, void *ar
     loop->last_refusal = TERN_REFUSED_NONE;
     if (fd < 0 || done == NULL)
         return -EINVAL;
-    if (tern__loop_closing(loop))
-        return -ESHUTDOWN;
-    uint64_t timeout = 0;
-    struct tern__owner *owner = NULL;
-    int rc;
-    if (opts != NULL) {
-        if (opts->timeout_ns > TERN__DURATION_MAX_NS)
-            return -EINVAL;
-        timeout = opts->timeout_ns;
-        if ((rc = tern__owner_check(loop, opts->owner, &owner)) < 0)
-            return rc;
-    }
-    if ((rc = tern__credit_check(loop)) < 0)
+    struct tern__outside claims;
+    int rc = tern__outside_admit(loop, opts != NULL ? opts->timeout_ns : 0,
+                                 opts != NULL ? opts->owner : 0, &claims);
+    if (rc < 0)
         return rc;
-    /* Closing was answered above: the only refusal left is the cap. */
-    if (tern__op_admit(loop) < 0)
-        return tern__refuse_operations(loop);
-    if (timeout != 0 && (rc = tern__deadline_claim(loop)) < 0)
-        goto unadmit;
     struct fd_wait *w = tern__calloc(1, sizeof(*w));
     if (w == NULL) {
         rc = -ENOMEM;
-        goto unclaim;
+        goto unadmit;
     }
     w->done = done;
     w->arg = arg;
     w->status = WAIT_PENDING;
-    w->has_deadline = timeout != 0;
+    w->has_deadline = claims.timeout_ns != 0;
     tern__io_init(&w->io, wait_fired);
     if ((rc = tern__io_start(loop, &w->io, fd, TERN_READABLE)) < 0) {
         free(w);
-        goto unclaim;
+        goto unadmit;
     }
     if ((rc = tern__op_add(loop, &w->op, &wait_class)) < 0) {
         tern__io_stop(loop, &w->io);
         free(w);
-        goto unclaim;
+        goto unadmit;
     }
-    tern__credit_take(loop);
-    if (owner != NULL)
-        tern__owner_hold(owner, &w->owned, &w->op);
-    if (timeout != 0)
-        tern__deadline_arm(loop, &w->op, loop->now + timeout);
-    if (idp != NULL)
-        *idp = w->op.id;
+    tern__outside_bind(loop, &claims, &w->op, &w->owned, idp);
     return 0;
 
-unclaim:
-    if (timeout != 0)
-        tern__deadline_unclaim(loop);
 unadmit:
-    tern__op_unadmit(loop);
+    tern__outside_unadmit(loop, &claims);
     return rc;
+}
+
+int tern__outside_admit(tern_loop *loop, uint64_t timeout_ns, tern_id owner,
+                        struct tern__outside *o)
+{
+    if (tern__loop_closing(loop))
+        return -ESHUTDOWN;
+    if (timeout_ns > TERN__DURATION_MAX_NS)
+        return -EINVAL;
+    o->timeout_ns = timeout_ns;
+    int rc;
+    if ((rc = tern__owner_check(loop, owner, &o->owner)) < 0 || (rc = tern__credit_check(loop)) < 0)
+        return rc;
+    /* Closing was answered above: the only refusal left is the cap. */
+    if (tern__op_admit(loop) < 0)
+        return tern__refuse_operations(loop);
+    if (timeout_ns != 0 && (rc = tern__deadline_claim(loop)) < 0) {
+        tern__op_unadmit(loop);
+        return rc;
+    }
+    return 0;
+}
+
+void tern__outside_unadmit(tern_loop *loop, const struct tern__outside *o)
+{
+    if (o->timeout_ns != 0)
+        tern__deadline_unclaim(loop);
+    tern__op_unadmit(loop);
+}
+
+void tern__outside_bind(tern_loop *loop, const struct tern__outside *o, struct tern__op *op,
+                        struct tern__owned *owned, tern_id *idp)
+{
+    tern__credit_take(loop);
+    if (o->owner != NULL)
+        tern__owner_hold(o->owner, owned, op);
+    if (o->timeout_ns != 0)
+        tern__deadline_arm(loop, op, loop->now + o->timeout_ns);
+    if (idp != NULL)
+        *idp = op->id;
+}
+
+void tern__outside_finish(tern_loop *loop, struct tern__op *op, struct tern__owned *owned,
+                          bool had_deadline)
+{
+    tern__owner_drop(owned);
+    tern__op_finish(loop, op); /* stale id, deadline disarmed, record freed */
+    if (had_deadline)
+        tern__deadline_unclaim(loop);
+    tern__credit_give(loop);
 }
 
 int tern_wait_call(tern_loop *loop, tern_work_fn wait, tern_done_fn done, void *arg,
