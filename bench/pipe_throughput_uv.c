@@ -5,7 +5,7 @@
  * writes from each write's completion; the reader counts.
  *
  * Parameters: mib=1024 chunk=65536
- * Figures: pipe_throughput (MiB/s).
+ * Figures: pipe_throughput (MiB/s) and its system calls per MiB (bench.h).
  */
 #include "bench.h"
 
@@ -22,6 +22,7 @@ static char *data;
 static char read_buffer[65536];
 static uv_pipe_t rd, wr;
 static uint64_t t0, t1;
+static bench_calls c0, c1;
 
 static void top_up(void);
 
@@ -58,6 +59,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     received += (size_t)n;
     if (received == total) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
         uv_close((uv_handle_t *)s, NULL);
         uv_close((uv_handle_t *)&wr, NULL);
     }
@@ -65,6 +67,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     total = bench_arg(argc, argv, "mib", 1024) << 20;
     chunk = bench_arg(argc, argv, "chunk", 65536);
     BENCH_CHECK(total > 0 && chunk > 0, "mib or chunk");
@@ -81,13 +84,14 @@ int main(int argc, char **argv)
     BENCH_CHECK(uv_pipe_open(&rd, p[0]) == 0, "uv_pipe_open");
     BENCH_CHECK(uv_pipe_open(&wr, p[1]) == 0, "uv_pipe_open");
     uv_read_start((uv_stream_t *)&rd, on_alloc, on_read);
+    c0 = bench_calls_now();
     t0 = bench_now_ns();
     top_up();
     uv_run(loop, UV_RUN_DEFAULT);
     BENCH_CHECK(received == total, "received %zu of %zu", received, total);
 
-    bench_figure("pipe_throughput", (double)total / (1 << 20) / ((double)(t1 - t0) / 1e9),
-                 "MiB/s");
+    bench_figure("pipe_throughput", (double)total / (1 << 20) / ((double)(t1 - t0) / 1e9), "MiB/s");
+    bench_calls_figures("pipe_throughput", c0, c1, (double)(total >> 20), "MiB");
 
     uv_loop_close(loop);
     free(data);

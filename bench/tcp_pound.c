@@ -8,7 +8,10 @@
  * the close's last turn before the next connect starts.
  *
  * Parameters: conns=100 requests=20000 size=64
- * Figures: tcp_pound_c<conns> (completed connections/s).
+ * Figures: tcp_pound_c<conns> (completed connections/s) and its
+ * _rw_calls, _syscalls, _uring_enters (system calls per connection, client
+ * and server together, bench.h). Both loops ask for TERN_BENCH_BACKEND's
+ * backend.
  *
  * tern_tcp_connect takes a host name; for a numeric address such as
  * 127.0.0.1 it parses it in place (AI_NUMERICHOST) and never involves the
@@ -27,6 +30,7 @@ static size_t size;
 static unsigned port;
 static char msg[65536];
 static uint64_t t1;
+static bench_calls c0, c1;
 
 static void start_one(tern_loop *loop, conn_slot *slot);
 
@@ -35,8 +39,10 @@ static void on_closed(tern_loop *loop, tern_id stream, void *arg)
     conn_slot *slot = arg;
     (void)stream;
     slot->open = 0;
-    if (++finished == total)
+    if (++finished == total) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
+    }
     if (started < total)
         start_one(loop, slot);
 }
@@ -46,8 +52,8 @@ static void on_written(tern_loop *loop, tern_id stream, int status, void *arg)
     (void)loop, (void)stream, (void)status, (void)arg;
 }
 
-static void on_read(tern_loop *loop, tern_id stream, int status, const void *data,
-                    size_t len, void *arg)
+static void on_read(tern_loop *loop, tern_id stream, int status, const void *data, size_t len,
+                    void *arg)
 {
     conn_slot *slot = arg;
     (void)data;
@@ -93,6 +99,7 @@ static void start_one(tern_loop *loop, conn_slot *slot)
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     unsigned long conns = bench_arg(argc, argv, "conns", 100);
     total = bench_arg(argc, argv, "requests", 20000);
     size = bench_arg(argc, argv, "size", 64);
@@ -106,12 +113,15 @@ int main(int argc, char **argv)
     tern_loop_options opts;
     tern_loop_options_init(&opts);
     opts.max_operations = 1u << 20;
+    opts.backend = bench_backend();
     tern_loop *loop;
     int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    bench_backend_report(tern_loop_backend_name(loop));
     conn_slot *slots = calloc(conns, sizeof *slots);
     BENCH_CHECK(slots != NULL, "calloc");
 
+    c0 = bench_calls_now();
     uint64_t t0 = bench_now_ns();
     for (unsigned long i = 0; i < conns; i++)
         start_one(loop, &slots[i]);
@@ -123,6 +133,7 @@ int main(int argc, char **argv)
     char name[64];
     snprintf(name, sizeof name, "tcp_pound_c%lu", conns);
     bench_figure(name, (double)(total - failed) / ((double)(t1 - t0) / 1e9), "conns/s");
+    bench_calls_figures(name, c0, c1, (double)total, "conn");
 
     tern_loop_free(loop);
     echo_stop(&server);

@@ -5,7 +5,8 @@
  * the next connection until `requests` have completed.
  *
  * Parameters: conns=100 requests=20000 size=64
- * Figures: tcp_pound_c<conns> (completed connections/s).
+ * Figures: tcp_pound_c<conns> (completed connections/s) and its system
+ * calls per connection (bench.h).
  */
 #include "tcp_echo_uv.h"
 
@@ -23,6 +24,7 @@ static struct sockaddr_in addr;
 static char msg[65536];
 static char read_buffer[65536];
 static uint64_t t1;
+static bench_calls c0, c1;
 
 static void start_one(uv_loop_t *loop, conn_slot *slot);
 
@@ -30,8 +32,10 @@ static void on_closed(uv_handle_t *h)
 {
     conn_slot *slot = (conn_slot *)h;
     slot->open = 0;
-    if (++finished == total)
+    if (++finished == total) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
+    }
     if (started < total)
         start_one(h->loop, slot);
 }
@@ -82,13 +86,14 @@ static void start_one(uv_loop_t *loop, conn_slot *slot)
     started++;
     slot->got = 0;
     uv_tcp_init(loop, &slot->tcp);
-    int rc = uv_tcp_connect(&slot->connect_req, &slot->tcp, (const struct sockaddr *)&addr,
-                            on_connect);
+    int rc =
+        uv_tcp_connect(&slot->connect_req, &slot->tcp, (const struct sockaddr *)&addr, on_connect);
     BENCH_CHECK(rc == 0, "uv_tcp_connect: %s", uv_strerror(rc));
 }
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     unsigned long conns = bench_arg(argc, argv, "conns", 100);
     total = bench_arg(argc, argv, "requests", 20000);
     size = bench_arg(argc, argv, "size", 64);
@@ -104,6 +109,7 @@ int main(int argc, char **argv)
     conn_slot *slots = calloc(conns, sizeof *slots);
     BENCH_CHECK(slots != NULL, "calloc");
 
+    c0 = bench_calls_now();
     uint64_t t0 = bench_now_ns();
     for (unsigned long i = 0; i < conns; i++)
         start_one(loop, &slots[i]);
@@ -115,6 +121,7 @@ int main(int argc, char **argv)
     char name[64];
     snprintf(name, sizeof name, "tcp_pound_c%lu", conns);
     bench_figure(name, (double)(total - failed) / ((double)(t1 - t0) / 1e9), "conns/s");
+    bench_calls_figures(name, c0, c1, (double)total, "conn");
 
     uv_loop_close(loop);
     echo_stop(&server);

@@ -7,7 +7,9 @@
  *
  * Parameters: trips=100000 size=4
  * Figures: unix_pingpong (round trips/s, timed from the connect's
- * completion to the last echo).
+ * completion to the last echo); unix_pingpong_rw_calls, _syscalls,
+ * _uring_enters (system calls per round trip, bench.h) and
+ * _enters_per_turn. The loop asks for TERN_BENCH_BACKEND's backend.
  */
 #include "bench.h"
 
@@ -22,6 +24,15 @@ static size_t size, got;
 static char msg[65536];
 static uint64_t t0, t1;
 static tern_id listener, server;
+static bench_calls c0, c1;
+static uint64_t turns0, turns1;
+
+static uint64_t loop_turns(tern_loop *loop)
+{
+    tern_loop_stats st;
+    tern_loop_stats_get(loop, &st);
+    return st.turns;
+}
 
 static void on_written(tern_loop *loop, tern_id stream, int status, void *arg)
 {
@@ -74,6 +85,8 @@ static void on_read(tern_loop *loop, tern_id stream, int status, const void *dat
     got -= size;
     if (++trips == target) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
+        turns1 = loop_turns(loop);
         tern_stream_close(loop, stream);
         tern_stream_close(loop, listener);
         return;
@@ -87,12 +100,15 @@ static void on_connect(tern_loop *loop, tern_id stream, int status, void *arg)
     BENCH_CHECK(status == 0, "connect: %s", tern_strerror(status));
     int rc = tern_stream_read_start(loop, stream, on_read, NULL);
     BENCH_CHECK(rc == 0, "tern_stream_read_start: %s", tern_strerror(rc));
+    turns0 = loop_turns(loop);
+    c0 = bench_calls_now();
     t0 = bench_now_ns();
     send_ping(loop, stream);
 }
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     target = bench_arg(argc, argv, "trips", 100000);
     size = bench_arg(argc, argv, "size", 4);
     BENCH_CHECK(target > 0 && size > 0 && size <= sizeof msg, "trips or size");
@@ -102,8 +118,12 @@ int main(int argc, char **argv)
     unlink(path);
 
     tern_loop *loop;
-    int rc = tern_loop_new(&loop, NULL);
+    tern_loop_options opts;
+    tern_loop_options_init(&opts);
+    opts.backend = bench_backend();
+    int rc = tern_loop_new(&loop, &opts);
     BENCH_CHECK(rc == 0, "tern_loop_new: %s", tern_strerror(rc));
+    bench_backend_report(tern_loop_backend_name(loop));
     rc = tern_unix_listen(loop, path, TERN_TCP_BACKLOG_DEFAULT, on_accept, NULL, &listener);
     BENCH_CHECK(rc == 0, "tern_unix_listen: %s", tern_strerror(rc));
     rc = tern_unix_connect(loop, path, on_connect, NULL, NULL);
@@ -112,6 +132,8 @@ int main(int argc, char **argv)
     BENCH_CHECK(trips == target, "trips %lu of %lu", trips, target);
 
     bench_figure("unix_pingpong", (double)trips / ((double)(t1 - t0) / 1e9), "trips/s");
+    bench_calls_figures("unix_pingpong", c0, c1, (double)trips, "trip");
+    bench_enters_per_turn("unix_pingpong", c0, c1, turns1 - turns0);
 
     tern_loop_free(loop);
     unlink(path);

@@ -3,7 +3,8 @@
  * echo server on one loop, joined by a uv_pipe_t bound to a path.
  *
  * Parameters: trips=100000 size=4
- * Figures: unix_pingpong (round trips/s).
+ * Figures: unix_pingpong (round trips/s) and its system calls per trip
+ * (bench.h).
  */
 #include "bench.h"
 
@@ -18,6 +19,7 @@ static size_t size, got;
 static char msg[65536];
 static char client_buf[65536], server_buf[65536], echo_buf[65536];
 static uint64_t t0, t1;
+static bench_calls c0, c1;
 static uv_pipe_t listener, server, client;
 static uv_connect_t connect_req;
 static uv_write_t ping_req, echo_req;
@@ -77,6 +79,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     got -= size;
     if (++trips == target) {
         t1 = bench_now_ns();
+        c1 = bench_calls_now();
         uv_close((uv_handle_t *)s, NULL);
         uv_close((uv_handle_t *)&listener, NULL);
         return;
@@ -89,12 +92,14 @@ static void on_connect(uv_connect_t *req, int status)
     (void)req;
     BENCH_CHECK(status == 0, "connect: %s", uv_strerror(status));
     uv_read_start((uv_stream_t *)&client, on_alloc_client, on_read);
+    c0 = bench_calls_now();
     t0 = bench_now_ns();
     send_ping();
 }
 
 int main(int argc, char **argv)
 {
+    bench_calls_init();
     target = bench_arg(argc, argv, "trips", 100000);
     size = bench_arg(argc, argv, "size", 4);
     BENCH_CHECK(target > 0 && size > 0 && size <= sizeof msg, "trips or size");
@@ -113,6 +118,7 @@ int main(int argc, char **argv)
     BENCH_CHECK(trips == target, "trips %lu of %lu", trips, target);
 
     bench_figure("unix_pingpong", (double)trips / ((double)(t1 - t0) / 1e9), "trips/s");
+    bench_calls_figures("unix_pingpong", c0, c1, (double)trips, "trip");
 
     uv_loop_close(loop);
     unlink(path);
