@@ -18,6 +18,10 @@
  * descriptor, a refused fcntl fails the request (on the pool too), an id
  * table that cannot grow refuses it with nothing changed, and teardown
  * refuses it. The file calls need no probe: a refused one changes nothing.
+ * A sized file's last read takes its close along (one trip fewer): a
+ * cancel that meets the pair stops the request with nothing left open, a
+ * read that ends short ends the file, an -EAGAIN there opens it again,
+ * each call of the pair can fail, and loop free waits for both halves.
  */
 #include "uring_helpers.h"
 
@@ -230,8 +234,7 @@ Test(uring_fs, more_completions_than_a_wait_takes)
     for (int i = 0; i < 4; i++)
         (void)tern_loop_run_once(loop, 0);
     for (int i = 0; i < WIDE; i++) {
-        cr_assert_eq(atomic_load(&r[i].n), 1, "request %d: %u callbacks", i,
-                     atomic_load(&r[i].n));
+        cr_assert_eq(atomic_load(&r[i].n), 1, "request %d: %u callbacks", i, atomic_load(&r[i].n));
         cr_assert_eq(r[i].status, -EISDIR);
     }
     cr_assert_eq(loop_live(loop), 0);
@@ -259,12 +262,16 @@ Test(uring_fs, cancel_while_running_closes_what_it_opened)
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.step_bytes = 4096;
-    /* One request cancelled at each of its first turns: whatever call it is in. */
-    for (unsigned turns = 0; turns < 12; turns++) {
+    put_bytes("small", 100);
+    /* One request cancelled at each of its first turns: whatever call it
+     * is in; a small file's in its first three (the last, the read with
+     * its close, may be in flight). */
+    for (unsigned turns = 0; turns < 16; turns++) {
         struct rec r = {0};
         struct cancel_at c = {0};
-        cr_assert_eq(tern_fs_read_file(loop, at("f"), &o, rec_cb, &r, &c.id), 0);
-        for (unsigned t = 0; t < turns; t++)
+        const char *path = at(turns < 12 ? "f" : "small");
+        cr_assert_eq(tern_fs_read_file(loop, path, &o, rec_cb, &r, &c.id), 0);
+        for (unsigned t = 0; t < turns % 12; t++)
             (void)tern_loop_run_once(loop, 0);
         cr_assert_eq(atomic_load(&r.n), 0);
         cr_assert_eq(tern_defer(loop, cancel_now, &c), 0);
@@ -431,6 +438,24 @@ Test(uring_fs, each_call_can_fail)
     }
     /* stat, open, fstat, three reads, close. */
     cr_assert_eq(n, 8, "%lu calls", (unsigned long)n - 1);
+    /* A file of one read, which takes the close along: each still fails. */
+    put_bytes("small", 100);
+    for (n = 1;; n++) {
+        struct rec r = {0};
+        tern__fault_arm(TERN__FAULT_FS, n);
+        read_one(loop, at("small"), &o, &r);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(TERN__FAULT_FS, 0);
+        if (!fired) {
+            check_bytes(&r, 100);
+            tern_fs_free(r.data);
+            break;
+        }
+        cr_assert_eq(r.status, -EIO, "call %lu: %d", (unsigned long)n, r.status);
+        cr_assert_null(r.data);
+        cr_assert_eq(count_fds(), fds, "call %lu left a descriptor", (unsigned long)n);
+    }
+    cr_assert_eq(n, 6, "%lu calls", (unsigned long)n - 1);
     /* close(2)'s EINTR has released the descriptor: success (fs.h). */
     struct rec r = {0};
     tern__fault_fs_errno(-EINTR);
@@ -445,7 +470,9 @@ Test(uring_fs, each_call_can_fail)
 }
 
 /* A read that says -EAGAIN (a file system whose reads through io_uring
- * honour O_NONBLOCK) clears the flag and reads again, once. */
+ * honour O_NONBLOCK) clears the flag and reads again, once. The last
+ * read's close has run by then: the file is opened again, made blocking
+ * after its stat, and read from the start. */
 Test(uring_fs, a_read_that_would_block_is_made_again_blocking)
 {
     tern_loop *loop = uring_loop();
@@ -468,11 +495,23 @@ Test(uring_fs, a_read_that_would_block_is_made_again_blocking)
     tern__fault_arm(TERN__FAULT_FS, 0);
     check_bytes(&r, 20000);
     tern_fs_free(r.data);
+    /* The last read (stat, open, fstat, three reads): open again. */
+    unsigned fds = count_fds();
+    memset(&r, 0, sizeof r);
+    tern__fault_arm(TERN__FAULT_FS, 6);
+    read_one(loop, at("f"), &o, &r);
+    cr_assert(tern__fault_fired());
+    tern__fault_arm(TERN__FAULT_FS, 0);
+    check_bytes(&r, 20000);
+    tern_fs_free(r.data);
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
     tern_loop_free(loop);
 }
 
 /* A read that still says -EAGAIN once blocking fails the request with it,
- * and leaves nothing open. */
+ * and leaves nothing open. The file's one read is its last: after the
+ * first -EAGAIN come its close, the open again, the stat, then the read
+ * made blocking (the third call from there). */
 Test(uring_fs, a_read_that_would_block_twice_fails)
 {
     tern_loop *loop = uring_loop();
@@ -486,7 +525,7 @@ Test(uring_fs, a_read_that_would_block_twice_fails)
         /* Armed again once the first has fired: the read made blocking fails too. */
         while (!tern__fault_fired())
             (void)tern_loop_run_once(loop, 0);
-        tern__fault_arm(TERN__FAULT_FS, nth == 5 ? 1 : 0);
+        tern__fault_arm(TERN__FAULT_FS, nth == 5 ? 3 : 0);
         cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
         tern__fault_arm(TERN__FAULT_FS, 0);
         if (nth == 5) {
@@ -545,14 +584,14 @@ Test(uring_fs, each_allocation_can_fail)
 
 /*
  * A cancel (or a deadline) that meets the last call, the close, lets it
- * end: the file was read, and cb gets it. With the queue refusing four
- * entries, the stat, the open, the fstat and the one read are made in the
- * call itself, and the close alone goes to the kernel.
+ * end: the file was read, and cb gets it. A sizeless file's close is a
+ * call of its own: with the queue refusing five entries, the stat, the
+ * open, the fstat and both reads (the data, then end of file) are made in
+ * the call itself, and the close alone goes to the kernel.
  */
 Test(uring_fs, a_stop_that_meets_the_close_lets_it_end)
 {
     tern_loop *loop = uring_loop();
-    put_bytes("f", 100);
     unsigned fds = count_fds();
     for (int deadline = 0; deadline < 2; deadline++) {
         tern_fs_options o;
@@ -560,9 +599,10 @@ Test(uring_fs, a_stop_that_meets_the_close_lets_it_end)
         o.timeout_ns = deadline ? 1 : 0;
         struct rec r = {0};
         tern_id id = 0;
-        tern__uring_refuse_entries(4);
-        cr_assert_eq(tern_fs_read_file(loop, at("f"), &o, rec_cb, &r, &id), 0);
+        tern__uring_refuse_entries(5);
+        cr_assert_eq(tern_fs_read_file(loop, "/proc/self/environ", &o, rec_cb, &r, &id), 0);
         tern__uring_refuse_entries(0);
+        cr_assert_eq(atomic_load(&r.n), 0);
         if (!deadline) {
             cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_RUNNING);
             cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_RUNNING, "a second cancel");
@@ -572,10 +612,72 @@ Test(uring_fs, a_stop_that_meets_the_close_lets_it_end)
         cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
         (void)tern_loop_run_once(loop, 0);
         cr_assert_eq(atomic_load(&r.n), 1);
-        check_bytes(&r, 100);
+        cr_assert_eq(r.status, 0, "status %d", r.status);
+        cr_assert_gt(r.value, 0);
         tern_fs_free(r.data);
         cr_assert_eq(tern__test_cancel_now(loop, id), -ENOENT);
     }
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    tern_loop_free(loop);
+}
+
+/*
+ * A cancel that meets the last read, which took the close along, stops
+ * the request as at any read (-ECANCELED): the close ran all the same,
+ * whether the cancel reached the read or not, and nothing is left open.
+ * Stat, open and fstat are made in the call; the pair goes to the kernel.
+ */
+Test(uring_fs, a_stop_that_meets_the_last_read_closes_all_the_same)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    struct rec r = {0};
+    tern_id id = 0;
+    tern__uring_refuse_entries(3);
+    cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, &id), 0);
+    tern__uring_refuse_entries(0);
+    cr_assert_eq(tern__test_cancel_now(loop, id), TERN_CANCEL_RUNNING);
+    cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
+    cr_assert_eq(r.status, -ECANCELED, "status %d", r.status);
+    cr_assert_null(r.data);
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    tern_loop_free(loop);
+}
+
+/*
+ * The last read asks for the rest of the file as its stat sized it, and
+ * takes the close along: four trips to the kernel for a small file (the
+ * path's stat, the open, the descriptor's stat, the read with its close),
+ * so cb runs in the fifth turn, not the sixth. A read that ends short (the
+ * file shrank after its stat) ends the file: cb gets what was there.
+ */
+Test(uring_fs, the_last_read_takes_the_close_along)
+{
+    tern_loop *loop = uring_loop();
+    put_bytes("f", 100);
+    unsigned fds = count_fds();
+    for (int i = 0; i < 20; i++) {
+        struct rec r = {0};
+        cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
+        unsigned turns = 0;
+        while (atomic_load(&r.n) == 0 && turns < 100) {
+            (void)tern_loop_run_once(loop, -1);
+            turns++;
+        }
+        cr_assert_eq(turns, 5, "cb after %u turns", turns);
+        check_bytes(&r, 100);
+        tern_fs_free(r.data);
+        cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    }
+    struct rec r = {0};
+    tern__uring_refuse_entries(3); /* stat, open and fstat here: it is sized 100 */
+    cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
+    tern__uring_refuse_entries(0);
+    cr_assert_eq(truncate(at("f"), 40), 0);
+    cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
+    check_bytes(&r, 40);
+    tern_fs_free(r.data);
     cr_assert_eq(count_fds(), fds, "a descriptor was left open");
     tern_loop_free(loop);
 }
@@ -784,20 +886,24 @@ Test(uring_fs, read_file_during_teardown_is_refused)
 
 #define MANY 64
 
+/* Many reads of a large file, or a small one's read with its close. */
 Test(uring_fs, loop_free_with_reads_in_the_kernel)
 {
     put_bytes("f", 300000);
+    put_bytes("small", 100);
     unsigned fds = count_fds();
     tern_fs_options o;
     tern_fs_options_init(&o);
     o.step_bytes = 4096;
-    for (unsigned turns = 0; turns < 6; turns++) {
+    for (unsigned turns = 0; turns < 12; turns++) {
+        bool small = turns >= 6;
         tern_loop *loop = uring_loop();
         static struct rec r[MANY];
         memset(r, 0, sizeof r);
         for (int i = 0; i < MANY; i++)
-            cr_assert_eq(tern_fs_read_file(loop, at("f"), &o, rec_cb, &r[i], NULL), 0);
-        for (unsigned t = 0; t < turns; t++)
+            cr_assert_eq(
+                tern_fs_read_file(loop, at(small ? "small" : "f"), &o, rec_cb, &r[i], NULL), 0);
+        for (unsigned t = 0; t < turns % 6; t++)
             (void)tern_loop_run_once(loop, 0);
         tern_loop_free(loop);
         for (int i = 0; i < MANY; i++) {
@@ -805,7 +911,7 @@ Test(uring_fs, loop_free_with_reads_in_the_kernel)
                          atomic_load(&r[i].n));
             cr_assert(r[i].status == 0 || r[i].status == -ECANCELED, "status %d", r[i].status);
             if (r[i].status == 0)
-                check_bytes(&r[i], 300000);
+                check_bytes(&r[i], small ? 100 : 300000);
             tern_fs_free(r[i].data);
         }
     }
