@@ -241,6 +241,50 @@ Test(uring_fs, more_completions_than_a_wait_takes)
     tern_loop_free(loop);
 }
 
+/*
+ * A read with its close needs two entries, and a link chain must reach
+ * the kernel in one submit: with one entry left in the submission queue
+ * (255 stats of other requests queued, none submitted yet), the backend
+ * submits them first, then queues the pair (it is not made here, where
+ * pread is denied). The last request's stat, open and fstat are made in
+ * the call (the queue refusing them).
+ */
+#define SQ_FULL 255
+
+Test(uring_fs, a_pair_that_needs_two_entries_empties_the_queue_first)
+{
+    if (!kernel_allows_io_uring())
+        cr_skip_test("this kernel refuses io_uring_setup to this process");
+    tern_loop_options lo;
+    tern_loop_options_init(&lo);
+    lo.backend = "io_uring";
+    lo.max_undelivered = 2 * SQ_FULL;
+    tern_loop *loop = loop_new_opts(&lo);
+    cr_assert_eq(mkdir(at("sub"), 0700), 0);
+    put_bytes("small", 100);
+    unsigned fds = count_fds();
+    static struct rec r[SQ_FULL + 1];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < SQ_FULL; i++)
+        cr_assert_eq(tern_fs_read_file(loop, at("sub"), NULL, rec_cb, &r[i], NULL), 0);
+    /* A read made here would fail: it goes through the ring. */
+    deny_syscalls((const long[]){__NR_pread64}, 1, -1, EPERM);
+    tern__uring_refuse_entries(3);
+    cr_assert_eq(tern_fs_read_file(loop, at("small"), NULL, rec_cb, &r[SQ_FULL], NULL), 0);
+    tern__uring_refuse_entries(0);
+    cr_assert(run_until_count(loop, &r[SQ_FULL].n, 1, -1, 100000));
+    check_bytes(&r[SQ_FULL], 100);
+    tern_fs_free(r[SQ_FULL].data);
+    for (int t = 0; t < 4 && loop_live(loop) > 0; t++)
+        (void)tern_loop_run_once(loop, -1);
+    for (int i = 0; i < SQ_FULL; i++) {
+        cr_assert_eq(atomic_load(&r[i].n), 1, "request %d: %u callbacks", i, atomic_load(&r[i].n));
+        cr_assert_eq(r[i].status, -EISDIR);
+    }
+    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    tern_loop_free(loop);
+}
+
 /* tern_cancel from the loop's thread (a callback) says its outcome. */
 struct cancel_at {
     tern_id id;
