@@ -21,7 +21,8 @@
  * A sized file's last read takes its close along (one trip fewer): a
  * cancel that meets the pair stops the request with nothing left open, a
  * read that ends short ends the file, an -EAGAIN there opens it again,
- * each call of the pair can fail, and loop free waits for both halves.
+ * each call of the pair can fail, and loop free waits for both halves. A
+ * terminal swapped in after the stat never becomes the controlling one.
  */
 #include "uring_helpers.h"
 
@@ -32,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -778,6 +780,51 @@ Test(uring_fs, a_path_replaced_after_its_stat_is_refused_at_the_descriptor)
     cr_assert_null(r.data);
     cr_assert_eq(count_fds(), fds, "the FIFO was left open");
     tern_loop_free(loop);
+}
+
+/*
+ * A terminal put in the path's place after its stat is refused at the
+ * descriptor (-ENOTSUP) and, opened O_NOCTTY, never becomes the
+ * controlling terminal of the process, a session leader without one. In
+ * a child, the leader of a new session: its exit status says which check
+ * failed (0: none, 77: no pseudo-terminal to try).
+ */
+static int terminal_child(void)
+{
+    if (setsid() < 0)
+        return 1;
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname(master) == NULL)
+        return 77;
+    tern_loop *loop = uring_loop();
+    struct rec r = {0};
+    tern__uring_refuse_entries(1); /* the stat made in the call */
+    if (tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL) != 0)
+        return 2;
+    tern__uring_refuse_entries(0);
+    if (unlink(at("f")) != 0 || symlink(ptsname(master), at("f")) != 0)
+        return 3;
+    if (!run_until_count(loop, &r.n, 1, -1, 100000) || r.status != -ENOTSUP)
+        return 4;
+    tern_loop_free(loop);
+    if (open("/dev/tty", O_RDONLY | O_NOCTTY) >= 0)
+        return 5; /* the terminal became the controlling one */
+    return 0;
+}
+
+Test(uring_fs, a_terminal_put_in_the_paths_place_is_not_made_controlling)
+{
+    put_bytes("f", 100);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0)
+        _exit(terminal_child());
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st), "the child did not exit");
+    if (WEXITSTATUS(st) == 77)
+        cr_skip_test("no pseudo-terminal");
+    cr_assert_eq(WEXITSTATUS(st), 0, "check %d failed", WEXITSTATUS(st));
 }
 
 /* Clearing O_NONBLOCK after a read's -EAGAIN fails: cb gets fcntl's errno,

@@ -118,11 +118,13 @@ static bool set_read(tern_loop *loop, struct fs_ring *f)
     return true;
 }
 
+/* O_NOCTTY: a terminal put in the path's place since its stat (refused at
+ * the descriptor's stat) never becomes a session leader's controlling one. */
 static void set_open(struct fs_ring *f)
 {
     f->r->step = RING_OPEN;
     f->call = (struct tern__file_op){
-        .kind = TERN__FILE_OPEN, .path = f->r->path, .flags = O_RDONLY | O_NONBLOCK};
+        .kind = TERN__FILE_OPEN, .path = f->r->path, .flags = O_RDONLY | O_NONBLOCK | O_NOCTTY};
 }
 
 /* The path's stat, before it is opened: as read_open in fs_whole.c. */
