@@ -502,6 +502,23 @@ Test(uring_fs, each_call_can_fail)
         cr_assert_eq(count_fds(), fds, "call %lu left a descriptor", (unsigned long)n);
     }
     cr_assert_eq(n, 6, "%lu calls", (unsigned long)n - 1);
+    /* A sizeless file, whose close is a call of its own. */
+    for (n = 1;; n++) {
+        struct rec r = {0};
+        tern__fault_arm(TERN__FAULT_FS, n);
+        read_one(loop, "/proc/self/environ", &o, &r);
+        bool fired = tern__fault_fired();
+        tern__fault_arm(TERN__FAULT_FS, 0);
+        if (!fired) {
+            cr_assert_eq(r.status, 0, "status %d", r.status);
+            tern_fs_free(r.data);
+            break;
+        }
+        cr_assert_eq(r.status, -EIO, "call %lu: %d", (unsigned long)n, r.status);
+        cr_assert_null(r.data);
+        cr_assert_eq(count_fds(), fds, "call %lu left a descriptor", (unsigned long)n);
+    }
+    cr_assert_geq(n, 7, "%lu calls", (unsigned long)n - 1); /* stat, open, fstat, reads, close */
     /* close(2)'s EINTR has released the descriptor: success (fs.h). */
     struct rec r = {0};
     tern__fault_fs_errno(-EINTR);
@@ -555,30 +572,36 @@ Test(uring_fs, a_read_that_would_block_is_made_again_blocking)
 }
 
 /* A read that still says -EAGAIN once blocking fails the request with it,
- * and leaves nothing open. The file's one read is its last: after the
+ * and leaves nothing open. A small file's one read is its last: after the
  * first -EAGAIN come its close, the open again, the stat, then the read
- * made blocking (the third call from there). */
+ * made blocking (the third call from there). A large file's first read is
+ * made again at once (the first call from there). */
 Test(uring_fs, a_read_that_would_block_twice_fails)
 {
     tern_loop *loop = uring_loop();
     put_bytes("f", 100);
+    put_bytes("large", 20000);
     unsigned fds = count_fds();
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.step_bytes = 8192;
     tern__fault_fs_errno(-EAGAIN);
-    for (uint64_t nth = 4; nth <= 5; nth++) { /* the first read, then the same read again */
+    for (int i = 0; i < 4; i++) { /* once, then twice; small, then large */
+        bool twice = i % 2, large = i >= 2;
         struct rec r = {0};
-        tern__fault_arm(TERN__FAULT_FS, 4);
-        cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
+        tern__fault_arm(TERN__FAULT_FS, 4); /* the first read */
+        cr_assert_eq(tern_fs_read_file(loop, at(large ? "large" : "f"), &o, rec_cb, &r, NULL), 0);
         /* Armed again once the first has fired: the read made blocking fails too. */
         while (!tern__fault_fired())
             (void)tern_loop_run_once(loop, 0);
-        tern__fault_arm(TERN__FAULT_FS, nth == 5 ? 3 : 0);
+        tern__fault_arm(TERN__FAULT_FS, twice ? (large ? 1 : 3) : 0);
         cr_assert(run_until_count(loop, &r.n, 1, -1, 100000));
         tern__fault_arm(TERN__FAULT_FS, 0);
-        if (nth == 5) {
+        if (twice) {
             cr_assert_eq(r.status, -EAGAIN, "status %d", r.status);
             cr_assert_null(r.data);
         } else {
-            check_bytes(&r, 100);
+            check_bytes(&r, large ? 20000 : 100);
             tern_fs_free(r.data);
         }
     }
@@ -841,14 +864,21 @@ Test(uring_fs, a_flag_that_cannot_be_cleared_fails_the_request)
     close(next_fd);
     deny_syscalls((const long[]){__NR_fcntl}, 1, next_fd, EACCES);
     tern__fault_fs_errno(-EAGAIN);
-    tern__fault_arm(TERN__FAULT_FS, 4); /* the first read */
-    struct rec r = {0};
-    read_one(loop, at("f"), NULL, &r);
-    cr_assert(tern__fault_fired());
-    tern__fault_arm(TERN__FAULT_FS, 0);
-    cr_assert_eq(r.status, -EACCES, "status %d", r.status);
-    cr_assert_null(r.data);
-    cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    /* The first read: a small file's last (opened again), a large one's not. */
+    put_bytes("large", 20000);
+    tern_fs_options o;
+    tern_fs_options_init(&o);
+    o.step_bytes = 8192;
+    for (int large = 0; large < 2; large++) {
+        tern__fault_arm(TERN__FAULT_FS, 4);
+        struct rec r = {0};
+        read_one(loop, at(large ? "large" : "f"), &o, &r);
+        cr_assert(tern__fault_fired());
+        tern__fault_arm(TERN__FAULT_FS, 0);
+        cr_assert_eq(r.status, -EACCES, "status %d", r.status);
+        cr_assert_null(r.data);
+        cr_assert_eq(count_fds(), fds, "a descriptor was left open");
+    }
     fds = count_fds();
     struct rec pool = {0};
     read_one(on_pool, at("f"), NULL, &pool);
