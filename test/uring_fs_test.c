@@ -277,7 +277,7 @@ Test(uring_fs, a_pair_that_needs_two_entries_empties_the_queue_first)
     cr_assert(run_until_count(loop, &r[SQ_FULL].n, 1, -1, 100000));
     check_bytes(&r[SQ_FULL], 100);
     tern_fs_free(r[SQ_FULL].data);
-    for (int t = 0; t < 4 && loop_live(loop) > 0; t++)
+    for (int t = 0; t < 100000 && loop_live(loop) > 0; t++)
         (void)tern_loop_run_once(loop, -1);
     for (int i = 0; i < SQ_FULL; i++) {
         cr_assert_eq(atomic_load(&r[i].n), 1, "request %d: %u callbacks", i, atomic_load(&r[i].n));
@@ -726,6 +726,9 @@ Test(uring_fs, the_last_read_takes_the_close_along)
     tern_loop *loop = uring_loop();
     put_bytes("f", 100);
     unsigned fds = count_fds();
+    /* The fewest: a read the kernel had to finish on a worker of its own
+     * may come in a wait before its close does. */
+    unsigned fewest = 100;
     for (int i = 0; i < 20; i++) {
         struct rec r = {0};
         cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
@@ -734,11 +737,12 @@ Test(uring_fs, the_last_read_takes_the_close_along)
             (void)tern_loop_run_once(loop, -1);
             turns++;
         }
-        cr_assert_eq(turns, 5, "cb after %u turns", turns);
+        fewest = turns < fewest ? turns : fewest;
         check_bytes(&r, 100);
         tern_fs_free(r.data);
         cr_assert_eq(count_fds(), fds, "a descriptor was left open");
     }
+    cr_assert_eq(fewest, 5, "cb after %u turns at the fewest", fewest);
     struct rec r = {0};
     tern__uring_refuse_entries(3); /* stat, open and fstat here: it is sized 100 */
     cr_assert_eq(tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL), 0);
