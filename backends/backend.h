@@ -37,7 +37,8 @@ enum {
  * (TERN__DO_FILE): the core chains them itself, one in flight per token,
  * each taking the previous one's result (runtime/fs/fs_ring.c). Every
  * pointer stays the caller's, untouched and valid, until the one
- * completion {token, res, final, file} comes.
+ * completion {token, res, final, file} comes (both, for a read with
+ * then_close).
  */
 enum {
     TERN__FILE_STAT,  /* statx(2) of path (following links), or of fd when path is NULL */
@@ -54,6 +55,10 @@ struct tern__file_op {
     uint64_t off;
     const char *path;
     void *buf;
+    /* TERN__FILE_READ: close(2) fd right after the read, whatever the read
+     * did (a cancelled or failed one too), in the same trip to the kernel.
+     * Two completions then come: the read's, and the close's (`closed`). */
+    bool then_close;
     /* TERN__FILE_STAT: where the kernel writes its answer (the system's
      * own record, a struct statx on Linux), read with tern__file_stat. */
     _Alignas(8) unsigned char stat_room[256];
@@ -88,6 +93,7 @@ struct tern__done {
     bool final;       /* the operation ended: nothing more comes for this submission */
     bool sent;        /* a send's completion (res: bytes the kernel took, or -errno) */
     bool file;        /* a file operation's completion (res: its result, or -errno) */
+    bool closed;      /* ...of the close a read's then_close asked for (res: close's) */
 };
 
 struct msghdr;
@@ -233,12 +239,14 @@ struct tern__backend_ops {
      * kernel with the next wait, and its one completion {token, res,
      * final, file} comes from a wait after that, never from this call.
      * Returns 0, or -EBUSY when the queue takes no entry (nothing was
-     * queued: the caller makes the call by itself).
+     * queued: the caller makes the call by itself, and the close of a
+     * then_close too). A token is below 1 << 61.
      */
     int (*file)(struct tern__backend *b, uint64_t token, struct tern__file_op *op);
     /*
-     * Ask the kernel to cancel token's file operation, with the next wait.
-     * Its completion still comes: -ECANCELED if the call had not started,
+     * Ask the kernel to cancel token's file operation, with the next wait
+     * (a read's, not the close its then_close asked for, which runs all
+     * the same). Its completion still comes: -ECANCELED if the call had not started,
      * else what the call did (a call under way is not interrupted). A
      * cancel the queue cannot take is dropped: the operation just ends as
      * it would have.

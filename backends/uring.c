@@ -111,6 +111,9 @@
  * - A descriptor opened with O_NONBLOCK stays so for the reads: io_uring
  *   reads a regular file of a file system that supports it as if it were
  *   blocking; elsewhere a read may end -EAGAIN, which the core handles.
+ * - A read with then_close is linked to its close (IOSQE_IO_HARDLINK:
+ *   the close runs whatever the read did), so the file's last read and
+ *   its close are one trip. Both go in one submit, as a chain must.
  * - Nothing here outlives the loop: its teardown waits for every file
  *   call's completion (each holds a credit), so close finds none.
  */
@@ -151,8 +154,11 @@
 #define CONTROL (1ull << 63)
 #define RECV (1ull << 62)
 #define SEND (CONTROL | RECV)
-/* CONTROL | token (never 0) for a file system call (TERN__DO_FILE). */
+/* CONTROL | token (never 0) for a file system call (TERN__DO_FILE), and
+ * FILE_OP | CLOSED | token for the close a read's then_close links to it
+ * (a token is below CLOSED), so a cancel of the read never names it. */
 #define FILE_OP CONTROL
+#define CLOSED (1ull << 61)
 #define GEN_MASK 0x3fffffffu
 
 /* The provided buffers of the receives: their count (a power of two, as
@@ -1059,9 +1065,14 @@ static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file
 {
     struct uring *u = b->state;
     require_not_forked(u);
-    TERN_INSIST(token != 0 && (token & SEND) == 0);
+    TERN_INSIST(token != 0 && token < CLOSED);
+    unsigned need = op->then_close ? 2 : 1;
+    /* A chain goes into the queue whole: the queue is emptied first when
+     * it lacks room, and one the kernel will not empty takes none. */
+    if (io_uring_sq_space_left(&u->ring) < need)
+        submit_now(u);
     int rc = 0;
-    struct io_uring_sqe *sqe = next_sqe(u, &rc);
+    struct io_uring_sqe *sqe = io_uring_sq_space_left(&u->ring) >= need ? next_sqe(u, &rc) : NULL;
     if (sqe == NULL)
         return -EBUSY;
     switch (op->kind) {
@@ -1084,6 +1095,14 @@ static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file
     }
     io_uring_sqe_set_data64(sqe, FILE_OP | token);
     u->flive++;
+    if (op->then_close) {
+        TERN_INSIST(op->kind == TERN__FILE_READ);
+        sqe->flags |= IOSQE_IO_HARDLINK;
+        sqe = io_uring_get_sqe(&u->ring); /* room was made above */
+        io_uring_prep_close(sqe, op->fd);
+        io_uring_sqe_set_data64(sqe, FILE_OP | CLOSED | token);
+        u->flive++;
+    }
     return 0;
 }
 
@@ -1102,8 +1121,11 @@ static bool take_file(struct uring *u, const struct io_uring_cqe *cqe, struct te
 {
     if (b->ndone == DONE_MAX)
         return false; /* left in the queue for the next wait */
-    b->done[b->ndone++] = (struct tern__done){
-        .token = cqe->user_data & ~FILE_OP, .res = cqe->res, .final = true, .file = true};
+    b->done[b->ndone++] = (struct tern__done){.token = cqe->user_data & ~(FILE_OP | CLOSED),
+                                              .res = cqe->res,
+                                              .final = true,
+                                              .file = true,
+                                              .closed = (cqe->user_data & CLOSED) != 0};
     u->flive--;
     return true;
 }

@@ -3,8 +3,11 @@
  * (TERN__DO_FILE: io_uring): the same steps as the pool's (fs_whole.c) —
  * stat the path, open it O_NONBLOCK, stat the descriptor, read, close —
  * each one call the backend submits with the next wait, the next one
- * chosen here when its completion comes in step 4. No pool thread is
- * involved, and a turn's wait carries every request's next call at once.
+ * chosen here when its completion comes in step 4; the read that asks for
+ * the rest of a sized file takes the close along (then_close: the kernel
+ * closes whatever the read did), so a small file is four trips, not five.
+ * No pool thread is involved, and a turn's wait carries every request's
+ * next call at once.
  *
  * The request is an op of its own kind, admitted as an external wait is
  * (wait.c): a credit (max_undelivered), max_operations, an owner, a
@@ -24,13 +27,15 @@
  *     while its completion queue overflows) is made here, as a plain
  *     system call on the loop's thread, and the request goes on; so is
  *     clearing O_NONBLOCK, only when a read says -EAGAIN (a file system
- *     whose reads through io_uring honour O_NONBLOCK).
+ *     whose reads through io_uring honour O_NONBLOCK); after a last read,
+ *     whose close has run, the file is opened again and made blocking
+ *     once its descriptor's stat passes.
  *   - cb runs in step 2, exactly once, never inside tern_fs_read_file:
  *     the outcome only queues the op for step 2.
  *   - Loop free: its cancel pass cancels each request, and its drain turns
- *     wait for the completion of the call in flight (the request's credit
- *     keeps them going), so cb runs once and nothing of it is left in the
- *     kernel when the backend closes.
+ *     wait for the completions of the call in flight, both of a read with
+ *     its close (the request's credit keeps them going), so cb runs once
+ *     and nothing of it is left in the kernel when the backend closes.
  * The fault seam's file site (TERN__FAULT_FS) is asked as each call's
  * completion comes, so a fault walk makes any step fail as on the pool.
  */
@@ -59,7 +64,8 @@ struct fs_ring {
     struct tern__fs_req *r;    /* the request, as the pool's path would hold it */
     struct tern__file_op call; /* the call in flight, or the next one */
     int stop;          /* 0, or the status a cancel (-ECANCELED) or deadline (-ETIMEDOUT) set */
-    bool in_kernel;    /* call was handed to the backend, its completion not yet taken */
+    int res[2];        /* the call's result, and its linked close's (call.then_close) */
+    uint8_t calls;     /* completions of the call (2 with its close) not yet taken */
     bool settled;      /* the outcome is in r->status; queued for step 2 */
     bool has_deadline; /* holds a heap claim */
     bool blocking;     /* O_NONBLOCK was cleared (a read said -EAGAIN) */
@@ -87,20 +93,38 @@ static void set_stat(struct fs_ring *f, int fd, const char *path)
     f->call = (struct tern__file_op){.kind = TERN__FILE_STAT, .fd = fd, .path = path};
 }
 
-/* The next read, or the buffer's failure. */
+/*
+ * The next read, or the buffer's failure. The one that asks for the rest
+ * of a sized file takes its close along (then_close), which then owns the
+ * descriptor; a sizeless file's reads go on to end of file, so its close
+ * is a call of its own.
+ */
 static bool set_read(tern_loop *loop, struct fs_ring *f)
 {
     struct tern__fs_req *r = f->r;
     ssize_t room = tern__fs_read_room(r);
     if (room < 0)
         return fail(loop, f, (int)room);
+    bool last = r->len > 0 && r->done + (size_t)room == r->len;
     r->step = RING_READ;
     f->call = (struct tern__file_op){.kind = TERN__FILE_READ,
                                      .fd = r->own_fd,
                                      .buf = (char *)r->res.data + r->done,
                                      .len = (unsigned)room,
-                                     .off = r->done};
+                                     .off = r->done,
+                                     .then_close = last};
+    if (last)
+        r->own_fd = -1; /* released whatever the close says */
     return true;
+}
+
+/* O_NOCTTY: a terminal put in the path's place since its stat (refused at
+ * the descriptor's stat) never becomes a session leader's controlling one. */
+static void set_open(struct fs_ring *f)
+{
+    f->r->step = RING_OPEN;
+    f->call = (struct tern__file_op){
+        .kind = TERN__FILE_OPEN, .path = f->r->path, .flags = O_RDONLY | O_NONBLOCK | O_NOCTTY};
 }
 
 /* The path's stat, before it is opened: as read_open in fs_whole.c. */
@@ -113,9 +137,7 @@ static bool path_statted(tern_loop *loop, struct fs_ring *f, int res)
     tern__file_stat(&f->call, &r->res.st);
     if (!S_ISSOCK(r->res.st.st_mode) && (rc = tern__fs_refuse_kind(&r->res.st)) < 0)
         return fail(loop, f, rc);
-    r->step = RING_OPEN;
-    f->call = (struct tern__file_op){
-        .kind = TERN__FILE_OPEN, .path = r->path, .flags = O_RDONLY | O_NONBLOCK};
+    set_open(f);
     return true;
 }
 
@@ -126,7 +148,12 @@ static bool fd_statted(tern_loop *loop, struct fs_ring *f, int res)
     if (res < 0)
         return fail(loop, f, res);
     tern__file_stat(&f->call, &r->res.st);
-    if ((rc = tern__fs_refuse_kind(&r->res.st)) < 0 || (rc = tern__fs_read_sized(r)) < 0)
+    if ((rc = tern__fs_refuse_kind(&r->res.st)) < 0)
+        return fail(loop, f, rc);
+    /* Opened again after a last read said -EAGAIN: blocking from the start. */
+    if (f->blocking && fcntl(r->own_fd, F_SETFL, 0) < 0)
+        return fail(loop, f, -errno);
+    if ((rc = tern__fs_read_sized(r)) < 0)
         return fail(loop, f, rc);
     return set_read(loop, f);
 }
@@ -150,6 +177,35 @@ static bool data_read(tern_loop *loop, struct fs_ring *f, int res)
     f->call = (struct tern__file_op){.kind = TERN__FILE_CLOSE, .fd = r->own_fd};
     r->own_fd = -1; /* released whatever close says */
     return true;
+}
+
+/*
+ * The last read and its close, both done (the close whatever the read
+ * did). A read that ends short ends the file: it shrank since its stat.
+ * One that says -EAGAIN lost its descriptor to the close, so the file is
+ * opened again, to be read blocking once its stat passes.
+ */
+static bool last_read(tern_loop *loop, struct fs_ring *f, int res, int closed)
+{
+    struct tern__fs_req *r = f->r;
+    if (res == -EAGAIN && !f->blocking) {
+        f->blocking = true;
+        free(r->res.data);
+        r->res.data = NULL;
+        r->done = 0;
+        set_open(f);
+        return true;
+    }
+    if (res < 0)
+        return fail(loop, f, res);
+    /* close(2)'s EINTR, made here or by the kernel, has released the
+     * descriptor too (fs.h). */
+    if (closed < 0 && closed != -EINTR)
+        return fail(loop, f, closed);
+    r->done += (size_t)res;
+    tern__fs_read_end(r);
+    settle(loop, f, 0);
+    return false;
 }
 
 /*
@@ -185,37 +241,59 @@ static bool advance(tern_loop *loop, struct fs_ring *f, int res)
     }
 }
 
+/* The call (and its close) made on the loop's thread, as the kernel would. */
+static bool made_here(tern_loop *loop, struct fs_ring *f)
+{
+    int res = tern__file_call(&f->call);
+    if (!f->call.then_close)
+        return advance(loop, f, res);
+    struct tern__file_op close_op = {.kind = TERN__FILE_CLOSE, .fd = f->call.fd};
+    return last_read(loop, f, res, tern__file_call(&close_op));
+}
+
 /* Hand the call over; one the backend cannot take is made here. */
 static void issue(tern_loop *loop, struct fs_ring *f)
 {
     struct tern__backend *b = &loop->backend;
     do {
         if (b->ops->file(b, f->op.id, &f->call) == 0) {
-            f->in_kernel = true;
+            f->calls = f->call.then_close ? 2 : 1;
             return;
         }
-    } while (advance(loop, f, tern__file_call(&f->call)));
+    } while (made_here(loop, f));
 }
 
-/* Step 4: the call's completion. A stopped request undoes what it holds. */
+/* The pool's fault walk reaches these calls too: res, or the failure it injects. */
+static int fault_or(int res)
+{
+    int injected = tern__fs_fault_made();
+    return injected < 0 ? injected : res;
+}
+
+/*
+ * Step 4: a completion of the call. A read with its close goes on once
+ * both are in, in whichever order they came. A stopped request undoes
+ * what it holds.
+ */
 static void ring_completed(tern_loop *loop, struct tern__op *op, const struct tern__done *d)
 {
     struct fs_ring *f = (struct fs_ring *)op;
-    TERN_INSIST(d->file && f->in_kernel && !f->settled);
-    f->in_kernel = false;
+    TERN_INSIST(d->file && f->calls > 0 && !f->settled && (!d->closed || f->call.then_close));
+    f->res[d->closed] = d->res;
+    if (--f->calls > 0)
+        return;
     struct tern__fs_req *r = f->r;
-    int res = d->res;
+    int res = f->res[0];
     /* Recorded at once: a stop or an injected failure undoes it with the rest. */
     if (r->step == RING_OPEN && res >= 0)
         r->own_fd = res;
-    int injected = tern__fs_fault_made(); /* the pool's fault walk reaches these calls too */
-    if (injected < 0)
-        res = injected;
+    res = fault_or(res);
+    int closed = f->call.then_close ? fault_or(f->res[1]) : 0;
     if (f->stop != 0 && r->step != RING_CLOSE) {
         fail(loop, f, f->stop);
         return;
     }
-    if (advance(loop, f, res))
+    if (f->call.then_close ? last_read(loop, f, res, closed) : advance(loop, f, res))
         issue(loop, f);
 }
 
