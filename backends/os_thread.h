@@ -25,6 +25,7 @@
 #ifndef _WIN32 /* POSIX */
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 
@@ -150,6 +151,23 @@ static inline void tern__atfork(void (*before)(void), void (*parent)(void), void
     pthread_atfork(before, parent, child);
 }
 
+/* tern__thread_yield: let another ready thread run on this CPU (a
+ * spinner whose partner may share its core). */
+static inline void tern__thread_yield(void)
+{
+    sched_yield();
+}
+
+/*
+ * tern__sleep_ns: sleep at least ns nanoseconds (under a second), a pause
+ * between polls and never a timer; a signal may end it early on POSIX.
+ */
+static inline void tern__sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ns};
+    nanosleep(&ts, NULL);
+}
+
 #else /* _WIN32: backends/thread_win.c */
 
 typedef struct {
@@ -199,6 +217,9 @@ bool tern__thread_equal(tern__thread_t a, tern__thread_t b);
 int tern__tls_create(tern__tls_key_t *k, void (*at_exit)(void *));
 void tern__tls_set(tern__tls_key_t k, void *v);
 void tern__atfork(void (*before)(void), void (*parent)(void), void (*child)(void));
+void tern__thread_yield(void);
+/* Rounded up to whole milliseconds: Windows sleeps no finer. */
+void tern__sleep_ns(uint64_t ns);
 
 #endif
 

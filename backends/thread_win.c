@@ -22,7 +22,9 @@
  * deadline has passed by QueryPerformanceCounter. Fiber-local storage
  * (FlsAlloc) is used for keys because, unlike TlsAlloc, it runs a
  * callback when a thread ends. There is no fork, so tern__atfork
- * registers nothing.
+ * registers nothing. Sleep counts whole milliseconds (winpthreads'
+ * nanosleep truncates to them, so a 200 us poll would not sleep at all
+ * and its poller would spin): tern__sleep_ns rounds up instead.
  *
  * Names and CPUs: a thread's name is its description
  * (SetThreadDescription, wide characters), which exists from Windows 10
@@ -236,6 +238,16 @@ int tern__tls_create(tern__tls_key_t *k, void (*at_exit)(void *))
 void tern__tls_set(tern__tls_key_t k, void *v)
 {
     FlsSetValue(k, v);
+}
+
+void tern__thread_yield(void)
+{
+    SwitchToThread();
+}
+
+void tern__sleep_ns(uint64_t ns)
+{
+    Sleep((DWORD)((ns + 999999u) / 1000000u));
 }
 
 void tern__atfork(void (*before)(void), void (*parent)(void), void (*child)(void))

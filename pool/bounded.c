@@ -34,7 +34,6 @@
  * queue, truly: its cells are taken) until a worker skips the tombstones.
  */
 #include <errno.h>
-#include <sched.h>
 
 #include "bounded.h"
 #include "clock.h"
@@ -105,7 +104,7 @@ static uint64_t settled_now(struct tern__owed *owed)
          (settled = atomic_load_explicit(&owed->settled, memory_order_acquire)) & REPAYING; i++) {
         /* The repayer may be off its CPU: let it run rather than spin for a time slice. */
         if (i % 64 == 0)
-            sched_yield();
+            tern__thread_yield();
         else
             tern__spin_pause();
     }

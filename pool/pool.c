@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "env.h"
 #include "fault.h"
@@ -368,8 +367,7 @@ static bool wait_idle(struct tern__pool *p, bool cancel, uint64_t timeout_ns)
         tern__bounded_kick(p);
         if (tern__clock_now() >= deadline)
             return false;
-        struct timespec ts = {0, SHUTDOWN_POLL_NS};
-        nanosleep(&ts, NULL);
+        tern__sleep_ns(SHUTDOWN_POLL_NS);
     }
     return true;
 }
@@ -390,8 +388,7 @@ int tern_pool_shutdown(int mode, uint64_t timeout_ns)
     while (!atomic_compare_exchange_weak_explicit(&tern__pool_closing, &expected, true,
                                                   memory_order_seq_cst, memory_order_relaxed)) {
         expected = false;
-        struct timespec ts = {0, SHUTDOWN_POLL_NS};
-        nanosleep(&ts, NULL);
+        tern__sleep_ns(SHUTDOWN_POLL_NS);
     }
     struct tern__pool *p = tern__pool_current();
     if (p == NULL) {

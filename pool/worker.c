@@ -24,7 +24,6 @@
  */
 #define _LGPL_SOURCE /* the reader's `registered` flag, as in runtime/core/rcu.c */
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -417,7 +416,7 @@ static bool spin(struct worker *w, bool *busy)
          * thread at a time), a pure spin would only delay it.
          */
         if (i % YIELD_EVERY == 0)
-            sched_yield();
+            tern__thread_yield();
         else
             tern__spin_pause();
         if (i % TERN__SPIN_CLOCK_EVERY == 0 && tern__clock_now() >= deadline)

@@ -9,6 +9,13 @@
  * inside the callback; bounded jobs stream through the pool; an outside
  * thread pauses too. Every second round runs with a busy process on every
  * core (forked here, killed at the end of the round, and bounded by alarm).
+ * The first argument, if any, is the number of rounds (default 12).
+ *
+ * Windows builds it unchanged (test/win/meson.build) with what group_os.h
+ * says the platform lacks left out: no round is an RCU round (tern refuses
+ * TERN_LOOP_RCU there: no liburcu) and no round has busy processes (no
+ * fork), so every round runs quiet for one round's time. The seeded draws
+ * are the same, so a seed gives the same loop counts on both.
  *
  * Checked:
  *   - no callback of another loop and no bounded job starts while a
@@ -32,23 +39,19 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <urcu-qsbr.h>
-
+#include "group_os.h"
 #include "tern.h"
 
 #define ROUNDS 12
-#define ROUND_NS (300ull * 1000 * 1000)      /* how long a round keeps busy (twice on busy cores) */
-#define WATCHDOG_S 120                        /* a round that takes longer fails */
+#define ROUND_NS (300ull * 1000 * 1000) /* how long a round keeps busy (twice on busy cores) */
+#define WATCHDOG_S 120                  /* a round that takes longer fails */
 #define MAX_LOOPS 4
 #define CHAINS 3
 #define HOPS 40
@@ -144,7 +147,7 @@ static void in_exclusive(int who, tern_loop *loop, struct member *m)
     if (m != NULL)
         submit_one(loop, m);
     if (rcu_round) {
-        urcu_qsbr_synchronize_rcu();
+        group_os_synchronize_rcu();
         atomic_fetch_add(&rcu_syncs, 1);
     }
     for (int i = 0; i < 50; i++)
@@ -241,8 +244,7 @@ static void *outside_caster(void *arg)
 {
     uint64_t x = (uint64_t)(uintptr_t)arg | 1;
     while (cast_one()) {
-        struct timespec ts = {0, (long)(rnd(&x) % 200000)}; /* pacing, not synchronisation */
-        nanosleep(&ts, NULL);
+        group_os_pace((long)(rnd(&x) % 200000)); /* pacing, not synchronisation */
     }
     return NULL;
 }
@@ -274,7 +276,7 @@ static void setup(tern_loop *loop, void *arg)
 {
     struct member *m = arg;
     if (atomic_load(&setups_ran) != nloops)
-        atomic_fetch_add(&violations, 1); /* served before every loop's setup returned */
+        atomic_fetch_add(&violations, 1);            /* served before every loop's setup returned */
     uint64_t period = 20000 + rnd(&m->rng) % 200000; /* 20..220 µs */
     if (tern_timer_start(loop, period, period, tick, m, &m->timer) != 0)
         atomic_fetch_add(&violations, 1);
@@ -316,7 +318,7 @@ static void teardown(tern_loop *loop, void *arg)
 }
 
 /* ---------------------------------------------------------------- */
-/* The outside pauser, the busy processes, the watchdog              */
+/* The outside pauser, the watchdog                                  */
 /* ---------------------------------------------------------------- */
 
 static void *outside_pauser(void *arg)
@@ -335,38 +337,9 @@ static void *outside_pauser(void *arg)
         in_exclusive(OUTSIDE, NULL, NULL);
         tern_group_resume(group);
         atomic_fetch_add(&pauses, 1);
-        struct timespec ts = {0, (long)(rnd(&x) % 2000000)}; /* pacing, not synchronisation */
-        nanosleep(&ts, NULL);
+        group_os_pace((long)(rnd(&x) % 2000000)); /* pacing, not synchronisation */
     }
     return NULL;
-}
-
-static pid_t hogs[64];
-static unsigned nhogs;
-
-static void hogs_start(void)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    for (long i = 0; i < cpus && nhogs < 64; i++) {
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid == 0) {
-            alarm(WATCHDOG_S); /* bounded even if we die without killing it */
-            for (;;)
-                ;
-        }
-        if (pid > 0)
-            hogs[nhogs++] = pid;
-    }
-}
-
-static void hogs_stop(void)
-{
-    for (unsigned i = 0; i < nhogs; i++) {
-        kill(hogs[i], SIGKILL);
-        waitpid(hogs[i], NULL, 0);
-    }
-    nhogs = 0;
 }
 
 static pthread_mutex_t wd_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -394,7 +367,7 @@ static void *watchdog(void *arg)
                atomic_load(&jobs_made), atomic_load(&violations));
         printf("%u passed, %u failed\n", passed, failed + 1);
         fflush(stdout);
-        hogs_stop();
+        group_os_busy_stop();
         _exit(1);
     }
     return NULL;
@@ -407,8 +380,8 @@ static void *watchdog(void *arg)
 static void round_run(unsigned r, uint64_t *x)
 {
     nloops = 2 + (unsigned)(rnd(x) % 3);
-    rcu_round = rnd(x) % 2 == 0;
-    bool contended = r % 2 == 1;
+    rcu_round = rnd(x) % 2 == 0 && GROUP_OS_RCU; /* drawn anyway: the same draws everywhere */
+    bool contended = r % 2 == 1 && GROUP_OS_BUSY;
     atomic_store(&violations, 0);
     atomic_store(&pauses, 0);
     atomic_store(&member_pauses, 0);
@@ -429,7 +402,7 @@ static void round_run(unsigned r, uint64_t *x)
     pthread_t wd;
     pthread_create(&wd, NULL, watchdog, NULL);
     if (contended)
-        hogs_start();
+        group_os_busy_start(WATCHDOG_S);
 
     tern_loop_options lo;
     tern_loop_options_init(&lo);
@@ -443,7 +416,7 @@ static void round_run(unsigned r, uint64_t *x)
     if (rc != 0) {
         printf("FAIL: tern_group_new: %s\n", tern_strerror(rc));
         failed++;
-        hogs_stop();
+        group_os_busy_stop();
         return;
     }
     for (unsigned i = 0; i < nloops; i++) {
@@ -473,7 +446,7 @@ static void round_run(unsigned r, uint64_t *x)
     group = NULL;
 
     if (contended)
-        hogs_stop();
+        group_os_busy_stop();
     pthread_mutex_lock(&wd_lock);
     round_over = true;
     pthread_cond_signal(&wd_cond);
@@ -502,27 +475,27 @@ static void round_run(unsigned r, uint64_t *x)
              "round %u: every accepted broadcast ran once per loop and done once (%u accepted, "
              "%u fn of %u, %u done)",
              r, acc, atomic_load(&cast_fn_calls), acc * nloops, atomic_load(&cast_dones));
-    check(acc > 0 && atomic_load(&cast_fn_calls) == acc * nloops &&
-              atomic_load(&cast_dones) == acc,
+    check(acc > 0 && atomic_load(&cast_fn_calls) == acc * nloops && atomic_load(&cast_dones) == acc,
           what);
     unsigned bad = 0;
     for (unsigned c = 0; c < nloops * CHAINS; c++)
         for (unsigned n = 0; n <= HOPS; n++)
             bad += atomic_load(&hops_ran[c][n]) != 1;
-    snprintf(what, sizeof what, "round %u: every teardown hop ran exactly once (%u wrong of %u)",
-             r, bad, nloops * CHAINS * (HOPS + 1));
+    snprintf(what, sizeof what, "round %u: every teardown hop ran exactly once (%u wrong of %u)", r,
+             bad, nloops * CHAINS * (HOPS + 1));
     check(bad == 0, what);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const char *s = getenv("TERN_STRESS_SEED");
     if (s != NULL)
         seed = strtoull(s, NULL, 0);
-    printf("group_stress: seed %#llx (TERN_STRESS_SEED replays), %d rounds\n",
-           (unsigned long long)seed, ROUNDS);
+    unsigned rounds = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 0) : ROUNDS;
+    printf("group_stress: seed %#llx (TERN_STRESS_SEED replays), %u rounds\n",
+           (unsigned long long)seed, rounds);
     uint64_t x = seed | 1;
-    for (unsigned r = 0; r < ROUNDS; r++)
+    for (unsigned r = 0; r < rounds; r++)
         round_run(r, &x);
     tern_pool_shutdown(TERN_POOL_DRAIN, 10ull * 1000 * 1000 * 1000);
     printf("%u passed, %u failed\n", passed, failed);

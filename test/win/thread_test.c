@@ -7,7 +7,9 @@
  * thread's value, a detached thread's record goes when it ends, identity
  * holds on threads tern did and did not start, a key's exit callback
  * runs with the value the thread set, a thread's name is its description,
- * the usable CPUs are the process's mask and a pin keeps a thread on one.
+ * the usable CPUs are the process's mask and a pin keeps a thread on one,
+ * a sleep lasts at least what it asked (shorter than Windows' millisecond
+ * too) and a yield lets a thread on the same CPU run.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -411,6 +413,58 @@ TEST(pin_keeps_the_thread_on_one_cpu)
         CHECK(pin_on_thread(cpus[n - 1] + 1).rc == -EINVAL);
 }
 
+static uint64_t qpc_ns(void)
+{
+    LARGE_INTEGER c, f;
+    QueryPerformanceCounter(&c);
+    QueryPerformanceFrequency(&f);
+    return (uint64_t)c.QuadPart / (uint64_t)f.QuadPart * 1000000000u +
+           (uint64_t)c.QuadPart % (uint64_t)f.QuadPart * 1000000000u / (uint64_t)f.QuadPart;
+}
+
+/* A sleep lasts at least its request, also under a millisecond (the pool's
+ * shutdown polls every 200 us: a sleep that ended at once would spin). */
+TEST(sleep_lasts_at_least_its_request)
+{
+    static const uint64_t asks[] = {1, 200000, 999999, 1500000};
+    for (unsigned i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        for (int round = 0; round < 5; round++) {
+            uint64_t start = qpc_ns();
+            tern__sleep_ns(asks[i]);
+            CHECK(qpc_ns() - start >= asks[i]);
+        }
+    }
+}
+
+static atomic_int yield_flag;
+
+static void *set_flag_pinned(void *arg)
+{
+    tern__thread_pin(*(int *)arg);
+    atomic_store(&yield_flag, 1);
+    return NULL;
+}
+
+/* With both threads pinned to one CPU, a spinner that yields lets the
+ * other one run and set the flag it waits for. */
+TEST(yield_lets_a_thread_on_the_same_cpu_run)
+{
+    int cpus[TERN__CPUS_MAX];
+    tern__cpus_usable(cpus, TERN__CPUS_MAX);
+    CHECK(tern__thread_pin(cpus[0]) == 0);
+    atomic_store(&yield_flag, 0);
+    tern__thread_t t;
+    CHECK(tern__thread_start(&t, set_flag_pinned, &cpus[0]) == 0);
+    uint64_t end = qpc_ns() + 20ull * 1000000000u; /* a liveness bound */
+    while (atomic_load(&yield_flag) == 0 && qpc_ns() < end)
+        tern__thread_yield();
+    CHECK(atomic_load(&yield_flag) == 1);
+    tern__thread_join(t, NULL);
+    DWORD_PTR all = 0, system;
+    GetProcessAffinityMask(GetCurrentProcess(), &all, &system);
+    SetThreadAffinityMask(GetCurrentThread(), all); /* unpin the main thread */
+}
+
 static const struct runner_test tests[] = {
     RUNNER_TEST(mutex_excludes_four_threads),
     RUNNER_TEST(timed_wait_times_out_at_its_deadline),
@@ -424,6 +478,8 @@ static const struct runner_test tests[] = {
     RUNNER_TEST(thread_name_is_the_description),
     RUNNER_TEST(usable_cpus_are_the_process_mask),
     RUNNER_TEST(pin_keeps_the_thread_on_one_cpu),
+    RUNNER_TEST(sleep_lasts_at_least_its_request),
+    RUNNER_TEST(yield_lets_a_thread_on_the_same_cpu_run),
 };
 
 int main(void)
