@@ -187,14 +187,17 @@ int tern__thread_start(tern__thread_t *t, void *(*fn)(void *), void *arg)
     *r = (struct tern__thread_rec){.fn = fn, .arg = arg};
     atomic_init(&r->refs, 2);
     /* _beginthreadex, not CreateThread: the C runtime's per-thread state
-     * is set up and torn down with the thread. */
-    uintptr_t h = _beginthreadex(NULL, 0, trampoline, r, 0, NULL);
+     * is set up and torn down with the thread. Suspended until its handle
+     * is in the record: a thread that detaches itself at once reads it,
+     * and may free the record before this call would have stored it. */
+    uintptr_t h = _beginthreadex(NULL, 0, trampoline, r, CREATE_SUSPENDED, NULL);
     if (h == 0) {
         free(r);
         return -EAGAIN;
     }
     r->handle = (HANDLE)h;
     *t = r;
+    ResumeThread((HANDLE)h);
     return 0;
 }
 
