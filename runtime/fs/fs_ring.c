@@ -179,6 +179,13 @@ static bool data_read(tern_loop *loop, struct fs_ring *f, int res)
     return true;
 }
 
+/* close(2)'s EINTR, made here or by the kernel, has released the
+ * descriptor too (fs.h): only another error fails the request. */
+static bool close_failed(int res)
+{
+    return res < 0 && res != -EINTR;
+}
+
 /*
  * The last read and its close, both done (the close whatever the read
  * did). A read that ends short ends the file: it shrank since its stat.
@@ -198,9 +205,7 @@ static bool last_read(tern_loop *loop, struct fs_ring *f, int res, int closed)
     }
     if (res < 0)
         return fail(loop, f, res);
-    /* close(2)'s EINTR, made here or by the kernel, has released the
-     * descriptor too (fs.h). */
-    if (closed < 0 && closed != -EINTR)
+    if (close_failed(closed))
         return fail(loop, f, closed);
     r->done += (size_t)res;
     tern__fs_read_end(r);
@@ -231,9 +236,7 @@ static bool advance(tern_loop *loop, struct fs_ring *f, int res)
         return data_read(loop, f, res);
     default:
         TERN_INSIST(r->step == RING_CLOSE);
-        /* close(2)'s EINTR, made here or by the kernel, has released the
-         * descriptor too (fs.h). */
-        if (res < 0 && res != -EINTR)
+        if (close_failed(res))
             return fail(loop, f, res);
         tern__fs_read_end(r);
         settle(loop, f, 0);
