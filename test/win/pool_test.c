@@ -417,6 +417,10 @@ TEST(a_cancel_from_another_thread_is_requested_and_done_agrees)
     CHECK(tern__thread_start(&t, cancel_from_thread, &q) == 0);
     tern__thread_join(t, &rc);
     CHECK((int)(intptr_t)rc == TERN_CANCEL_REQUESTED);
+    /* The loop carries the cancel out in its next turn: q is still queued
+     * behind run (the gate is shut), so it stops and is done at once. */
+    PUMP_UNTIL(loop, atomic_load(&q.dones) == 1);
+    CHECK(atomic_load(&entered) == 1 && atomic_load(&run.dones) == 0);
     atomic_store(&gate, true);
     CHECK(tern_loop_run(loop) == 0);
     CHECK(atomic_load(&q.dones) == 1);
@@ -428,9 +432,13 @@ TEST(a_cancel_from_another_thread_is_requested_and_done_agrees)
 }
 
 /* A few hundred jobs, every fifth cancelled from inside the loop: the
- * statistics add up on the loop's thread, and each job has its done once. */
+ * statistics add up on the loop's thread, and each job has its done once.
+ * Two gated jobs hold both bounded workers until the cancels are made, so
+ * the bounded fifths are still queued then and some cancel surely stops. */
 #define MANY 400
-static struct job many[MANY];
+#define HOLDERS 2
+static struct job many[MANY], holders[HOLDERS];
+static atomic_bool holders_gate;
 
 static void cancel_fifths(tern_loop *loop, void *arg)
 {
@@ -439,6 +447,7 @@ static void cancel_fifths(tern_loop *loop, void *arg)
         int rc = tern_cancel(loop, many[i].id);
         CHECK(rc >= 0 || rc == -ENOENT); /* -ENOENT: delivered already */
     }
+    atomic_store(&holders_gate, true);
 }
 
 TEST(statistics_add_up_and_each_job_is_done_once)
@@ -449,11 +458,18 @@ TEST(statistics_add_up_and_each_job_is_done_once)
     /* The outcome counters are the process's, across pools: deltas. */
     tern_pool_stats s0 = pool_stats();
     tern_loop *loop = new_loop(0, 0);
+    atomic_int entered = 0;
+    atomic_store(&holders_gate, false);
+    for (int i = 0; i < HOLDERS; i++) {
+        job_init(&holders[i], &holders_gate, &entered);
+        CHECK(submit(loop, TERN_BOUNDED, &holders[i]) == 0);
+    }
+    WAIT_UNTIL(atomic_load(&entered) == HOLDERS);
     for (int i = 0; i < MANY; i++) {
         job_init(&many[i], NULL, NULL);
         CHECK(submit(loop, i % 7 == 0 ? TERN_LONG : TERN_BOUNDED, &many[i]) == 0);
     }
-    CHECK(pool_stats().submitted - s0.submitted == MANY);
+    CHECK(pool_stats().submitted - s0.submitted == HOLDERS + MANY);
     CHECK(tern_defer(loop, cancel_fifths, NULL) == 0);
     CHECK(tern_loop_run(loop) == 0);
     unsigned ok = 0, cancelled = 0, once = 0, ids_distinct = 1;
@@ -470,10 +486,12 @@ TEST(statistics_add_up_and_each_job_is_done_once)
     CHECK(ok + cancelled == MANY);
     CHECK(cancelled > 0);
     CHECK(ids_distinct);
+    for (int i = 0; i < HOLDERS; i++)
+        CHECK(atomic_load(&holders[i].dones) == 1 && holders[i].status == 0);
     /* Read on the loop's thread after its dones: every outcome counted. */
     tern_pool_stats s = pool_stats();
-    CHECK(s.submitted - s0.submitted == MANY);
-    CHECK(s.completed - s0.completed == ok);
+    CHECK(s.submitted - s0.submitted == HOLDERS + MANY);
+    CHECK(s.completed - s0.completed == HOLDERS + ok);
     CHECK(s.cancelled - s0.cancelled == cancelled);
     CHECK(s.completed + s.cancelled + s.timed_out == s.submitted);
     CHECK(s.threads == 2);
