@@ -118,17 +118,24 @@ void tern__fault_fs_errno(int err)
     atomic_store(&fs_errno, err < 0 ? err : -err);
 }
 
-/* The hold: none, armed (the next call is held), or a call is held. */
+/* The hold: none, armed (a call to come is held), or a call is held. */
 enum { HOLD_NONE, HOLD_ARMED, HOLD_HELD };
 static _Atomic int hold = HOLD_NONE;
+static unsigned hold_skip; /* armed: calls still let through first (hold_lock) */
 static tern__mutex_t hold_lock = TERN__MUTEX_INIT;
 static tern__cond_t hold_cond = TERN__COND_INIT;
 
-void tern__fault_fs_hold(void)
+void tern__fault_fs_hold_after(unsigned calls)
 {
     tern__mutex_lock(&hold_lock);
+    hold_skip = calls;
     atomic_store(&hold, HOLD_ARMED);
     tern__mutex_unlock(&hold_lock);
+}
+
+void tern__fault_fs_hold(void)
+{
+    tern__fault_fs_hold_after(0);
 }
 
 bool tern__fault_fs_held(void)
@@ -144,11 +151,14 @@ void tern__fault_fs_release(void)
     tern__mutex_unlock(&hold_lock);
 }
 
-/* The first caller to find the hold armed takes it and waits for release. */
+/* The first caller to find the hold armed with nothing left to let
+ * through takes it and waits for release. */
 static void hold_here(void)
 {
     tern__mutex_lock(&hold_lock);
-    if (atomic_load(&hold) == HOLD_ARMED) {
+    if (atomic_load(&hold) == HOLD_ARMED && hold_skip > 0) {
+        hold_skip--;
+    } else if (atomic_load(&hold) == HOLD_ARMED) {
         atomic_store(&hold, HOLD_HELD);
         while (atomic_load(&hold) == HOLD_HELD)
             tern__cond_wait(&hold_cond, &hold_lock);

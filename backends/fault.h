@@ -104,6 +104,9 @@ int tern__fs_fault_made(void);
  * held now.
  */
 void tern__fault_fs_hold(void);
+/* The same hold, on the call that comes after `calls` more were let through
+ * (tern__fault_fs_hold is tern__fault_fs_hold_after(0)). */
+void tern__fault_fs_hold_after(unsigned calls);
 bool tern__fault_fs_held(void);
 void tern__fault_fs_release(void);
 

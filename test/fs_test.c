@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -755,6 +756,65 @@ Test(fs, read_file_refuses_special_files_at_once_and_the_worker_stays_free)
     cr_assert(S_ISFIFO(st.res.st.st_mode));
     close(sfd);
     end(loop);
+}
+
+/*
+ * A terminal put in the path's place between read_file's stat and its open
+ * is refused at the descriptor (-ENOTSUP) and, opened O_NOCTTY, never
+ * becomes the controlling terminal of the process, a session leader
+ * without one. The pool's steps: the hold lets the stat through and keeps
+ * the open until the path is swapped. In a child, the leader of a new
+ * session; its exit status says which check failed (0: none, 77: no
+ * pseudo-terminal to try).
+ */
+static int pool_terminal_child(void)
+{
+    if (setsid() < 0)
+        return 1;
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname(master) == NULL)
+        return 77;
+    tern_pool_config cfg = ph_config(1, 16, 4);
+    if (tern_pool_start(&cfg) != 0)
+        return 2;
+    tern_loop *loop = NULL;
+    if (tern_loop_new(&loop, NULL) != 0)
+        return 2;
+    rec r = {0};
+    tern__fault_fs_hold_after(1); /* the stat goes through; the open waits */
+    if (tern_fs_read_file(loop, at("f"), NULL, rec_cb, &r, NULL) != 0)
+        return 3;
+    bool ok;
+    PH_WAIT_UNTIL(ok, tern__fault_fs_held());
+    if (!ok)
+        return 4;
+    if (unlink(at("f")) != 0 || symlink(ptsname(master), at("f")) != 0)
+        return 5;
+    tern__fault_fs_release();
+    PH_PUMP_UNTIL(ok, loop, atomic_load(&r.calls) == 1);
+    if (!ok || r.status != -ENOTSUP)
+        return 6;
+    tern_loop_free(loop);
+    if (open("/dev/tty", O_RDONLY | O_NOCTTY) >= 0)
+        return 7; /* the terminal became the controlling one */
+    return 0;
+}
+
+Test(fs, a_terminal_put_in_the_paths_place_is_not_made_controlling)
+{
+    make_dir();
+    put_file(at("f"), "content", 7);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0)
+        _exit(pool_terminal_child());
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    remove_tree(dir);
+    cr_assert(WIFEXITED(st), "the child did not exit");
+    if (WEXITSTATUS(st) == 77)
+        cr_skip_test("no pseudo-terminal");
+    cr_assert_eq(WEXITSTATUS(st), 0, "check %d failed", WEXITSTATUS(st));
 }
 
 /*

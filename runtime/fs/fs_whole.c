@@ -161,8 +161,9 @@ static void *read_open(struct tern__fs_req *r)
     if (!S_ISSOCK(r->res.st.st_mode) && (rc = tern__fs_refuse_kind(&r->res.st)) < 0)
         return finish(r, rc);
     /* O_NONBLOCK: a FIFO or a device that waits for a carrier put in the
-     * path's place since the stat opens at once; fstat then refuses it. */
-    int fd = tern__fs_sys_open(r->path, O_RDONLY | O_NONBLOCK, 0);
+     * path's place since the stat opens at once; fstat then refuses it.
+     * O_NOCTTY: a terminal put there never becomes the process's. */
+    int fd = tern__fs_sys_open(r->path, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
     if (fd < 0)
         return finish(r, fd);
     r->own_fd = fd;
