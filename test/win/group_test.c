@@ -582,6 +582,7 @@ struct cast {
 static struct cast casts[RACE_CASTS];
 static tern_group *race_g;
 static atomic_uint race_pauses, race_bad;
+static atomic_uint race_accepted; /* this round's accepted broadcasts, as the caster counts */
 
 static void race_fn(tern_loop *loop, unsigned index, void *arg)
 {
@@ -607,7 +608,7 @@ static void *race_caster(void *arg)
         if (rc != 0)
             atomic_fetch_add(&race_bad, 1);
         else
-            accepted++;
+            atomic_store(&race_accepted, (unsigned)++accepted);
         if (accepted % 16 == 0)
             Sleep(0);
     }
@@ -635,7 +636,10 @@ static void *race_pauser(void *arg)
 
 /* Broadcasts and pauses from two outside threads race the shutdown, 20
  * rounds: each accepted broadcast ran once on every member and done once,
- * every one the shutdown refused ran nowhere, and the group ends. */
+ * every one the shutdown refused ran nowhere, and the group ends. The
+ * shutdown comes once both have made at least one call of the round (a
+ * loaded machine may not run them within a fixed sleep), then a few ms
+ * later. */
 TEST(broadcasts_and_pauses_racing_the_shutdown)
 {
     unsigned total = 0;
@@ -646,9 +650,12 @@ TEST(broadcasts_and_pauses_racing_the_shutdown)
         tern_group *g = race_g = group_new(LOOPS, false);
         CHECK(tern_group_start(g) == 0);
         tern__thread_t caster, pauser;
+        unsigned pauses_before = atomic_load(&race_pauses);
+        atomic_store(&race_accepted, 0);
         CHECK(tern__thread_start(&caster, race_caster, NULL) == 0);
         CHECK(tern__thread_start(&pauser, race_pauser, NULL) == 0);
-        Sleep(5 + round % 5);
+        WAIT_UNTIL(atomic_load(&race_accepted) > 0 && atomic_load(&race_pauses) > pauses_before);
+        Sleep(round % 5);
         CHECK(tern_group_shutdown(g) == 0);
         void *accepted = NULL;
         tern__thread_join(caster, &accepted);
@@ -667,7 +674,8 @@ TEST(broadcasts_and_pauses_racing_the_shutdown)
     printf("(%u broadcasts accepted, %u pauses, in %d rounds)\n", total, atomic_load(&race_pauses),
            RACE_ROUNDS);
     CHECK(atomic_load(&race_bad) == 0);
-    CHECK(total > 0);
+    CHECK(total >= RACE_ROUNDS);
+    CHECK(atomic_load(&race_pauses) >= RACE_ROUNDS);
 }
 
 /* ---------------------------------------------------------------- */
