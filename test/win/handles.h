@@ -18,12 +18,19 @@
  * the main thread's stay until the process ends, and are no leak.
  *
  * The warm-up also makes every other thread of tern's touch its
- * thread-locals once (a pool job of each class, a one-member group):
- * libgcc's emulation numbers a thread-local the first time any thread
- * touches it, under one process-wide winpthreads mutex, and that mutex
- * makes its event (a handle kept to the end) the first time two threads
- * meet in it. Two workers starting at once met there at a moment of the
- * run's choosing, so a count taken before that moment was one short.
+ * thread-locals once (a pool job of each class, a one-member group), so
+ * their numbering is done before the count.
+ *
+ * Events are counted apart and not compared. tern makes none (its locks,
+ * waits and wake-ups are SRW locks, condition variables and the port),
+ * while winpthreads makes one in each thread's record; and under load
+ * (three copies of pool_test at once under wine) about one run in seventy
+ * ended with one Event more than it began with, never more than one,
+ * never another type, and for good (it was still there seconds later).
+ * Every Event a traced run made came from winpthreads' record of a
+ * thread; which of them outlives its thread was not pinned down. A leak
+ * of tern's shows in the other types: a thread not joined keeps its
+ * Thread handles, a loop its port, a watch its AFD helper (File).
  */
 #ifndef TERN_WIN_HANDLES_H
 #define TERN_WIN_HANDLES_H
@@ -31,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <windows.h>
 
 #include "tern.h"
@@ -39,10 +47,31 @@
 #define HANDLES_KEPT 256u /* open values remembered, to name a leak */
 
 struct handles {
-    DWORD reported; /* GetProcessHandleCount (0 under wine) */
-    unsigned open;  /* the walk's count */
-    uintptr_t value[HANDLES_KEPT]; /* the first open values, ascending */
+    DWORD reported; /* GetProcessHandleCount (0 under wine), less the Events */
+    unsigned open;  /* the walk's count of open handles that are not Events */
+    unsigned events; /* the walk's Events (not compared: the comment at the top) */
+    uintptr_t value[HANDLES_KEPT]; /* the first values counted in open, ascending */
 };
+
+/* handles_kind: the object type of an open handle (NtQueryObject's type
+ * information, looked up in ntdll at run time), or "?" when not told. */
+static void handles_kind(uintptr_t v, char *out, size_t room)
+{
+    typedef LONG(WINAPI * query_fn)(HANDLE, int, void *, ULONG, ULONG *);
+    HMODULE ntdll = GetModuleHandleA("ntdll.dll");
+    query_fn query = ntdll != NULL ? (query_fn)(void (*)(void))GetProcAddress(ntdll, "NtQueryObject")
+                                   : NULL;
+    union {
+        struct {
+            USHORT length, room;
+            WCHAR *text;
+        } name; /* the UNICODE_STRING that opens the type information */
+        char space[1024];
+    } info;
+    snprintf(out, room, "?");
+    if (query != NULL && query((HANDLE)v, 2 /* ObjectTypeInformation */, &info, sizeof info, NULL) >= 0)
+        snprintf(out, room, "%.*ls", (int)(info.name.length / sizeof(WCHAR)), info.name.text);
+}
 
 static struct handles handles_now(void)
 {
@@ -53,14 +82,22 @@ static struct handles handles_now(void)
     for (uintptr_t v = 4; misses < HANDLES_GAP; v += 4) {
         DWORD flags;
         if (GetHandleInformation((HANDLE)v, &flags)) {
-            if (h.open < HANDLES_KEPT)
-                h.value[h.open] = v;
-            h.open++;
+            char kind[64];
+            handles_kind(v, kind, sizeof kind);
+            if (strcmp(kind, "Event") == 0) {
+                h.events++;
+            } else {
+                if (h.open < HANDLES_KEPT)
+                    h.value[h.open] = v;
+                h.open++;
+            }
             misses = 0;
         } else {
             misses++;
         }
     }
+    if (h.reported != (DWORD)-1 && h.reported >= h.events)
+        h.reported -= h.events;
     return h;
 }
 
@@ -100,26 +137,6 @@ static void handles_warm_up(void)
     (void)tern_pool_shutdown(TERN_POOL_DRAIN, UINT64_C(10000000000));
 }
 
-/* handles_kind: the object type of an open handle (NtQueryObject's type
- * information, looked up in ntdll at run time), or "?" when not told. */
-static void handles_kind(uintptr_t v, char *out, size_t room)
-{
-    typedef LONG(WINAPI * query_fn)(HANDLE, int, void *, ULONG, ULONG *);
-    HMODULE ntdll = GetModuleHandleA("ntdll.dll");
-    query_fn query = ntdll != NULL ? (query_fn)(void (*)(void))GetProcAddress(ntdll, "NtQueryObject")
-                                   : NULL;
-    union {
-        struct {
-            USHORT length, room;
-            WCHAR *text;
-        } name; /* the UNICODE_STRING that opens the type information */
-        char space[1024];
-    } info;
-    snprintf(out, room, "?");
-    if (query != NULL && query((HANDLE)v, 2 /* ObjectTypeInformation */, &info, sizeof info, NULL) >= 0)
-        snprintf(out, room, "%.*ls", (int)(info.name.length / sizeof(WCHAR)), info.name.text);
-}
-
 /* handles_name_new: prints each value open in now but not in then (within
  * the values both remember), with its object type. */
 static void handles_name_new(struct handles then, struct handles now)
@@ -145,8 +162,10 @@ static bool handles_same(struct handles before, struct handles after)
 {
     if (before.reported == after.reported && before.open == after.open)
         return true;
-    fprintf(stderr, "handles: GetProcessHandleCount %lu -> %lu, open (walk) %u -> %u\n",
-            (unsigned long)before.reported, (unsigned long)after.reported, before.open, after.open);
+    fprintf(stderr,
+            "handles: GetProcessHandleCount %lu -> %lu, open (walk) %u -> %u (Events, not compared: %u -> %u)\n",
+            (unsigned long)before.reported, (unsigned long)after.reported, before.open, after.open,
+            before.events, after.events);
     handles_name_new(before, after);
     handles_name_new(after, before);
     return false;

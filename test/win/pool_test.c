@@ -281,6 +281,7 @@ TEST(max_operations_refuses_and_changes_nothing)
     job_init(&j, &gate, &entered);
     job_init(&victim, NULL, NULL);
     CHECK(submit(loop, TERN_BOUNDED, &j) == 0);
+    WAIT_UNTIL(atomic_load(&entered) == 1); /* running: the queue holds still while we look */
     expect_refusal(loop, TERN_BOUNDED, &victim, OPERATIONS);
     expect_refusal(loop, TERN_LONG, &victim, OPERATIONS);
     atomic_store(&gate, true);
@@ -302,6 +303,7 @@ TEST(credits_hold_results_back_and_never_lose_one)
         CHECK(l.undelivered == (unsigned)i + 1);
         CHECK(l.undelivered_peak == (unsigned)i + 1);
     }
+    WAIT_UNTIL(atomic_load(&entered) == MAXU); /* running: the queue holds still while we look */
     job_init(&victim, NULL, NULL);
     /* Per loop, not per class. */
     expect_refusal(loop, TERN_BOUNDED, &victim, UNDELIVERED);
