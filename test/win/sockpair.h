@@ -46,7 +46,7 @@ static bool sockpair(SOCKET *a, SOCKET *b)
 }
 
 /* sockpair_reset: close s with a reset (SO_LINGER 0) rather than a FIN. */
-static void sockpair_reset(SOCKET s)
+static inline void sockpair_reset(SOCKET s)
 {
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(s, SOL_SOCKET, SO_LINGER, (const char *)&lg, sizeof(lg));
