@@ -142,13 +142,13 @@ struct iocp_state {
     /* Set (release) by wake() after its packet was posted; taken (acquire)
      * by wake_take(): the packet is in the port once this is true. */
     _Atomic bool wake_landed;
-    unsigned seen;  /* wake packets a wait retrieved that no wake_take has taken */
-    unsigned stale; /* wakes taken before a wait retrieved their packet */
+    unsigned seen;       /* wake packets a wait retrieved that no wake_take has taken */
+    unsigned stale;      /* wakes taken before a wait retrieved their packet */
     struct sock **table; /* fd -> live record */
     unsigned table_len;
-    struct sock *armq;                     /* to be polled at the next wait */
-    struct sock *ready_head, *ready_tail;  /* reports not yet handed out, oldest first */
-    unsigned in_flight;                    /* polls the kernel holds */
+    struct sock *armq;                    /* to be polled at the next wait */
+    struct sock *ready_head, *ready_tail; /* reports not yet handed out, oldest first */
+    unsigned in_flight;                   /* polls the kernel holds */
 };
 
 /* Test seam (backend.h): completions the last close() waited for. */
@@ -391,7 +391,7 @@ static int add(struct iocp_state *s, int fd, unsigned events)
     return 0;
 }
 
-static void delete(struct iocp_state *s, struct sock *k)
+static void unwatch(struct iocp_state *s, struct sock *k)
 {
     s->table[k->fd] = NULL;
     k->dead = true;
@@ -411,7 +411,7 @@ static int iocp_modify(struct tern__backend *b, int fd, unsigned old_events, uns
     if (old_events == 0 || k == NULL)
         return new_events == 0 ? 0 : add(s, fd, new_events);
     if (new_events == 0) {
-        delete(s, k);
+        unwatch(s, k);
         return 0;
     }
     k->interest = new_events;
@@ -454,7 +454,7 @@ static void iocp_close(struct tern__backend *b)
     struct iocp_state *s = b->state;
     for (unsigned fd = 0; fd < s->table_len; fd++)
         if (s->table[fd] != NULL)
-            delete(s, s->table[fd]);
+            unwatch(s, s->table[fd]);
     /* Every poll still in the kernel writes its record until its packet is
      * retrieved: wait for each one (cancelled, they come promptly). */
     close_drained = 0;

@@ -35,8 +35,8 @@ struct seen {
     int calls;
     unsigned events; /* all the calls' events */
     unsigned last;
-    bool consume;    /* read a byte on each readable report */
-    bool stop;       /* stop the watcher on the first call */
+    bool consume; /* read a byte on each readable report */
+    bool stop;    /* stop the watcher on the first call */
 };
 
 static void on_io(tern_loop *loop, tern_id id, tern_os_sock_t fd, unsigned events, void *arg)
