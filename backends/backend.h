@@ -289,6 +289,9 @@ extern const struct tern__backend_ops tern__backend_poll;
 #else
 /* Windows: the only backend there (poll.c is POSIX). */
 extern const struct tern__backend_ops tern__backend_iocp;
+/* Test seam: how many socket polls the last iocp close() cancelled and
+ * waited for (their completions drained before the records were freed). */
+unsigned tern__iocp_close_drained(void);
 #endif
 #ifdef TERN_HAVE_EPOLL
 extern const struct tern__backend_ops tern__backend_epoll;

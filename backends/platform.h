@@ -94,8 +94,8 @@ void tern__wake_sleep(const struct tern__wake *w, struct tern__backend *b);
 /*
  * tern__fd_watchable: whether fd can be handed to the backend for
  * readiness (tern_io_start). Returns 0; -EBADF for a negative fd or one
- * that is not open (fcntl's F_GETFD); on Windows -EOPNOTSUPP: the IOCP
- * backend watches no socket yet (docs/design.md, "Building for Windows").
+ * that is not open (fcntl's F_GETFD); on Windows -ENOTSOCK for anything
+ * but a socket (the IOCP backend watches sockets only).
  */
 int tern__fd_watchable(int fd);
 

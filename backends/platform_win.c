@@ -13,8 +13,10 @@
  *   member sleeps in the port's own wait (tern__wake_sleep): the port
  *   reports nothing but wake packets, so the wait takes nothing a turn
  *   would have needed.
- * - No descriptor can be watched yet: tern__fd_watchable says
- *   -EOPNOTSUPP, so tern_io_start refuses before anything is admitted.
+ * - Only sockets can be watched (the IOCP backend polls them through
+ *   AFD): tern__fd_watchable refuses anything else with -ENOTSOCK, so
+ *   tern_io_start refuses before anything is admitted. The backend's
+ *   modify checks again, for tern_wait_fd and the runtime's own watches.
  * - Memory: Windows has no MAP_POPULATE, so tern__map_populated is
  *   VirtualAlloc's committed pages, which are made present as they are
  *   touched (pages_win.c has the lazy pages and aligned blocks).
@@ -27,10 +29,12 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <winsock2.h>
 #include <windows.h>
 
 #include "backend.h"
 #include "check.h"
+#include "error_win.h"
 #include "platform.h"
 #include "watch_ops.h"
 
@@ -60,15 +64,21 @@ void tern__wake_sleep(const struct tern__wake *w, struct tern__backend *b)
 {
     (void)w; /* never open: the port is the wake-up (tern__wake_open) */
     struct tern__fired none[1];
-    /* -1: until a wake packet, which is all the port can report. */
-    int n = b->ops->wait(b, -1, none, 1);
+    /* -1 and room for nothing: until a wake packet. Socket reports that
+     * come meanwhile stay in the backend for the loop's next wait. */
+    int n = b->ops->wait(b, -1, none, 0);
     TERN_INSIST(n <= 0);
 }
 
 int tern__fd_watchable(int fd)
 {
-    (void)fd;
-    return -EOPNOTSUPP;
+    if (fd < 0)
+        return -EBADF;
+    int type = 0, len = sizeof(type);
+    SOCKET s = (SOCKET)(uintptr_t)(unsigned)fd;
+    if (getsockopt(s, SOL_SOCKET, SO_TYPE, (char *)&type, &len) != 0)
+        return tern__error_win((unsigned long)WSAGetLastError());
+    return 0;
 }
 
 unsigned tern__cpu_count(void)

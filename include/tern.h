@@ -464,8 +464,8 @@ typedef void (*tern_io_cb)(tern_loop *loop, tern_id id, tern_os_sock_t fd, unsig
  *          NULL cb, or events with bits other than READABLE|WRITABLE, or
  *          no bits at all; -EEXIST when fd is already watched by this or
  *          any other loop (G4); -EPERM for an fd the backend cannot watch
- *          (a regular file under epoll); -EOPNOTSUPP on Windows, where no
- *          socket can be watched yet; -EAGAIN at max_operations;
+ *          (a regular file under epoll); -ENOTSOCK on Windows for
+ *          anything but a socket (only sockets can be watched there); -EAGAIN at max_operations;
  *          -ENOMEM; -ESHUTDOWN while the loop is being freed.
  * Ownership: the fd stays the caller's; stop the watcher before closing it.
  * Threads: loop-only.

@@ -39,7 +39,7 @@ extern "C" {
  *          an unknown or closed owner or a timeout over 2^62 ns; -EEXIST
  *          when fd is already watched by this or another loop; -EPERM for
  *          an fd the backend cannot watch (a regular file on epoll);
- *          -EOPNOTSUPP on Windows, where no socket can be watched yet;
+ *          -ENOTSOCK on Windows for anything but a socket;
  *          -ENOMEM; -ESHUTDOWN while the loop is being freed; -EAGAIN with
  *          TERN_REFUSED_OWNER_CAP, TERN_REFUSED_UNDELIVERED or
  *          TERN_REFUSED_OPERATIONS. On error done never runs and nothing
