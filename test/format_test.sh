@@ -33,7 +33,7 @@ long_lines() { awk 'length($0) > 100 { print FILENAME ":" FNR }' "$@"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp .clang-format "$tmp/"
-cp runtime/error.c "$tmp/planted.c"
+cp runtime/core/error.c "$tmp/planted.c"
 printf 'int  tern__planted( int a ){return a;}\n' >>"$tmp/planted.c"
 if clang-format --dry-run --Werror "$tmp/planted.c" >/dev/null 2>&1; then
     fail "a line out of the style passes the formatter check"

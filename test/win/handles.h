@@ -47,9 +47,9 @@
 #define HANDLES_KEPT 256u /* open values remembered, to name a leak */
 
 struct handles {
-    DWORD reported; /* GetProcessHandleCount (0 under wine), less the Events */
-    unsigned open;  /* the walk's count of open handles that are not Events */
-    unsigned events; /* the walk's Events (not compared: the comment at the top) */
+    DWORD reported;                /* GetProcessHandleCount (0 under wine), less the Events */
+    unsigned open;                 /* the walk's count of open handles that are not Events */
+    unsigned events;               /* the walk's Events (not compared: the comment at the top) */
     uintptr_t value[HANDLES_KEPT]; /* the first values counted in open, ascending */
 };
 
@@ -59,8 +59,8 @@ static void handles_kind(uintptr_t v, char *out, size_t room)
 {
     typedef LONG(WINAPI * query_fn)(HANDLE, int, void *, ULONG, ULONG *);
     HMODULE ntdll = GetModuleHandleA("ntdll.dll");
-    query_fn query = ntdll != NULL ? (query_fn)(void (*)(void))GetProcAddress(ntdll, "NtQueryObject")
-                                   : NULL;
+    query_fn query =
+        ntdll != NULL ? (query_fn)(void (*)(void))GetProcAddress(ntdll, "NtQueryObject") : NULL;
     union {
         struct {
             USHORT length, room;
@@ -69,7 +69,8 @@ static void handles_kind(uintptr_t v, char *out, size_t room)
         char space[1024];
     } info;
     snprintf(out, room, "?");
-    if (query != NULL && query((HANDLE)v, 2 /* ObjectTypeInformation */, &info, sizeof info, NULL) >= 0)
+    if (query != NULL &&
+        query((HANDLE)v, 2 /* ObjectTypeInformation */, &info, sizeof info, NULL) >= 0)
         snprintf(out, room, "%.*ls", (int)(info.name.length / sizeof(WCHAR)), info.name.text);
 }
 
@@ -163,7 +164,8 @@ static bool handles_same(struct handles before, struct handles after)
     if (before.reported == after.reported && before.open == after.open)
         return true;
     fprintf(stderr,
-            "handles: GetProcessHandleCount %lu -> %lu, open (walk) %u -> %u (Events, not compared: %u -> %u)\n",
+            "handles: GetProcessHandleCount %lu -> %lu, open (walk) %u -> %u (Events, not "
+            "compared: %u -> %u)\n",
             (unsigned long)before.reported, (unsigned long)after.reported, before.open, after.open,
             before.events, after.events);
     handles_name_new(before, after);
