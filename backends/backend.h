@@ -24,12 +24,13 @@ struct tern__fired {
  * (struct tern__backend's `completes`, set once the backend can).
  */
 enum {
-    TERN__DO_RECV = 1u << 0,     /* ops->recv: a stream socket's multishot receive */
-    TERN__DO_SEND = 1u << 1,     /* ops->send: a stream socket's send of its queued writes */
-    TERN__DO_ACCEPT = 1u << 2,   /* ops->accept: a listening socket's multishot accept */
-    TERN__DO_UDP_RECV = 1u << 3, /* ops->dgram_recv: a UDP socket's multishot receive */
-    TERN__DO_UDP_SEND = 1u << 4, /* ops->send_dgrams: a UDP socket's queued datagrams */
-    TERN__DO_FILE = 1u << 5,     /* ops->file: one file system call (struct tern__file_op) */
+    TERN__DO_RECV = 1u << 0,       /* ops->recv: a stream socket's multishot receive */
+    TERN__DO_SEND = 1u << 1,       /* ops->send: a stream socket's send of its queued writes */
+    TERN__DO_ACCEPT = 1u << 2,     /* ops->accept: a listening socket's multishot accept */
+    TERN__DO_UDP_RECV = 1u << 3,   /* ops->dgram_recv: a UDP socket's multishot receive */
+    TERN__DO_UDP_SEND = 1u << 4,   /* ops->send_dgrams: a UDP socket's queued datagrams */
+    TERN__DO_FILE = 1u << 5,       /* ops->file: one file system call (struct tern__file_op) */
+    TERN__DO_FILE_PATHS = 1u << 6, /* ...and the path calls: unlink, rmdir, mkdir, rename */
 };
 
 /*
@@ -52,6 +53,11 @@ enum {
     TERN__FILE_WRITEV,    /* pwritev(2) of fd: iov, len entries, at off */
     TERN__FILE_FSYNC,     /* fsync(2) of fd */
     TERN__FILE_FDATASYNC, /* fdatasync(2) of fd */
+    /* Only with TERN__DO_FILE_PATHS: */
+    TERN__FILE_UNLINK, /* unlink(2) of path */
+    TERN__FILE_RMDIR,  /* rmdir(2) of path */
+    TERN__FILE_MKDIR,  /* mkdir(2) of path with mode */
+    TERN__FILE_RENAME, /* rename(2) of path to path2 */
 };
 struct stat;
 struct iovec;
@@ -62,7 +68,7 @@ struct tern__file_op {
     unsigned mode;
     unsigned len;
     uint64_t off;
-    const char *path;
+    const char *path, *path2;
     void *buf;
     const struct iovec *iov;
     /* TERN__FILE_READ: close(2) fd right after the read, whatever the read

@@ -100,7 +100,8 @@
  * Both need 6.0; the probe's IORING_OP_SEND_ZC, also 6.0's, stands for it.
  *
  * And file system calls (TERN__DO_FILE): statx, openat, read, readv,
- * writev, fsync and close, one per call, its user_data the caller's token under the CONTROL tag
+ * writev, fsync and close (and unlinkat, mkdirat, renameat where the
+ * probe finds them: TERN__DO_FILE_PATHS), one per call, its user_data the caller's token under the CONTROL tag
  * alone (a token is never 0, so it never meets a cancel's own user_data,
  * which is CONTROL with nothing under it). The core chains them (a whole
  * file's read, runtime/fs/fs_ring.c); the backend keeps no table, only a
@@ -384,7 +385,8 @@ static bool refused(int rc)
 
 /*
  * What the kernel performs beyond readiness, as its probe says: sends
- * (IORING_OP_SEND, and so SENDMSG, which came before it). A probe refused
+ * (IORING_OP_SEND, and so SENDMSG, which came before it); the file calls
+ * on paths (unlinkat, renameat, mkdirat). A probe refused
  * (a filter on io_uring_register) says no: streams then write by
  * readiness. The file calls need no probe (uring_init).
  */
@@ -399,6 +401,11 @@ static unsigned ops_offered(struct io_uring *ring)
      * an opcode a probe names; IORING_OP_SEND_ZC, also 6.0's, stands for them. */
     if (p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND_ZC))
         yes |= TERN__DO_UDP_RECV | TERN__DO_UDP_SEND;
+    /* The path calls: unlinkat and renameat are 5.11's, mkdirat 5.15's. */
+    if (p != NULL && io_uring_opcode_supported(p, IORING_OP_UNLINKAT) &&
+        io_uring_opcode_supported(p, IORING_OP_RENAMEAT) &&
+        io_uring_opcode_supported(p, IORING_OP_MKDIRAT))
+        yes |= TERN__DO_FILE_PATHS;
     io_uring_free_probe(p);
     return yes;
 }
@@ -1073,6 +1080,18 @@ int tern__file_call(struct tern__file_op *op)
     case TERN__FILE_FDATASYNC:
         rc = fdatasync(op->fd);
         break;
+    case TERN__FILE_UNLINK:
+        rc = unlink(op->path);
+        break;
+    case TERN__FILE_RMDIR:
+        rc = rmdir(op->path);
+        break;
+    case TERN__FILE_MKDIR:
+        rc = mkdir(op->path, (mode_t)op->mode);
+        break;
+    case TERN__FILE_RENAME:
+        rc = rename(op->path, op->path2);
+        break;
     default:
         TERN_INSIST(op->kind == TERN__FILE_CLOSE);
         return close(op->fd) == 0 ? 0 : -errno;
@@ -1153,6 +1172,17 @@ static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file
     case TERN__FILE_FDATASYNC:
         io_uring_prep_fsync(sqe, op->fd,
                             op->kind == TERN__FILE_FDATASYNC ? IORING_FSYNC_DATASYNC : 0);
+        break;
+    case TERN__FILE_UNLINK:
+    case TERN__FILE_RMDIR:
+        io_uring_prep_unlinkat(sqe, AT_FDCWD, op->path,
+                               op->kind == TERN__FILE_RMDIR ? AT_REMOVEDIR : 0);
+        break;
+    case TERN__FILE_MKDIR:
+        io_uring_prep_mkdirat(sqe, AT_FDCWD, op->path, op->mode);
+        break;
+    case TERN__FILE_RENAME:
+        io_uring_prep_renameat(sqe, AT_FDCWD, op->path, AT_FDCWD, op->path2, 0);
         break;
     default:
         TERN_INSIST(op->kind == TERN__FILE_CLOSE);

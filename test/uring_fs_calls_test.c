@@ -12,6 +12,8 @@
  * write the kernel made reports it. The fs fault site fails each call
  * before it is made, as on the pool: nothing written, opened or created;
  * a close releases its descriptor all the same, and its EINTR is success.
+ * unlink, rmdir, mkdir and rename, where the kernel's probe offers them
+ * (a 6.x kernel does), answer as the pool's too and leave the same names.
  */
 #include "uring_helpers.h"
 
@@ -42,7 +44,9 @@ static void teardown(void)
     static const char *const names[] = {"a", "b", "c", "new", "fifo", "link"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         (void)unlink(at(names[i]));
+    (void)unlink(at("sub/c"));
     (void)rmdir(at("sub"));
+    (void)rmdir(at("new"));
     cr_assert_eq(rmdir(dir), 0);
 }
 
@@ -74,12 +78,28 @@ static void wait_one(tern_loop *loop, struct rec *r)
 }
 
 /* Each request kind, by number, on loop: its record. */
-enum { OPEN, OPEN_CREATE, FSTAT, STAT, LSTAT, READ, READV, WRITE, WRITEV, FSYNC, FDATASYNC, CLOSE };
-#define KINDS 12
+enum {
+    OPEN,
+    OPEN_CREATE,
+    FSTAT,
+    STAT,
+    LSTAT,
+    READ,
+    READV,
+    WRITE,
+    WRITEV,
+    FSYNC,
+    FDATASYNC,
+    CLOSE,
+    UNLINK,
+    RMDIR,
+    MKDIR,
+    RENAME
+};
 
 struct call {
     int kind;
-    const char *path;
+    const char *path, *path2;
     int fd;
     int flags;
     int64_t off;
@@ -127,6 +147,18 @@ static void make(tern_loop *loop, const struct call *c, struct rec *r)
         break;
     case FDATASYNC:
         rc = tern_fs_fdatasync(loop, c->fd, NULL, rec_cb, r, NULL);
+        break;
+    case UNLINK:
+        rc = tern_fs_unlink(loop, c->path, NULL, rec_cb, r, NULL);
+        break;
+    case RMDIR:
+        rc = tern_fs_rmdir(loop, c->path, NULL, rec_cb, r, NULL);
+        break;
+    case MKDIR:
+        rc = tern_fs_mkdir(loop, c->path, 0750, NULL, rec_cb, r, NULL);
+        break;
+    case RENAME:
+        rc = tern_fs_rename(loop, c->path, c->path2, NULL, rec_cb, r, NULL);
         break;
     default:
         cr_assert_eq(c->kind, CLOSE);
@@ -208,6 +240,21 @@ static void fresh_a(void)
 static void no_new(void)
 {
     (void)unlink(at("new"));
+}
+
+static void no_new_dir(void)
+{
+    (void)rmdir(at("new"));
+}
+
+static void fresh_new_dir(void)
+{
+    (void)mkdir(at("new"), 0700);
+}
+
+static void fresh_b(void)
+{
+    put("b", "b");
 }
 
 Test(uring_fs_calls, the_pools_results_without_the_pool)
@@ -296,6 +343,80 @@ Test(uring_fs_calls, the_pools_results_without_the_pool)
     tern_loop_free(ring);
 }
 
+/* The path calls' scene: a, b (files), sub (a directory holding c), no new. */
+static void scene(void)
+{
+    (void)unlink(at("sub/c"));
+    (void)unlink(at("new"));
+    (void)rmdir(at("new"));
+    (void)rmdir(at("sub"));
+    fresh_a();
+    put("b", "b");
+    cr_assert_eq(mkdir(at("sub"), 0700), 0);
+    put("sub/c", "c");
+}
+
+/* What a path call left: which names are there, and new's mode. */
+static unsigned long left(void)
+{
+    static const char *const names[] = {"a", "b", "sub", "sub/c", "new"};
+    unsigned long bits = 0;
+    struct stat st;
+    for (unsigned i = 0; i < 5; i++)
+        if (lstat(at(names[i]), &st) == 0)
+            bits |= 1ul << i;
+    if (lstat(at("new"), &st) == 0)
+        bits |= (unsigned long)st.st_mode << 8;
+    return bits;
+}
+
+/* unlink, rmdir, mkdir and rename, where the kernel has them on the ring. */
+Test(uring_fs_calls, the_path_calls_answer_as_the_pools)
+{
+    tern_loop *ring = uring_loop();
+    tern_loop *pool = loop_new_backend("epoll");
+    struct call calls[] = {
+        {.kind = UNLINK, .path = at("a")},
+        {.kind = UNLINK, .path = at("sub")},
+        {.kind = UNLINK, .path = at("missing")},
+        {.kind = UNLINK, .path = at("a/x")},
+        {.kind = RMDIR, .path = at("sub")},
+        {.kind = RMDIR, .path = at("a")},
+        {.kind = RMDIR, .path = at("missing")},
+        {.kind = MKDIR, .path = at("new")},
+        {.kind = MKDIR, .path = at("sub")},
+        {.kind = MKDIR, .path = at("missing/new")},
+        {.kind = RENAME, .path = at("a"), .path2 = at("new")},
+        {.kind = RENAME, .path = at("a"), .path2 = at("b")},
+        {.kind = RENAME, .path = at("a"), .path2 = at("sub")},
+        {.kind = RENAME, .path = at("sub"), .path2 = at("a")},
+        {.kind = RENAME, .path = at("missing"), .path2 = at("new")},
+        {.kind = RENAME, .path = at("sub"), .path2 = at("sub/c/d")},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        /* at() takes turns through four buffers: copies, to outlive them. */
+        char p1[128], p2[128];
+        struct call c = calls[i];
+        snprintf(p1, sizeof p1, "%s", c.path);
+        c.path = p1;
+        if (c.path2 != NULL) {
+            snprintf(p2, sizeof p2, "%s", c.path2);
+            c.path2 = p2;
+        }
+        both_alike(ring, pool, c, scene);
+        unsigned long on_pool = left();
+        scene();
+        struct rec r = {0};
+        make(ring, &c, &r);
+        cr_assert_eq(left(), on_pool, "call %zu left other names (%lx, pool %lx)", i, left(),
+                     on_pool);
+    }
+    scene();
+    (void)unlink(at("sub/c"));
+    tern_loop_free(pool);
+    tern_loop_free(ring);
+}
+
 /* With no entry to be had, the loop makes each call itself: the same answers. */
 Test(uring_fs_calls, made_here_when_the_queue_takes_none)
 {
@@ -315,6 +436,14 @@ Test(uring_fs_calls, made_here_when_the_queue_takes_none)
     both_alike(ring, pool, (struct call){.kind = WRITEV, .fd = fd, .off = 1}, fresh_a);
     both_alike(ring, pool, (struct call){.kind = FSYNC, .fd = fd}, NULL);
     both_alike(ring, pool, (struct call){.kind = FDATASYNC, .fd = p[1]}, NULL);
+    both_alike(ring, pool, (struct call){.kind = MKDIR, .path = at("new")}, no_new_dir);
+    both_alike(ring, pool, (struct call){.kind = RENAME, .path = at("a"), .path2 = at("b")},
+               fresh_a);
+    put("b", "b");
+    both_alike(ring, pool, (struct call){.kind = UNLINK, .path = at("b")}, fresh_b);
+    no_new_dir();
+    cr_assert_eq(mkdir(at("new"), 0700), 0);
+    both_alike(ring, pool, (struct call){.kind = RMDIR, .path = at("new")}, fresh_new_dir);
     struct rec r = {0};
     make(ring, &(struct call){.kind = CLOSE, .fd = fd}, &r);
     cr_assert_eq(r.status, 0);

@@ -6,7 +6,8 @@
  * every request's next call at once.
  *
  * A single-call request (open, close, read, readv, write, writev, stat,
- * lstat, fstat, fsync, fdatasync: tern__fs_ring_takes) is a list of one
+ * lstat, fstat, fsync, fdatasync; unlink, rmdir, mkdir, rename where the
+ * kernel has them: tern__fs_ring_takes) is a list of one
  * (RING_ONE): the call fs_calls.c's run_one would make, whose result is
  * the request's (a descriptor, bytes moved, a stat). The backend makes
  * the ring's call answer as the system call does (backends/backend.h).
@@ -273,10 +274,12 @@ static void set_one(struct fs_ring *f)
         [TERN__FS_READ] = TERN__FILE_READV,          [TERN__FS_WRITE] = TERN__FILE_WRITEV,
         [TERN__FS_STAT] = TERN__FILE_STAT,           [TERN__FS_LSTAT] = TERN__FILE_LSTAT,
         [TERN__FS_FSTAT] = TERN__FILE_STAT,          [TERN__FS_FSYNC] = TERN__FILE_FSYNC,
-        [TERN__FS_FDATASYNC] = TERN__FILE_FDATASYNC,
+        [TERN__FS_FDATASYNC] = TERN__FILE_FDATASYNC, [TERN__FS_UNLINK] = TERN__FILE_UNLINK,
+        [TERN__FS_RMDIR] = TERN__FILE_RMDIR,         [TERN__FS_MKDIR] = TERN__FILE_MKDIR,
+        [TERN__FS_RENAME] = TERN__FILE_RENAME,
     };
     struct tern__fs_req *r = f->r;
-    bool by_path = r->op == TERN__FS_OPEN || r->op == TERN__FS_STAT || r->op == TERN__FS_LSTAT;
+    bool by_path = r->fd < 0; /* a path request's fd stays -1 (fs.c) */
     r->step = RING_ONE;
     f->call = (struct tern__file_op){.kind = kinds[r->op],
                                      .fd = r->fd,
@@ -285,6 +288,7 @@ static void set_one(struct fs_ring *f)
                                      .len = r->iovcnt,
                                      .off = (uint64_t)r->off,
                                      .path = by_path ? r->path : NULL,
+                                     .path2 = r->path2,
                                      .iov = r->iov};
 }
 
@@ -298,8 +302,8 @@ static bool one_done(tern_loop *loop, struct fs_ring *f, int res)
         res = 0;
     if (res >= 0 && (kind == TERN__FILE_STAT || kind == TERN__FILE_LSTAT))
         tern__file_stat(&f->call, &r->res.st);
-    else if (res >= 0 && kind != TERN__FILE_CLOSE && kind != TERN__FILE_FSYNC &&
-             kind != TERN__FILE_FDATASYNC)
+    else if (res >= 0 &&
+             (kind == TERN__FILE_OPEN || kind == TERN__FILE_READV || kind == TERN__FILE_WRITEV))
         r->res.value = res; /* a descriptor, or bytes moved */
     settle(loop, f, res < 0 ? res : 0);
     return false;
@@ -463,9 +467,15 @@ static const struct tern__op_class ring_class = {
 
 bool tern__fs_ring_takes(const tern_loop *loop, uint8_t op)
 {
-    if (!(loop->backend.completes & TERN__DO_FILE))
+    unsigned does = loop->backend.completes;
+    if (!(does & TERN__DO_FILE))
         return false;
     switch (op) {
+    case TERN__FS_UNLINK:
+    case TERN__FS_RMDIR:
+    case TERN__FS_MKDIR:
+    case TERN__FS_RENAME:
+        return (does & TERN__DO_FILE_PATHS) != 0;
     case TERN__FS_OPEN:
     case TERN__FS_CLOSE:
     case TERN__FS_READ:
