@@ -439,6 +439,11 @@ Test(uring_fs_calls, made_here_when_the_queue_takes_none)
     both_alike(ring, pool, (struct call){.kind = MKDIR, .path = at("new")}, no_new_dir);
     both_alike(ring, pool, (struct call){.kind = RENAME, .path = at("a"), .path2 = at("b")},
                fresh_a);
+    fresh_a();
+    struct rec mv = {0};
+    make(ring, &(struct call){.kind = RENAME, .path = at("a"), .path2 = at("b")}, &mv);
+    cr_assert_eq(mv.status, 0);
+    cr_assert(size_of("a") == -1 && size_of("b") == 16, "the rename made here moved nothing");
     put("b", "b");
     both_alike(ring, pool, (struct call){.kind = UNLINK, .path = at("b")}, fresh_b);
     no_new_dir();
