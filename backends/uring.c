@@ -101,9 +101,10 @@
  *
  * And file system calls (TERN__DO_FILE): statx, openat, read, readv,
  * writev, fsync and close (and unlinkat, mkdirat, renameat where the
- * probe finds them: TERN__DO_FILE_PATHS), one per call, its user_data the caller's token under the CONTROL tag
- * alone (a token is never 0, so it never meets a cancel's own user_data,
- * which is CONTROL with nothing under it). The core chains them (a whole
+ * probe finds them: TERN__DO_FILE_PATHS), one per call, its user_data
+ * the caller's token under the CONTROL tag alone (a token is never 0, so
+ * it never meets a cancel's own user_data, which is CONTROL with nothing
+ * under it). The core chains them (a whole
  * file's read, runtime/fs/fs_ring.c); the backend keeps no table, only a
  * count, since the core keeps each call's arguments until its completion.
  * Each answers as the system call it stands for: statx is asked not to

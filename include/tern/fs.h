@@ -17,7 +17,8 @@
  * On a loop whose backend makes file calls itself (io_uring, where the
  * kernel offers them), tern_fs_open, close, read, readv, write, writev,
  * stat, lstat, fstat, fsync, fdatasync, tern_fs_read_file and (where the
- * kernel has them) unlink, rmdir, mkdir and rename are not pool jobs: their calls go to the kernel through the backend (read_file's
+ * kernel has them) unlink, rmdir, mkdir and rename are not pool jobs:
+ * their calls go to the kernel through the backend (read_file's
  * steps one per turn), with the same results, and each is admitted like
  * a job but for the queue (queue_full, a pool shutdown and a pool
  * configuration never refuse it; the pool's statistics do not count it).
