@@ -24,12 +24,13 @@ struct tern__fired {
  * (struct tern__backend's `completes`, set once the backend can).
  */
 enum {
-    TERN__DO_RECV = 1u << 0,     /* ops->recv: a stream socket's multishot receive */
-    TERN__DO_SEND = 1u << 1,     /* ops->send: a stream socket's send of its queued writes */
-    TERN__DO_ACCEPT = 1u << 2,   /* ops->accept: a listening socket's multishot accept */
-    TERN__DO_UDP_RECV = 1u << 3, /* ops->dgram_recv: a UDP socket's multishot receive */
-    TERN__DO_UDP_SEND = 1u << 4, /* ops->send_dgrams: a UDP socket's queued datagrams */
-    TERN__DO_FILE = 1u << 5,     /* ops->file: one file system call (struct tern__file_op) */
+    TERN__DO_RECV = 1u << 0,       /* ops->recv: a stream socket's multishot receive */
+    TERN__DO_SEND = 1u << 1,       /* ops->send: a stream socket's send of its queued writes */
+    TERN__DO_ACCEPT = 1u << 2,     /* ops->accept: a listening socket's multishot accept */
+    TERN__DO_UDP_RECV = 1u << 3,   /* ops->dgram_recv: a UDP socket's multishot receive */
+    TERN__DO_UDP_SEND = 1u << 4,   /* ops->send_dgrams: a UDP socket's queued datagrams */
+    TERN__DO_FILE = 1u << 5,       /* ops->file: one file system call (struct tern__file_op) */
+    TERN__DO_FILE_PATHS = 1u << 6, /* ...and the path calls: unlink, rmdir, mkdir, rename */
 };
 
 /*
@@ -38,29 +39,44 @@ enum {
  * each taking the previous one's result (runtime/fs/fs_ring.c). Every
  * pointer stays the caller's, untouched and valid, until the one
  * completion {token, res, final, file} comes (both, for a read with
- * then_close).
+ * then_close). Each gives what the system call of its line gives (its
+ * result, or -errno), so a request made through them answers as the
+ * pool's call would.
  */
 enum {
-    TERN__FILE_STAT,  /* statx(2) of path (following links), or of fd when path is NULL */
-    TERN__FILE_OPEN,  /* openat(2) of path with flags | O_CLOEXEC: res is the descriptor */
-    TERN__FILE_READ,  /* pread(2) of len bytes at off into buf: res is the bytes read */
-    TERN__FILE_CLOSE, /* close(2) of fd */
+    TERN__FILE_STAT,      /* stat(2) of path, or fstat(2) of fd when path is NULL */
+    TERN__FILE_LSTAT,     /* lstat(2) of path */
+    TERN__FILE_OPEN,      /* open(2) of path with flags | O_CLOEXEC, mode: res is the descriptor */
+    TERN__FILE_READ,      /* pread(2) of len bytes at off into buf: res is the bytes read */
+    TERN__FILE_CLOSE,     /* close(2) of fd */
+    TERN__FILE_READV,     /* preadv(2) of fd: iov, len entries, at off */
+    TERN__FILE_WRITEV,    /* pwritev(2) of fd: iov, len entries, at off */
+    TERN__FILE_FSYNC,     /* fsync(2) of fd */
+    TERN__FILE_FDATASYNC, /* fdatasync(2) of fd */
+    /* Only with TERN__DO_FILE_PATHS: */
+    TERN__FILE_UNLINK, /* unlink(2) of path */
+    TERN__FILE_RMDIR,  /* rmdir(2) of path */
+    TERN__FILE_MKDIR,  /* mkdir(2) of path with mode */
+    TERN__FILE_RENAME, /* rename(2) of path to path2 */
 };
 struct stat;
+struct iovec;
 struct tern__file_op {
     uint8_t kind;
     int fd;
     int flags;
+    unsigned mode;
     unsigned len;
     uint64_t off;
-    const char *path;
+    const char *path, *path2;
     void *buf;
+    const struct iovec *iov;
     /* TERN__FILE_READ: close(2) fd right after the read, whatever the read
      * did (a cancelled or failed one too), in the same trip to the kernel.
      * Two completions then come: the read's, and the close's (`closed`). */
     bool then_close;
-    /* TERN__FILE_STAT: where the kernel writes its answer (the system's
-     * own record, a struct statx on Linux), read with tern__file_stat. */
+    /* TERN__FILE_STAT, _LSTAT: where the kernel writes its answer (the
+     * system's own record, a struct statx on Linux), read with tern__file_stat. */
     _Alignas(8) unsigned char stat_room[256];
 };
 
@@ -240,7 +256,10 @@ struct tern__backend_ops {
      * final, file} comes from a wait after that, never from this call.
      * Returns 0, or -EBUSY when the queue takes no entry (nothing was
      * queued: the caller makes the call by itself, and the close of a
-     * then_close too). A token is below 1 << 61.
+     * then_close too), or another negative errno: the call's own failure,
+     * found before it was queued, where the kernel's call would not say it
+     * as the system call does (nothing was queued; the caller takes it as
+     * the call's result). A token is below 1 << 61.
      */
     int (*file)(struct tern__backend *b, uint64_t token, struct tern__file_op *op);
     /*

@@ -99,12 +99,21 @@
  * request of its token (IORING_ASYNC_CANCEL_ALL), as a batch is several.
  * Both need 6.0; the probe's IORING_OP_SEND_ZC, also 6.0's, stands for it.
  *
- * And file system calls (TERN__DO_FILE): statx, openat, read and close,
- * one per call, its user_data the caller's token under the CONTROL tag
- * alone (a token is never 0, so it never meets a cancel's own user_data,
- * which is CONTROL with nothing under it). The core chains them (a whole
+ * And file system calls (TERN__DO_FILE): statx, openat, read, readv,
+ * writev, fsync and close (and unlinkat, mkdirat, renameat where the
+ * probe finds them: TERN__DO_FILE_PATHS), one per call, its user_data
+ * the caller's token under the CONTROL tag alone (a token is never 0, so
+ * it never meets a cancel's own user_data, which is CONTROL with nothing
+ * under it). The core chains them (a whole
  * file's read, runtime/fs/fs_ring.c); the backend keeps no table, only a
  * count, since the core keeps each call's arguments until its completion.
+ * Each answers as the system call it stands for: statx is asked not to
+ * automount (stat(2) does not), and a readv or writev of a descriptor
+ * that cannot seek is refused -ESPIPE before it is queued, as preadv(2)
+ * refuses it (the ring's would use the stream's position): the call is
+ * made with no bytes first, which checks what the call checks. An open
+ * without O_NONBLOCK goes to io-wq at once (IOSQE_ASYNC): the kernel's
+ * first try adds O_NONBLOCK, under which a FIFO opens without its peer.
  * - The kernel runs a call that may block (a read past the page cache, an
  *   open on a slow file system) on a worker of its own (io-wq): the loop
  *   never waits on one, and a cancel cannot end one already running.
@@ -126,6 +135,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #if __has_include(<valgrind/memcheck.h>)
@@ -376,7 +386,8 @@ static bool refused(int rc)
 
 /*
  * What the kernel performs beyond readiness, as its probe says: sends
- * (IORING_OP_SEND, and so SENDMSG, which came before it). A probe refused
+ * (IORING_OP_SEND, and so SENDMSG, which came before it); the file calls
+ * on paths (unlinkat, renameat, mkdirat). A probe refused
  * (a filter on io_uring_register) says no: streams then write by
  * readiness. The file calls need no probe (uring_init).
  */
@@ -391,6 +402,11 @@ static unsigned ops_offered(struct io_uring *ring)
      * an opcode a probe names; IORING_OP_SEND_ZC, also 6.0's, stands for them. */
     if (p != NULL && io_uring_opcode_supported(p, IORING_OP_SEND_ZC))
         yes |= TERN__DO_UDP_RECV | TERN__DO_UDP_SEND;
+    /* The path calls: unlinkat and renameat are 5.11's, mkdirat 5.15's. */
+    if (p != NULL && io_uring_opcode_supported(p, IORING_OP_UNLINKAT) &&
+        io_uring_opcode_supported(p, IORING_OP_RENAMEAT) &&
+        io_uring_opcode_supported(p, IORING_OP_MKDIRAT))
+        yes |= TERN__DO_FILE_PATHS;
     io_uring_free_probe(p);
     return yes;
 }
@@ -423,7 +439,8 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    /* The file calls (statx, openat, read, close) are 5.6's: a ring with
+    /* The file calls (statx, openat, read, close; readv, writev, fsync are
+     * 5.1's) are 5.6's: a ring with
      * IORING_FEAT_EXT_ARG (5.11), which this one has, makes them all. */
     b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | TERN__DO_FILE | ops_offered(&u->ring);
     if (b->completes & TERN__DO_UDP_SEND)
@@ -1020,25 +1037,67 @@ static struct statx *stx_of(struct tern__file_op *op)
     return (struct statx *)(void *)op->stat_room;
 }
 
+/* stat(2) and lstat(2) never automount (statx does unless told). */
+static int stat_flags(const struct tern__file_op *op)
+{
+    if (op->path == NULL)
+        return AT_EMPTY_PATH;
+    return AT_NO_AUTOMOUNT | (op->kind == TERN__FILE_LSTAT ? AT_SYMLINK_NOFOLLOW : 0);
+}
+
+static const char *stat_path(const struct tern__file_op *op)
+{
+    return op->path != NULL ? op->path : "";
+}
+
+static int stat_dir(const struct tern__file_op *op)
+{
+    return op->path != NULL ? AT_FDCWD : op->fd;
+}
+
 int tern__file_call(struct tern__file_op *op)
 {
-    int rc;
+    ssize_t rc;
     switch (op->kind) {
     case TERN__FILE_STAT:
-        rc = op->path != NULL ? statx(AT_FDCWD, op->path, 0, STATX_BASIC_STATS, stx_of(op))
-                              : statx(op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx_of(op));
+    case TERN__FILE_LSTAT:
+        rc = statx(stat_dir(op), stat_path(op), stat_flags(op), STATX_BASIC_STATS, stx_of(op));
         break;
     case TERN__FILE_OPEN:
-        rc = open(op->path, op->flags | O_CLOEXEC);
+        rc = open(op->path, op->flags | O_CLOEXEC, (mode_t)op->mode);
         break;
     case TERN__FILE_READ:
-        rc = (int)pread(op->fd, op->buf, op->len, (off_t)op->off);
+        rc = pread(op->fd, op->buf, op->len, (off_t)op->off);
+        break;
+    case TERN__FILE_READV:
+        rc = preadv(op->fd, op->iov, (int)op->len, (off_t)op->off);
+        break;
+    case TERN__FILE_WRITEV:
+        rc = pwritev(op->fd, op->iov, (int)op->len, (off_t)op->off);
+        break;
+    case TERN__FILE_FSYNC:
+        rc = fsync(op->fd);
+        break;
+    case TERN__FILE_FDATASYNC:
+        rc = fdatasync(op->fd);
+        break;
+    case TERN__FILE_UNLINK:
+        rc = unlink(op->path);
+        break;
+    case TERN__FILE_RMDIR:
+        rc = rmdir(op->path);
+        break;
+    case TERN__FILE_MKDIR:
+        rc = mkdir(op->path, (mode_t)op->mode);
+        break;
+    case TERN__FILE_RENAME:
+        rc = rename(op->path, op->path2);
         break;
     default:
         TERN_INSIST(op->kind == TERN__FILE_CLOSE);
         return close(op->fd) == 0 ? 0 : -errno;
     }
-    return rc >= 0 ? rc : -errno;
+    return rc >= 0 ? (int)rc : -errno;
 }
 
 void tern__file_stat(const struct tern__file_op *op, struct stat *st)
@@ -1066,6 +1125,18 @@ static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file
     struct uring *u = b->state;
     require_not_forked(u);
     TERN_INSIST(token != 0 && token < CLOSED);
+    /* preadv(2) and pwritev(2) refuse a descriptor that cannot seek (a
+     * pipe, a socket, a terminal: -ESPIPE); the ring's would read or write
+     * it at its position, offset ignored. Their checks are made here, by
+     * the call itself with no bytes to move, so it fails as they fail. */
+    if (op->kind == TERN__FILE_READV || op->kind == TERN__FILE_WRITEV) {
+        /* No bytes: every check of the call (the descriptor, its mode,
+         * the offset), then nothing done. */
+        ssize_t ok = op->kind == TERN__FILE_READV ? preadv(op->fd, NULL, 0, (off_t)op->off)
+                                                  : pwritev(op->fd, NULL, 0, (off_t)op->off);
+        if (ok < 0)
+            return -errno;
+    }
     unsigned need = op->then_close ? 2 : 1;
     /* A chain goes into the queue whole: the queue is emptied first when
      * it lacks room, and one the kernel will not empty takes none. */
@@ -1077,16 +1148,42 @@ static int uring_file(struct tern__backend *b, uint64_t token, struct tern__file
         return -EBUSY;
     switch (op->kind) {
     case TERN__FILE_STAT:
-        if (op->path != NULL)
-            io_uring_prep_statx(sqe, AT_FDCWD, op->path, 0, STATX_BASIC_STATS, stx_of(op));
-        else
-            io_uring_prep_statx(sqe, op->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx_of(op));
+    case TERN__FILE_LSTAT:
+        io_uring_prep_statx(sqe, stat_dir(op), stat_path(op), stat_flags(op), STATX_BASIC_STATS,
+                            stx_of(op));
         break;
     case TERN__FILE_OPEN:
-        io_uring_prep_openat(sqe, AT_FDCWD, op->path, op->flags | O_CLOEXEC, 0);
+        io_uring_prep_openat(sqe, AT_FDCWD, op->path, op->flags | O_CLOEXEC, op->mode);
+        /* Tried at once, the kernel opens with O_NONBLOCK added: a FIFO
+         * would open without its peer (or fail -ENXIO). An open that
+         * may wait goes to the kernel's worker, which waits as open(2). */
+        if (!(op->flags & O_NONBLOCK))
+            sqe->flags |= IOSQE_ASYNC;
         break;
     case TERN__FILE_READ:
         io_uring_prep_read(sqe, op->fd, op->buf, op->len, op->off);
+        break;
+    case TERN__FILE_READV:
+        io_uring_prep_readv(sqe, op->fd, op->iov, op->len, op->off);
+        break;
+    case TERN__FILE_WRITEV:
+        io_uring_prep_writev(sqe, op->fd, op->iov, op->len, op->off);
+        break;
+    case TERN__FILE_FSYNC:
+    case TERN__FILE_FDATASYNC:
+        io_uring_prep_fsync(sqe, op->fd,
+                            op->kind == TERN__FILE_FDATASYNC ? IORING_FSYNC_DATASYNC : 0);
+        break;
+    case TERN__FILE_UNLINK:
+    case TERN__FILE_RMDIR:
+        io_uring_prep_unlinkat(sqe, AT_FDCWD, op->path,
+                               op->kind == TERN__FILE_RMDIR ? AT_REMOVEDIR : 0);
+        break;
+    case TERN__FILE_MKDIR:
+        io_uring_prep_mkdirat(sqe, AT_FDCWD, op->path, op->mode);
+        break;
+    case TERN__FILE_RENAME:
+        io_uring_prep_renameat(sqe, AT_FDCWD, op->path, AT_FDCWD, op->path2, 0);
         break;
     default:
         TERN_INSIST(op->kind == TERN__FILE_CLOSE);
@@ -1121,8 +1218,13 @@ static bool take_file(struct uring *u, const struct io_uring_cqe *cqe, struct te
 {
     if (b->ndone == DONE_MAX)
         return false; /* left in the queue for the next wait */
+    /* A call the kernel's worker was making when a cancel reached it
+     * (an open waiting for a FIFO's peer) ends with the kernel's own
+     * restart code, ERESTARTSYS (512), which no system call returns: it
+     * was interrupted, as EINTR says. */
+    int32_t res = cqe->res == -512 ? -EINTR : cqe->res;
     b->done[b->ndone++] = (struct tern__done){.token = cqe->user_data & ~(FILE_OP | CLOSED),
-                                              .res = cqe->res,
+                                              .res = res,
                                               .final = true,
                                               .file = true,
                                               .closed = (cqe->user_data & CLOSED) != 0};

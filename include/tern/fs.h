@@ -15,14 +15,20 @@
  *     temporary file, and cb gets -ECANCELED.
  *
  * On a loop whose backend makes file calls itself (io_uring, where the
- * kernel offers them), tern_fs_read_file is not a pool job: its steps go
- * to the kernel through the backend, one per turn, and it is admitted
- * like a job but for the queue (queue_full, a pool shutdown and a pool
+ * kernel offers them), tern_fs_open, close, read, readv, write, writev,
+ * stat, lstat, fstat, fsync, fdatasync, tern_fs_read_file and (where the
+ * kernel has them) unlink, rmdir, mkdir and rename are not pool jobs:
+ * their calls go to the kernel through the backend (read_file's
+ * steps one per turn), with the same results, and each is admitted like
+ * a job but for the queue (queue_full, a pool shutdown and a pool
  * configuration never refuse it; the pool's statistics do not count it).
- * It is running from acceptance: tern_cancel says TERN_CANCEL_RUNNING and
- * it stops at the next step boundary as above (-ECANCELED), or
- * TERN_CANCEL_FINISHED once its outcome is in. docs/design.md, "The
- * fifth: file requests", has the details.
+ * It is running from acceptance: tern_cancel says TERN_CANCEL_RUNNING,
+ * or TERN_CANCEL_FINISHED once its outcome is in. The cancel reaches the
+ * call in the kernel: one not yet started, or waiting there (an open of
+ * a FIFO), did nothing and cb gets -ECANCELED; one that finished reports
+ * what it did; a close always runs. read_file stops at the next step
+ * boundary as above. docs/design.md, "The fifth: file requests", has the
+ * details.
  *
  * A worker inside a system call cannot be interrupted: neither a cancel,
  * nor a timeout (tern_fs_options), nor closing an owner, nor a pool

@@ -140,8 +140,11 @@ static int req_new(tern_loop *loop, const struct spec *s, const tern_fs_options 
     return 0;
 }
 
+/* The one place a request goes to the ring (fs_ring.c) or the pool. */
 static int submit(tern_loop *loop, struct tern__fs_req *r, tern_id *idp)
 {
+    if (tern__fs_ring_takes(loop, r->op))
+        return tern__fs_ring_submit(loop, r, idp);
     bool whole = r->op == TERN__FS_READ_FILE || r->op == TERN__FS_WRITE_FILE;
     /* The owner and the timeout are checked here, with the limits. */
     int rc = tern__submit_job_with(loop, TERN_BOUNDED, whole ? TERN__WORK_STEPS : TERN__WORK_PLAIN,
@@ -365,9 +368,6 @@ int tern_fs_read_file(tern_loop *loop, const char *path, const tern_fs_options *
                      opts, cb, arg, &r);
     if (rc < 0)
         return rc;
-    /* The backend makes the calls itself: no pool thread (fs_ring.c). */
-    if (loop->backend.completes & TERN__DO_FILE)
-        return tern__fs_ring_read_file(loop, r, idp);
     return submit(loop, r, idp);
 }
 

@@ -95,11 +95,14 @@ bool tern__fs_read_took(struct tern__fs_req *r, size_t n);
 void tern__fs_read_end(struct tern__fs_req *r);
 
 /*
- * The ring's read_file (fs_ring.c), for a loop whose backend makes file
- * calls itself (TERN__DO_FILE): admits r as the pool's path would, and
- * frees it on failure. Loop thread.
+ * The ring (fs_ring.c), for a loop whose backend makes file calls itself
+ * (TERN__DO_FILE). takes: whether a request of kind op goes there (the
+ * single calls the backend has, and read_file) rather than to the pool.
+ * submit: admits r as the pool's path would, and frees it on failure.
+ * Loop thread.
  */
-int tern__fs_ring_read_file(tern_loop *loop, struct tern__fs_req *r, tern_id *idp);
+bool tern__fs_ring_takes(const tern_loop *loop, uint8_t op);
+int tern__fs_ring_submit(tern_loop *loop, struct tern__fs_req *r, tern_id *idp);
 /*
  * The end of every request, on the pool (fs.c) or the ring (fs_ring.c):
  * frees r and calls its cb with r->status and r->res. Step 2, once per
