@@ -167,7 +167,7 @@ TEST(stopped_watchers_get_none)
     CHECK(!raise_event(CTRL_C_EVENT));
     turn_until(loop, &t.calls, 2);
     CHECK(s.calls == 0 && t.calls == 1);
-    CHECK(tern_loop_run(loop) == 0); /* nothing live is left */
+    CHECK(tern_loop_run_once(loop, 0) == 0); /* nothing live is left */
     tern_loop_free(loop);
 }
 
@@ -187,7 +187,7 @@ TEST(other_signals_are_refused)
     /* Nothing changed: no routine takes the event, nothing keeps the loop. */
     CHECK(!raise_event(CTRL_C_EVENT));
     CHECK(!raise_event(CTRL_BREAK_EVENT));
-    CHECK(tern_loop_run(loop) == 0);
+    CHECK(tern_loop_run_once(loop, 0) == 0);
     CHECK(s.calls == 0);
     tern_loop_free(loop);
 }
