@@ -14,9 +14,10 @@
  * provides all of it: docs/design.md, "The OS seam", is the list.
  *
  * Windows (backends/platform_win.c, chosen by meson in place of
- * platform.c) provides what the loop, the pool and the timers use; the
- * signal sources and the datagram batches are declared for POSIX only
- * (what calls them, runtime/net/, does not build there yet), and the
+ * platform.c) provides what the loop, the pool and the timers use, and
+ * the console's control events for the signal watchers; the signal
+ * sources and the datagram batches are declared for POSIX only (what
+ * calls them, runtime/net/, does not build there yet), and the
  * socket, pidfd and wake-descriptor calls are refusals with a reason.
  */
 #ifndef TERN_PLATFORM_H
