@@ -247,8 +247,9 @@ enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend);
 
 /*
  * A console control event as the signal number tern names it by: Ctrl-C
- * is SIGINT, Ctrl-Break SIGBREAK, the console's close (and logoff and
- * shutdown, which reach only services) SIGHUP (tern.h defines it there).
+ * is SIGINT, Ctrl-Break SIGBREAK, the console's close SIGHUP (tern.h
+ * defines it there); logoff and shutdown, which reach only services, are
+ * not watched (the routine leaves them to the next one).
  * The system runs the console's control routine on a thread of its own;
  * the routine calls fn(signo) there, and fn says whether some watcher took
  * it: if none did, the system's default action (ending the process) runs.

@@ -180,11 +180,12 @@ bool tern__console_event(unsigned long event)
         signo = SIGBREAK;
         break;
     case CTRL_CLOSE_EVENT:
-    case CTRL_LOGOFF_EVENT:
-    case CTRL_SHUTDOWN_EVENT:
         signo = 1; /* SIGHUP as tern.h defines it on Windows */
         break;
     default:
+        /* Logoff and shutdown reach services only, which go on after a
+         * logoff: holding the routine as for a close would be wrong
+         * there, so they keep the system's default. */
         return false;
     }
     tern__console_fn fn = atomic_load(&console_fn);
@@ -199,7 +200,7 @@ static BOOL WINAPI console_routine(DWORD event)
      * whatever it answers, and otherwise only after its timeout (about
      * 5 s): holding this thread gives the loops that time to run their
      * callbacks and leave on their own. */
-    if (event == CTRL_CLOSE_EVENT || event == CTRL_LOGOFF_EVENT || event == CTRL_SHUTDOWN_EVENT)
+    if (event == CTRL_CLOSE_EVENT)
         Sleep(INFINITE);
     return TRUE;
 }

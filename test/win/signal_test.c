@@ -8,11 +8,12 @@
  * raised (Windows with a console) the last test raises it too.
  * Checked: one callback per event per watcher, in step 2 on the loop's
  * thread, with the signal's number (Ctrl-C SIGINT, Ctrl-Break SIGBREAK,
- * close SIGHUP); two loops each get their own; a stopped watcher gets
- * none and, the last one gone, the event is no longer taken (the system's
- * default is back); other numbers are refused and change nothing; a loop
- * freed with a watcher armed and an event on the way is clean; an event a
- * watcher took is reported taken, so the process is not ended.
+ * close SIGHUP; logoff and shutdown not taken); two loops each get their
+ * own; a stopped watcher gets none and, the last one gone, the event is
+ * no longer taken (the system's default is back); other numbers are
+ * refused and change nothing; a loop freed with a watcher armed and an
+ * event on the way is clean; an event a watcher took is reported taken,
+ * so the process is not ended.
  * Closes with "N passed, N failed"; exit 0 when all pass.
  */
 #include <errno.h>
@@ -121,6 +122,11 @@ TEST(break_and_close_have_their_numbers)
     turn_until(loop, &h.calls, 1);
     CHECK(h.calls == 1 && h.signo == SIGHUP && h.signo == 1);
     CHECK(i.calls == 0 && b.calls == 1);
+    /* Logoff and shutdown (services only) are left to the system. */
+    CHECK(!raise_event(CTRL_LOGOFF_EVENT));
+    CHECK(!raise_event(CTRL_SHUTDOWN_EVENT));
+    turn_until(loop, &h.calls, 2);
+    CHECK(h.calls == 1 && i.calls == 0 && b.calls == 1);
     CHECK(tern_signal_stop(loop, ii) == 0);
     CHECK(tern_signal_stop(loop, ib) == 0);
     CHECK(tern_signal_stop(loop, ih) == 0);
