@@ -14,9 +14,10 @@
  * provides all of it: docs/design.md, "The OS seam", is the list.
  *
  * Windows (backends/platform_win.c, chosen by meson in place of
- * platform.c) provides what the loop, the pool and the timers use; the
- * signal sources and the datagram batches are declared for POSIX only
- * (what calls them, runtime/net/, does not build there yet), and the
+ * platform.c) provides what the loop, the pool and the timers use, and
+ * the console's control events for the signal watchers; the signal
+ * sources and the datagram batches are declared for POSIX only (what
+ * calls them, runtime/net/, does not build there yet), and the
  * socket, pidfd and wake-descriptor calls are refusals with a reason.
  */
 #ifndef TERN_PLATFORM_H
@@ -204,7 +205,7 @@ void tern__unmap(void *p, size_t size);
  * way close hands the thread's mask and the signal's disposition back as
  * they were found.
  */
-#ifndef _WIN32 /* POSIX signals; Windows has none to watch */
+#ifndef _WIN32 /* POSIX signals; Windows watches console control events */
 enum tern__sigsource_kind { TERN__SIG_SIGNALFD, TERN__SIG_BACKEND, TERN__SIG_PIPE };
 
 struct tern__sigsource {
@@ -242,6 +243,34 @@ void tern__sigsource_close(struct tern__sigsource *s);
 
 /* The kind tern__sigsource_open picks (for tests and docs). */
 enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend);
+#else /* Windows: console control events (backends/platform_win.c) */
+
+/*
+ * A console control event as the signal number tern names it by: Ctrl-C
+ * is SIGINT, Ctrl-Break SIGBREAK, the console's close SIGHUP (tern.h
+ * defines it there); logoff and shutdown, which reach only services, are
+ * not watched (the routine leaves them to the next one).
+ * The system runs the console's control routine on a thread of its own;
+ * the routine calls fn(signo) there, and fn says whether some watcher took
+ * it: if none did, the system's default action (ending the process) runs.
+ */
+typedef bool (*tern__console_fn)(int signo);
+
+/*
+ * tern__console_watch: install the control routine calling fn (fn !=
+ * NULL), or remove it (fn == NULL). One at a time: signal_win.c calls it
+ * under its table lock on its first watcher's start and last one's stop.
+ * Returns: 0, or the system's error (-ENOMEM).
+ */
+int tern__console_watch(tern__console_fn fn);
+
+/*
+ * tern__console_event: what the routine does with a control event (a
+ * CTRL_*_EVENT number), short of the close's wait: maps it and calls fn.
+ * Returns whether some watcher took it. The test seam for wine, which
+ * does not deliver GenerateConsoleCtrlEvent to a console-less process.
+ */
+bool tern__console_event(unsigned long event);
 #endif
 
 /* ------------------------------------------------------------------ */

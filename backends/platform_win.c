@@ -164,3 +164,58 @@ const struct tern__watch_ops *tern__watch_choose(bool backend_vnode)
 }
 
 unsigned tern__forks;
+
+/* Console control events (platform.h). The function is read on the
+ * system's thread, so it is published atomically. */
+static _Atomic(tern__console_fn) console_fn;
+
+bool tern__console_event(unsigned long event)
+{
+    int signo;
+    switch (event) {
+    case CTRL_C_EVENT:
+        signo = SIGINT;
+        break;
+    case CTRL_BREAK_EVENT:
+        signo = SIGBREAK;
+        break;
+    case CTRL_CLOSE_EVENT:
+        signo = 1; /* SIGHUP as tern.h defines it on Windows */
+        break;
+    default:
+        /* Logoff and shutdown reach services only, which go on after a
+         * logoff: holding the routine as for a close would be wrong
+         * there, so they keep the system's default. */
+        return false;
+    }
+    tern__console_fn fn = atomic_load(&console_fn);
+    return fn != NULL && fn(signo);
+}
+
+static BOOL WINAPI console_routine(DWORD event)
+{
+    if (!tern__console_event(event))
+        return FALSE;
+    /* The system ends the process as soon as a close's routine returns,
+     * whatever it answers, and otherwise only after its timeout (about
+     * 5 s): holding this thread gives the loops that time to run their
+     * callbacks and leave on their own. */
+    if (event == CTRL_CLOSE_EVENT)
+        Sleep(INFINITE);
+    return TRUE;
+}
+
+int tern__console_watch(tern__console_fn fn)
+{
+    if (fn == NULL) {
+        /* Removed or not, the routine hands every event back from now. */
+        atomic_store(&console_fn, NULL);
+        return SetConsoleCtrlHandler(console_routine, FALSE) ? 0 : tern__error_win(GetLastError());
+    }
+    atomic_store(&console_fn, fn);
+    if (SetConsoleCtrlHandler(console_routine, TRUE))
+        return 0;
+    int rc = tern__error_win(GetLastError());
+    atomic_store(&console_fn, NULL);
+    return rc;
+}

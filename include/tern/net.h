@@ -348,6 +348,12 @@ TERN_EXTERN int tern_stream_fd(tern_loop *loop, tern_id id);
 
 typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg);
 
+#if defined(_WIN32) && !defined(SIGHUP)
+/* Windows' signal.h names no SIGHUP; tern watches a console's close as it
+ * (see tern_signal_start), with POSIX's number. */
+#define SIGHUP 1
+#endif
+
 /*
  * tern_signal_start: deliver signo through the loop: cb(loop, id, signo,
  * arg) runs in step 2 after the signal arrives (signals that arrive
@@ -371,10 +377,22 @@ typedef void (*tern_signal_cb)(tern_loop *loop, tern_id id, int signo, void *arg
  * A kqueue loop's registration cannot move to another loop, so when the
  * reading watcher stops and only other loops' watchers remain, an
  * instance sent meanwhile may be lost there.
+ * Windows has no signals to watch but the console's control events, and
+ * only they are watched: SIGINT for Ctrl-C, SIGBREAK (21, <signal.h>) for
+ * Ctrl-Break, SIGHUP (1, defined above) for the console's close; every
+ * other number is refused with -EINVAL. The system reports them on a
+ * thread of its own, which posts to each watching loop (the callback
+ * still runs in step 2 on the loop's thread, once per event per watcher);
+ * while some watcher of the event's signal took it, the process is not
+ * ended (Ctrl-C, Ctrl-Break). A close ends the process anyway about 5 s
+ * later (the system's timeout): the callbacks have that long. With no
+ * watcher left the system's default action (ending the process) is back.
+ * Nothing is blocked or unblocked on Windows, and there is no -EMFILE.
  * The watcher keeps tern_loop_run() alive unless tern_unref()'d.
  * Requires: loop != NULL.
  * Returns: 0 and *idp; -EINVAL for a NULL cb or a signal that cannot be
- *          caught (SIGKILL, SIGSTOP, out of range); -EMFILE and other
+ *          caught (SIGKILL, SIGSTOP, out of range; on Windows, any but
+ *          SIGINT, SIGBREAK and SIGHUP); -EMFILE and other
  *          descriptor errors (first watcher of a signal); -EAGAIN at
  *          max_operations; -ENOMEM; -ESHUTDOWN while the loop is being
  *          freed.

@@ -1,12 +1,13 @@
 /*
  * What the loop reads of net/ where net/ is not built (Windows, until
- * sockets are registered with the completion port): tern_loop_new fills
- * the stream classes and the lookup expiry from here, and the turn calls
- * the signal delivery.
- * None of it can be reached: no stream, lookup or signal watch can be
- * made without net/ (its public calls are not in the library), and the
- * IOCP backend reports no signals. Reaching one anyway is a bug in tern,
- * so each aborts naming it rather than doing nothing.
+ * streams and lookups are built there): tern_loop_new fills the stream
+ * classes and the lookup expiry from here, and the turn calls the
+ * backend-read signal delivery (kqueue's).
+ * None of it can be reached: no stream or lookup can be made without net/
+ * (its public calls are not in the library), and the IOCP backend reports
+ * no signals (console control events reach the signal watchers through
+ * signal_win.c's posts instead). Reaching one anyway is a bug in tern, so
+ * each aborts naming it rather than doing nothing.
  */
 #include "job_p.h"
 #include "loop_p.h"
