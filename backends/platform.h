@@ -257,10 +257,10 @@ enum tern__sigsource_kind tern__sigsource_kind_for(bool by_backend);
 typedef bool (*tern__console_fn)(int signo);
 
 /*
- * tern__console_watch: install the control routine calling fn (fn !=
- * NULL), or remove it (fn == NULL). One at a time: signal_win.c calls it
- * under its table lock on its first watcher's start and last one's stop.
- * Returns: 0, or the system's error (-ENOMEM).
+ * tern__console_watch: install the control routine calling fn (!= NULL),
+ * for the rest of the process: signal_win.c calls it once, on its first
+ * watcher's start (fn then takes no event while no watcher exists).
+ * Returns: 0, or the system's error (-ENOMEM), and then installs nothing.
  */
 int tern__console_watch(tern__console_fn fn);
 

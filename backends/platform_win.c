@@ -207,11 +207,6 @@ static BOOL WINAPI console_routine(DWORD event)
 
 int tern__console_watch(tern__console_fn fn)
 {
-    if (fn == NULL) {
-        /* Removed or not, the routine hands every event back from now. */
-        atomic_store(&console_fn, NULL);
-        return SetConsoleCtrlHandler(console_routine, FALSE) ? 0 : tern__error_win(GetLastError());
-    }
     atomic_store(&console_fn, fn);
     if (SetConsoleCtrlHandler(console_routine, TRUE))
         return 0;

@@ -439,9 +439,9 @@ static int uring_init(struct tern__backend *b)
     u->rfree = u->rwait = u->rstarved = u->rcancel = NONE;
     b->fd = -1;
     b->state = u;
-    /* The file calls (statx, openat, read, close; readv, writev, fsync are
-     * 5.1's) are 5.6's: a ring with
-     * IORING_FEAT_EXT_ARG (5.11), which this one has, makes them all. */
+    /* The file calls are 5.6's at the latest (statx, openat, read, close;
+     * readv, writev and fsync are 5.1's): a ring with IORING_FEAT_EXT_ARG
+     * (5.11), which this one has, makes them all. */
     b->completes = TERN__DO_RECV | TERN__DO_ACCEPT | TERN__DO_FILE | ops_offered(&u->ring);
     if (b->completes & TERN__DO_UDP_SEND)
         u->cancel_flags = IORING_ASYNC_CANCEL_ALL;

@@ -3,7 +3,7 @@
  * subset of signals. Ctrl-C is SIGINT, Ctrl-Break SIGBREAK, the console's
  * close SIGHUP; any other number is refused. The platform file
  * (tern__console_watch) installs one control routine for the process
- * while any watcher exists; the system runs it on a thread of its own,
+ * with the first watcher; the system runs it on a thread of its own,
  * where no user code may run, so it only counts the event on every
  * watcher of its signal and posts to each watcher's loop (tern_post, the
  * runtime's one cross-thread path); the post queues the watcher, whose
@@ -17,6 +17,12 @@
  * touches a freed watcher, and a post that finds its watcher gone does
  * nothing: no callback after stop. Unlike POSIX there is no source to
  * read and hand over: every watcher is fed by the routine directly.
+ *
+ * The routine is installed with the first watcher and stays for the
+ * process: with no watcher it takes no event, which is the system's
+ * default already. Removing it would call into the system's handler list
+ * under the mutex the routine waits for, while the system may hold that
+ * list's lock around the routine's call: the two could wait on each other.
  */
 #include <errno.h>
 #include <signal.h>
@@ -41,7 +47,7 @@ struct tern__signal {
 
 static tern__mutex_t table_lock = TERN__MUTEX_INIT;
 static struct tern__signal *watchers[SLOTS]; /* under table_lock */
-static unsigned watching;                    /* under table_lock: watchers in all */
+static bool routine_installed;               /* under table_lock */
 
 /* The list a signal number is watched in, or -1 for one Windows cannot raise. */
 static int slot_of(int signo)
@@ -129,8 +135,6 @@ static void stop_watcher(tern_loop *loop, struct tern__signal *w)
     while (*p != w)
         p = &(*p)->next;
     *p = w->next;
-    if (--watching == 0)
-        (void)tern__console_watch(NULL); /* the system's default is back */
     tern__mutex_unlock(&table_lock);
     tern__op_finish(loop, &w->op);
 }
@@ -158,12 +162,9 @@ int tern_signal_start(tern_loop *loop, int signo, tern_signal_cb cb, void *arg, 
     }
     *w = (struct tern__signal){.loop = loop, .signo = signo, .cb = cb, .arg = arg};
     tern__mutex_lock(&table_lock);
-    if (watching == 0)
-        rc = tern__console_watch(console_event);
-    if (rc == 0 && (rc = tern__op_add(loop, &w->op, &signal_class)) < 0 && watching == 0)
-        (void)tern__console_watch(NULL);
-    if (rc == 0) {
-        watching++;
+    if (!routine_installed && (rc = tern__console_watch(console_event)) == 0)
+        routine_installed = true;
+    if (rc == 0 && (rc = tern__op_add(loop, &w->op, &signal_class)) == 0) {
         w->next = watchers[slot];
         watchers[slot] = w;
     }
