@@ -5,9 +5,10 @@ A criterion executable counts as the tests it ran (its "Synthesis" line);
 any other test (stress programs, examples, scripts) counts as one. A test
 skipped by exit status 77 counts as skipped. A failed test's own lines that
 say why (FAIL, failed, error, timed out; at most 20) are printed on stderr
-under its name, so a run's log says which check broke without its build tree. A log that is missing (the run
-wrote none: .ci/test removes the old one first, so none is ever reused),
-empty or unreadable counts as one failure, named on stderr.
+under its name, so a run's log says which check broke without its build
+tree. A log that is missing (the run wrote none: .ci/test removes the old
+one first, so none is ever reused), empty or unreadable counts as one
+failure, named on stderr.
 Usage: count.py LOG.json...
 """
 import json
